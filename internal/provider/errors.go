@@ -1,0 +1,82 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The error classes. A provider wraps every error it returns with exactly one of them;
+// callers test with errors.Is.
+var (
+	// ErrPermanent: retrying the same request cannot succeed. The reconciler latches the
+	// Proxy as Failed until its spec changes.
+	ErrPermanent = errors.New("permanent")
+	// ErrQuotaExceeded: capacity is short right now. The reconciler waits QuotaRetry and
+	// tries again, off the error backoff curve.
+	ErrQuotaExceeded = errors.New("quota exceeded")
+	// ErrNotFound: the instance does not exist (Get only).
+	ErrNotFound = errors.New("not found")
+	// ErrTransient: anything a retry may fix.
+	ErrTransient = errors.New("transient")
+)
+
+// classError carries a class next to the underlying error, so that errors.Is finds both
+// the class and whatever the cause wraps, while Error() shows only the cause.
+type classError struct {
+	class error
+	err   error
+}
+
+func (e *classError) Error() string   { return e.err.Error() }
+func (e *classError) Unwrap() []error { return []error{e.err, e.class} }
+
+// WithClass attaches class to err. An err that already carries a class keeps it.
+func WithClass(class, err error) error {
+	if err == nil {
+		return nil
+	}
+	if Class(err) != nil {
+		return err
+	}
+	return &classError{class: class, err: err}
+}
+
+// Errorf formats an error and attaches class to it.
+func Errorf(class error, format string, args ...any) error {
+	return WithClass(class, fmt.Errorf(format, args...))
+}
+
+// Permanent, QuotaExceeded, NotFound and Transient are shorthands for WithClass.
+func Permanent(err error) error     { return WithClass(ErrPermanent, err) }
+func QuotaExceeded(err error) error { return WithClass(ErrQuotaExceeded, err) }
+func NotFound(err error) error      { return WithClass(ErrNotFound, err) }
+func Transient(err error) error     { return WithClass(ErrTransient, err) }
+
+// Class returns the class err carries, or nil when it carries none.
+func Class(err error) error {
+	for _, c := range []error{ErrPermanent, ErrQuotaExceeded, ErrNotFound, ErrTransient} {
+		if errors.Is(err, c) {
+			return c
+		}
+	}
+	return nil
+}
+
+// ClassName names err's class for metrics and logs: permanent, quota, notfound,
+// transient, unclassified, or none for a nil error.
+func ClassName(err error) string {
+	if err == nil {
+		return "none"
+	}
+	switch Class(err) {
+	case ErrPermanent:
+		return "permanent"
+	case ErrQuotaExceeded:
+		return "quota"
+	case ErrNotFound:
+		return "notfound"
+	case ErrTransient:
+		return "transient"
+	}
+	return "unclassified"
+}

@@ -1,0 +1,95 @@
+// Package provider holds the contract between the Proxy reconciler and the backends that
+// run proxy instances: the Provider interface, its request and result types, the four
+// error classes, the providers config and the registry that builds providers from it.
+package provider
+
+import (
+	"context"
+	"time"
+)
+
+// Provider runs proxy instances somewhere. Every error a method returns carries exactly
+// one class (ErrPermanent, ErrQuotaExceeded, ErrNotFound, ErrTransient), attached by
+// wrapping and tested with errors.Is; an error without a class is treated as transient.
+type Provider interface {
+	// Create makes sure an instance named req.Name exists, is owned by req.UID and is
+	// running, and returns it. It is idempotent by Name: a repeat call adopts what an
+	// earlier, possibly interrupted, call left behind.
+	// Errors: ErrPermanent for input or state a retry cannot fix (unknown placement,
+	// an instance of that name owned by someone else); ErrQuotaExceeded when capacity
+	// is short and a later retry may succeed; ErrTransient otherwise. Never ErrNotFound.
+	Create(ctx context.Context, req CreateRequest) (Instance, error)
+
+	// Get returns the instance named by providerID.
+	// Errors: ErrNotFound when it no longer exists (the caller creates it again);
+	// ErrPermanent for a providerID this provider cannot interpret; ErrTransient otherwise.
+	Get(ctx context.Context, providerID string) (Instance, error)
+
+	// Delete removes the instance and everything created for it. An instance that is
+	// already gone is success.
+	// Errors: ErrPermanent for a providerID this provider cannot interpret;
+	// ErrTransient otherwise. Never ErrNotFound.
+	Delete(ctx context.Context, providerID string) error
+
+	// ListByTag returns every instance carrying this provider's ownership mark, and
+	// nothing else. Orphan GC deletes from this list, so an instance the provider did not
+	// create must never appear in it.
+	// Errors: ErrTransient (or ErrPermanent for broken credentials); a failed listing
+	// returns no partial result.
+	ListByTag(ctx context.Context) ([]Instance, error)
+
+	// Check probes every target (for kvm2: every host) and returns one status per target,
+	// in config order. It reports failures in the statuses; it has no error result.
+	Check(ctx context.Context) []TargetStatus
+}
+
+// Placement says where and how an instance runs; each provider gives the fields meaning.
+type Placement struct {
+	Region      string `json:"region,omitempty"`
+	Zone        string `json:"zone,omitempty"`
+	MachineType string `json:"machineType,omitempty"`
+	Image       string `json:"image,omitempty"`
+}
+
+// CreateRequest is what the reconciler asks a provider to run.
+type CreateRequest struct {
+	// Name is the deterministic instance name (proxy-<16 hex>).
+	Name string
+	// UID is the owning Proxy's metadata.uid, recorded on the instance.
+	UID       string
+	Placement Placement
+	// CloudInit is the user-data, passed to the instance byte for byte.
+	CloudInit []byte
+	// Port is the proxy port the instance serves on.
+	Port int32
+}
+
+// Instance states shared by providers.
+const (
+	StateRunning     = "Running"
+	StatePending     = "Pending"
+	StateStopped     = "Stopped"
+	StateUnknown     = "Unknown"
+	StateTerminating = "Terminating"
+)
+
+// Instance is what a provider knows about one running (or starting) proxy.
+type Instance struct {
+	ProviderID string
+	Name       string
+	UID        string
+	State      string
+	// IP is empty until the provider has learnt the instance's address.
+	IP        string
+	CreatedAt time.Time
+}
+
+// TargetStatus is the health of one provider target (a hypervisor host, a region...).
+type TargetStatus struct {
+	Target  string
+	Ready   bool
+	Reason  string
+	Message string
+	Latency time.Duration
+	Details map[string]string
+}
