@@ -1,0 +1,109 @@
+# egress-proxies-operator
+#
+#   make demo   local control plane + local libvirt host + the operator, ending with a Ready proxy
+#   make test   every test tier; installs and builds what it needs on a fresh machine
+#
+# Built tools and test binaries are cached under $(CACHE), keyed by version.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+
+CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/egress-proxies-operator
+CONTROLLER_GEN_VERSION ?= v0.23.0
+CONTROLLER_GEN := $(CACHE)/bin/controller-gen-$(CONTROLLER_GEN_VERSION)
+GO_TEST_FLAGS ?=
+
+.PHONY: all
+all: build
+
+##@ Build
+
+.PHONY: build
+build: ## Build the manager binary into bin/manager.
+	go build -o bin/manager ./cmd/manager
+
+$(CONTROLLER_GEN):
+	mkdir -p $(CACHE)/bin
+	GOBIN=$(CACHE)/bin/tmp-cg go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+	mv $(CACHE)/bin/tmp-cg/controller-gen $@ && rmdir $(CACHE)/bin/tmp-cg
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./api/..."
+
+.PHONY: verify-generated
+verify-generated: manifests generate ## Fail when committed generated files are stale.
+	@if [ -n "$$(git status --porcelain -- config/crd config/rbac api)" ]; then \
+	  echo "generated files are stale; run 'make manifests generate' and commit:"; \
+	  git status --porcelain -- config/crd config/rbac api; git diff -- config/crd config/rbac api | head -50; exit 1; fi
+
+.PHONY: envtest
+envtest: ## Build kube-apiserver and etcd for envtest into the cache (once per version).
+	hack/envtest-assets.sh >/dev/null
+
+##@ Test
+
+.PHONY: test
+test: lint verify-generated test-unit test-integration-kvm2 test-e2e ## Run every test tier.
+
+.PHONY: lint
+lint: ## go vet and gofmt.
+	go vet ./...
+	go vet -tags=integration ./...
+	go vet -tags=e2e ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+.PHONY: test-unit
+test-unit: envtest ## Unit and envtest tiers, with -race.
+	KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) go test -race -count=1 $(GO_TEST_FLAGS) ./...
+	hack/fuzz-smoke.sh
+
+.PHONY: test-integration-kvm2
+test-integration-kvm2: ## The kvm2 provider against a real libvirtd over a real sshd on this machine.
+	hack/libvirt-host.sh up
+	source $(CACHE)/libvirt-host/env && go test -tags=integration -count=1 -timeout=30m $(GO_TEST_FLAGS) ./internal/provider/kvm2/... ./test/integration/...
+
+.PHONY: test-e2e
+test-e2e: envtest build ## A real guest VM carrying traffic, driven through the manager.
+	hack/libvirt-host.sh up
+	hack/guest-image.sh >/dev/null
+	source $(CACHE)/libvirt-host/env && KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) \
+	  go test -tags=e2e -count=1 -timeout=40m -v $(GO_TEST_FLAGS) ./test/e2e/...
+
+.PHONY: bench
+bench: envtest ## Benchmarks (figures for the issues' closing notes).
+	KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) go test -run='^$$' -bench=. -benchmem ./...
+
+##@ Run
+
+.PHONY: demo
+demo: ## Local control plane, local libvirt host and the operator, ending with a Ready proxy.
+	hack/demo.sh up
+
+.PHONY: demo-down
+demo-down: ## Stop everything make demo started.
+	hack/demo.sh down
+
+KVM_SSH_KEY ?= $(HOME)/.ssh/proxy-operator_ed25519
+KVM_KNOWN_HOSTS ?= $(HOME)/.ssh/kvm_known_hosts
+NAMESPACE ?= egress-proxies-operator-system
+
+.PHONY: kvm-ssh-secret
+kvm-ssh-secret: ## Create or update the kvm-ssh Secret from KVM_SSH_KEY and KVM_KNOWN_HOSTS.
+	@grep -q 'PRIVATE KEY' "$(KVM_SSH_KEY)" || { echo "$(KVM_SSH_KEY): no PRIVATE KEY in it (is it the .pub?); refusing"; exit 1; }
+	@test -s "$(KVM_KNOWN_HOSTS)" || { echo "$(KVM_KNOWN_HOSTS): missing or empty"; exit 1; }
+	kubectl -n $(NAMESPACE) create secret generic kvm-ssh \
+	  --from-file=id_ed25519="$(KVM_SSH_KEY)" --from-file=known_hosts="$(KVM_KNOWN_HOSTS)" \
+	  --dry-run=client -o yaml | kubectl apply -f -
+
+.PHONY: deploy
+deploy: ## Apply config/default to the current kubectl context.
+	kubectl apply -k config/default
+
+.PHONY: help
+help:
+	@awk 'BEGIN{FS=":.*##"} /^[a-zA-Z0-9_-]+:.*##/{printf "  %-24s %s\n",$$1,$$2}' $(MAKEFILE_LIST)
