@@ -1,0 +1,194 @@
+package v1alpha1
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ProxyMode says who runs the proxy.
+// +kubebuilder:validation:Enum=Managed;External
+type ProxyMode string
+
+const (
+	// ProxyModeManaged: the operator creates and deletes the instance through a provider.
+	ProxyModeManaged ProxyMode = "Managed"
+	// ProxyModeExternal: the proxy already exists at spec.address; the operator only
+	// checks and publishes it.
+	ProxyModeExternal ProxyMode = "External"
+)
+
+// ProxyPhase is the coarse state of a Proxy.
+// +kubebuilder:validation:Enum=Pending;Provisioning;Running;Ready;Failed;Deleting
+type ProxyPhase string
+
+const (
+	// PhasePending: accepted, nothing asked of the provider yet.
+	PhasePending ProxyPhase = "Pending"
+	// PhaseProvisioning: the provider is creating or replacing the instance, or the
+	// instance has no address yet.
+	PhaseProvisioning ProxyPhase = "Provisioning"
+	// PhaseRunning: the instance runs and has an address; not (yet) proven healthy.
+	PhaseRunning ProxyPhase = "Running"
+	// PhaseReady: the health engine has proxied a request through it.
+	PhaseReady ProxyPhase = "Ready"
+	// PhaseFailed: a permanent error; nothing is retried until the spec changes.
+	PhaseFailed ProxyPhase = "Failed"
+	// PhaseDeleting: the Proxy is being deleted and its instance removed.
+	PhaseDeleting ProxyPhase = "Deleting"
+)
+
+// Condition types on a Proxy.
+const (
+	// ConditionProvisioned is True when the instance exists, runs and has an address.
+	ConditionProvisioned = "Provisioned"
+	// ConditionHealthy is True when the last probe through the proxy succeeded.
+	ConditionHealthy = "Healthy"
+)
+
+// Condition reasons on a Proxy.
+const (
+	ReasonProvisioning          = "Provisioning"
+	ReasonImageDownloading      = "ImageDownloading"
+	ReasonQuotaExceeded         = "QuotaExceeded"
+	ReasonPermanentError        = "PermanentError"
+	ReasonTransientError        = "TransientError"
+	ReasonInstanceRunning       = "InstanceRunning"
+	ReasonProviderNotConfigured = "ProviderNotConfigured"
+	ReasonExternal              = "External"
+	ReasonDeleting              = "Deleting"
+	ReasonProbeSucceeded        = "ProbeSucceeded"
+	ReasonProbeFailed           = "ProbeFailed"
+)
+
+// ProxyPlacement says where and how the instance runs; each provider gives the fields
+// their meaning.
+type ProxyPlacement struct {
+	// Region, for providers that have regions. Part of the spec hash.
+	// +optional
+	Region string `json:"region,omitempty"`
+	// Zone, for kvm2 the name of the host in the provider's hosts list.
+	// +optional
+	Zone string `json:"zone,omitempty"`
+	// MachineType names a size profile of the provider.
+	// +optional
+	MachineType string `json:"machineType,omitempty"`
+	// Image names an image of the provider's catalogue (kvm2: or an http(s) URL).
+	// +optional
+	Image string `json:"image,omitempty"`
+}
+
+// ProxySpec is what the user asks for.
+// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode == 'External') || (has(self.provider) && self.provider != ”)",message="spec.provider is required when mode is Managed: name an entry of the providers config"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'External' || (has(self.address) && self.address != ”)",message="spec.address is required when mode is External: the host name or IP of the existing proxy"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.provider) || (has(self.provider) && self.provider == oldSelf.provider)",message="spec.provider is immutable: delete the Proxy and create it again to use another provider"
+type ProxySpec struct {
+	// Mode is Managed (the operator creates the instance) or External (an existing proxy
+	// at spec.address).
+	// +kubebuilder:default=Managed
+	// +optional
+	Mode ProxyMode `json:"mode,omitempty"`
+	// Provider names an entry of the providers config. Required for Managed; immutable.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Provider string `json:"provider,omitempty"`
+	// Placement says where the instance runs.
+	// +optional
+	Placement ProxyPlacement `json:"placement,omitempty"`
+	// CloudInit is the instance's user-data, handed to the provider byte for byte.
+	// +optional
+	CloudInit string `json:"cloudInit,omitempty"`
+	// Port is the port the proxy listens on.
+	// +kubebuilder:default=3128
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+	// Address is the host name or IP of an External proxy, without a port.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="isIP(self) || self.matches('^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$')",message="spec.address must be a host name or an IP address, without a port or scheme"
+	// +optional
+	Address string `json:"address,omitempty"`
+}
+
+// ProxyStatus is what the operator observed.
+type ProxyStatus struct {
+	// Phase is the coarse state: Pending, Provisioning, Running, Ready, Failed, Deleting.
+	// +optional
+	Phase ProxyPhase `json:"phase,omitempty"`
+	// ProviderID identifies the instance to its provider.
+	// +optional
+	ProviderID string `json:"providerID,omitempty"`
+	// IP is the address to reach the proxy at.
+	// +optional
+	IP string `json:"ip,omitempty"`
+	// Healthy is true when the last probe through the proxy succeeded.
+	// +optional
+	Healthy bool `json:"healthy,omitempty"`
+	// SpecHash is the hash of provider, placement and cloudInit the instance was built from.
+	// +optional
+	SpecHash string `json:"specHash,omitempty"`
+	// ObservedGeneration is the metadata.generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Message says what is going on, or what went wrong, in a sentence.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Conditions: Provisioned and Healthy.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// LastProbeTime is when the health engine last probed the proxy.
+	// +optional
+	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
+	// ProbeLatencyMilliseconds is the duration of the last successful probe.
+	// +optional
+	ProbeLatencyMilliseconds int64 `json:"probeLatencyMilliseconds,omitempty"`
+	// EgressIP is the source address the probe target saw, when it reports one.
+	// +optional
+	EgressIP string `json:"egressIP,omitempty"`
+	// ConsecutiveProbeFailures counts failed probes since the last success.
+	// +optional
+	ConsecutiveProbeFailures int32 `json:"consecutiveProbeFailures,omitempty"`
+}
+
+// Proxy is one egress HTTP proxy.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=px
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.ip`
+// +kubebuilder:printcolumn:name="Healthy",type=boolean,JSONPath=`.status.healthy`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Proxy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   ProxySpec   `json:"spec"`
+	Status ProxyStatus `json:"status,omitempty"`
+}
+
+// InstanceName is the deterministic name of the Proxy's instance: "proxy-" and the first
+// 16 hex characters of sha256(namespace/name). A Proxy recreated under the same namespace
+// and name gets the same instance name, so its provider adopts what is left.
+func (p *Proxy) InstanceName() string {
+	sum := sha256.Sum256([]byte(p.Namespace + "/" + p.Name))
+	return "proxy-" + hex.EncodeToString(sum[:])[:16]
+}
+
+// ProxyList is a list of Proxies.
+// +kubebuilder:object:root=true
+type ProxyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Proxy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Proxy{}, &ProxyList{})
+}
