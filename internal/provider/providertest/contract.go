@@ -1,0 +1,283 @@
+package providertest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// ContractEnv is what RunContract needs from one provider under test. newEnv is called
+// once per case, so every case starts from an empty provider.
+type ContractEnv struct {
+	// Provider is the implementation under test.
+	Provider provider.Provider
+	// Request is a valid CreateRequest. The suite copies it and changes only Name and UID.
+	Request provider.CreateRequest
+	// MissingID is a well-formed providerID of an instance that does not exist.
+	MissingID string
+	// MalformedID, when set, is a providerID the provider cannot interpret; Get and Delete
+	// of it must fail with ErrPermanent.
+	MalformedID string
+	// Targets are the target names Check must report, in order. When nil, the suite only
+	// checks that Check returns at least one status with a name.
+	Targets []string
+	// Timeout bounds each case (default one minute).
+	Timeout time.Duration
+}
+
+// RunContract runs the suite every provider.Provider must pass.
+func RunContract(t *testing.T, newEnv func(t *testing.T) ContractEnv) {
+	t.Helper()
+	cases := []struct {
+		name string
+		run  func(t *testing.T, ctx context.Context, env ContractEnv)
+	}{
+		{"CreateIsIdempotentByName", contractCreateIdempotent},
+		{"ConcurrentCreatesOfOneNameMakeOneInstance", contractConcurrentCreate},
+		{"CreateOfNameOwnedByAnotherUIDIsPermanent", contractForeignOwner},
+		{"GetAfterCreate", contractGetAfterCreate},
+		{"GetOfMissingIDIsNotFound", contractGetMissing},
+		{"DeleteTwiceSucceeds", contractDeleteTwice},
+		{"DeleteOfMissingIDSucceeds", contractDeleteMissing},
+		{"MalformedIDIsPermanent", contractMalformed},
+		{"ListByTagHoldsCreatedInstances", contractList},
+		{"CheckReturnsOneStatusPerTarget", contractCheck},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env := newEnv(t)
+			if env.Provider == nil {
+				t.Fatal("ContractEnv.Provider is nil")
+			}
+			timeout := env.Timeout
+			if timeout == 0 {
+				timeout = time.Minute
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), timeout)
+			defer cancel()
+			c.run(t, ctx, env)
+		})
+	}
+}
+
+// RequireOneClass fails t unless err carries exactly one of the four error classes.
+func RequireOneClass(t testing.TB, op string, err error) {
+	t.Helper()
+	n := 0
+	for _, c := range []error{provider.ErrPermanent, provider.ErrQuotaExceeded, provider.ErrNotFound, provider.ErrTransient} {
+		if errors.Is(err, c) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%s: error %q carries %d classes, want exactly one", op, err, n)
+	}
+}
+
+// requireClass fails t unless err carries exactly one class and it is want.
+func requireClass(t testing.TB, op string, err, want error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: got no error, want %s", op, provider.ClassName(want))
+	}
+	RequireOneClass(t, op, err)
+	if !errors.Is(err, want) {
+		t.Fatalf("%s: error %q has class %s, want %s", op, err, provider.ClassName(err), provider.ClassName(want))
+	}
+}
+
+// noErr fails t on err, naming its class (and refusing ErrNotFound from Create/Delete).
+func noErr(t testing.TB, op string, err error) {
+	t.Helper()
+	if err != nil {
+		RequireOneClass(t, op, err)
+		t.Fatalf("%s: %v (class %s)", op, err, provider.ClassName(err))
+	}
+}
+
+// request returns env.Request with a distinct deterministic name and UID for key.
+func request(env ContractEnv, key string) provider.CreateRequest {
+	req := env.Request
+	sum := sha256.Sum256([]byte(key))
+	req.Name = "proxy-" + hex.EncodeToString(sum[:8])
+	req.UID = fmt.Sprintf("%x-uid-%s", sum[8:12], key)
+	return req
+}
+
+func create(t *testing.T, ctx context.Context, env ContractEnv, req provider.CreateRequest) provider.Instance {
+	t.Helper()
+	inst, err := env.Provider.Create(ctx, req)
+	noErr(t, "create "+req.Name, err)
+	if inst.ProviderID == "" || inst.Name != req.Name || inst.UID != req.UID {
+		t.Fatalf("create %s: got instance %+v, want a providerID, name %q and uid %q", req.Name, inst, req.Name, req.UID)
+	}
+	return inst
+}
+
+func contractCreateIdempotent(t *testing.T, ctx context.Context, env ContractEnv) {
+	req := request(env, "idempotent")
+	first := create(t, ctx, env, req)
+	second := create(t, ctx, env, req)
+	if second.ProviderID != first.ProviderID {
+		t.Fatalf("second create of %s: providerID %q, first was %q", req.Name, second.ProviderID, first.ProviderID)
+	}
+	list, err := env.Provider.ListByTag(ctx)
+	noErr(t, "list", err)
+	if n := countName(list, req.Name); n != 1 {
+		t.Fatalf("after two creates of %s, ListByTag holds it %d times, want 1", req.Name, n)
+	}
+}
+
+func contractConcurrentCreate(t *testing.T, ctx context.Context, env ContractEnv) {
+	req := request(env, "concurrent")
+	const n = 4
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			inst, err := env.Provider.Create(ctx, req)
+			ids[i], errs[i] = inst.ProviderID, err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			RequireOneClass(t, "concurrent create", err)
+			if errors.Is(err, provider.ErrNotFound) || errors.Is(err, provider.ErrPermanent) {
+				t.Fatalf("concurrent create %d of %s: %v (class %s)", i, req.Name, err, provider.ClassName(err))
+			}
+		}
+	}
+	// A transient failure is allowed under contention; a retry must then converge.
+	inst := create(t, ctx, env, req)
+	for i, id := range ids {
+		if errs[i] == nil && id != inst.ProviderID {
+			t.Fatalf("concurrent create %d of %s returned %q, later create %q", i, req.Name, id, inst.ProviderID)
+		}
+	}
+	list, err := env.Provider.ListByTag(ctx)
+	noErr(t, "list", err)
+	if c := countName(list, req.Name); c != 1 {
+		t.Fatalf("after concurrent creates of %s, ListByTag holds it %d times, want 1", req.Name, c)
+	}
+}
+
+func contractForeignOwner(t *testing.T, ctx context.Context, env ContractEnv) {
+	req := request(env, "owned")
+	create(t, ctx, env, req)
+	other := req
+	other.UID = req.UID + "-other"
+	_, err := env.Provider.Create(ctx, other)
+	requireClass(t, "create of "+req.Name+" by another uid", err, provider.ErrPermanent)
+}
+
+func contractGetAfterCreate(t *testing.T, ctx context.Context, env ContractEnv) {
+	req := request(env, "get")
+	created := create(t, ctx, env, req)
+	got, err := env.Provider.Get(ctx, created.ProviderID)
+	noErr(t, "get "+created.ProviderID, err)
+	if got.ProviderID != created.ProviderID || got.Name != req.Name || got.UID != req.UID {
+		t.Fatalf("get %s: got %+v, want name %q uid %q", created.ProviderID, got, req.Name, req.UID)
+	}
+	if got.State == "" {
+		t.Fatalf("get %s: empty state", created.ProviderID)
+	}
+}
+
+func contractGetMissing(t *testing.T, ctx context.Context, env ContractEnv) {
+	if env.MissingID == "" {
+		t.Fatal("ContractEnv.MissingID is empty")
+	}
+	_, err := env.Provider.Get(ctx, env.MissingID)
+	requireClass(t, "get "+env.MissingID, err, provider.ErrNotFound)
+}
+
+func contractDeleteTwice(t *testing.T, ctx context.Context, env ContractEnv) {
+	req := request(env, "delete")
+	inst := create(t, ctx, env, req)
+	noErr(t, "delete "+inst.ProviderID, env.Provider.Delete(ctx, inst.ProviderID))
+	noErr(t, "second delete "+inst.ProviderID, env.Provider.Delete(ctx, inst.ProviderID))
+	_, err := env.Provider.Get(ctx, inst.ProviderID)
+	requireClass(t, "get after delete "+inst.ProviderID, err, provider.ErrNotFound)
+	list, err := env.Provider.ListByTag(ctx)
+	noErr(t, "list", err)
+	if countName(list, req.Name) != 0 {
+		t.Fatalf("ListByTag still holds %s after delete", req.Name)
+	}
+}
+
+func contractDeleteMissing(t *testing.T, ctx context.Context, env ContractEnv) {
+	noErr(t, "delete "+env.MissingID, env.Provider.Delete(ctx, env.MissingID))
+}
+
+func contractMalformed(t *testing.T, ctx context.Context, env ContractEnv) {
+	if env.MalformedID == "" {
+		t.Skip("ContractEnv.MalformedID not set")
+	}
+	_, err := env.Provider.Get(ctx, env.MalformedID)
+	requireClass(t, "get "+env.MalformedID, err, provider.ErrPermanent)
+	err = env.Provider.Delete(ctx, env.MalformedID)
+	requireClass(t, "delete "+env.MalformedID, err, provider.ErrPermanent)
+}
+
+func contractList(t *testing.T, ctx context.Context, env ContractEnv) {
+	a := create(t, ctx, env, request(env, "list-a"))
+	b := create(t, ctx, env, request(env, "list-b"))
+	list, err := env.Provider.ListByTag(ctx)
+	noErr(t, "list", err)
+	for _, want := range []provider.Instance{a, b} {
+		found := false
+		for _, got := range list {
+			if got.Name == want.Name {
+				found = true
+				if got.ProviderID != want.ProviderID || got.UID != want.UID {
+					t.Fatalf("ListByTag entry %+v, want providerID %q uid %q", got, want.ProviderID, want.UID)
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("ListByTag %+v lacks %s", list, want.Name)
+		}
+	}
+}
+
+func contractCheck(t *testing.T, ctx context.Context, env ContractEnv) {
+	got := env.Provider.Check(ctx)
+	if env.Targets == nil {
+		if len(got) == 0 {
+			t.Fatal("Check returned no status")
+		}
+		for i, s := range got {
+			if s.Target == "" {
+				t.Fatalf("Check status %d has no target name", i)
+			}
+		}
+		return
+	}
+	if len(got) != len(env.Targets) {
+		t.Fatalf("Check returned %d statuses, want %d (%v)", len(got), len(env.Targets), env.Targets)
+	}
+	for i, want := range env.Targets {
+		if got[i].Target != want {
+			t.Fatalf("Check status %d is for %q, want %q (config order)", i, got[i].Target, want)
+		}
+	}
+}
+
+func countName(list []provider.Instance, name string) int {
+	n := 0
+	for _, inst := range list {
+		if inst.Name == name {
+			n++
+		}
+	}
+	return n
+}
