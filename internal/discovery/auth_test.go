@@ -1,0 +1,135 @@
+package discovery
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+)
+
+func writeToken(t *testing.T, path, tok string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTokenAuth(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	writeToken(t, path, "s3cret-token\n")
+	h := newTestServer(t, fixture(), Options{TokenFile: path}).Handler()
+	for _, tc := range []struct {
+		name, auth string
+		status     int
+		challenge  string
+	}{
+		{"no header", "", 401, `Bearer realm="egress-proxies-operator"`},
+		{"wrong token", "Bearer s3cret-tokem", 401, `Bearer realm="egress-proxies-operator", error="invalid_token"`},
+		{"prefix of the token", "Bearer s3cret", 401, `error="invalid_token"`},
+		{"basic auth", "Basic czNjcmV0LXRva2Vu", 401, `Bearer realm=`},
+		{"right token", "Bearer s3cret-token", 200, ""},
+	} {
+		for _, target := range []string{"/v1/proxies", "/v1/proxies/pick?key=k"} {
+			res, body := get(t, h, target, "Authorization", tc.auth)
+			if res.StatusCode != tc.status {
+				t.Errorf("%s %s: status %d, want %d (%s)", tc.name, target, res.StatusCode, tc.status, body)
+			}
+			if got := res.Header.Get("WWW-Authenticate"); !strings.Contains(got, tc.challenge) || (tc.challenge == "") != (got == "") {
+				t.Errorf("%s %s: WWW-Authenticate %q, want %q", tc.name, target, got, tc.challenge)
+			}
+			if strings.Contains(body, "s3cret") {
+				t.Errorf("%s: the body echoes the token: %s", tc.name, body)
+			}
+		}
+	}
+	// The probe target stays open.
+	if res, _ := get(t, h, "/v1/whoami"); res.StatusCode != 200 {
+		t.Errorf("whoami behind auth: %d", res.StatusCode)
+	}
+}
+
+func TestTokenFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := New(fixture(), Options{TokenFile: filepath.Join(dir, "missing")}); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("missing token file: %v", err)
+	}
+	empty := filepath.Join(dir, "empty")
+	writeToken(t, empty, " \n")
+	if _, err := New(fixture(), Options{TokenFile: empty}); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("empty token file: %v", err)
+	}
+}
+
+// A rotated token file takes effect without a restart; a token file that disappears
+// keeps the last good token.
+func TestTokenReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	writeToken(t, path, "old")
+	var reloadFailures atomic.Int32
+	log := funcr.New(func(prefix, args string) {
+		if strings.Contains(args, "keeping the previous discovery token") {
+			reloadFailures.Add(1)
+		}
+	}, funcr.Options{})
+	s := newTestServer(t, fixture(), Options{TokenFile: path, TokenReload: 10 * time.Millisecond, Log: log})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	status := func(tok string) int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/v1/proxies", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if status("old") != 200 {
+		t.Fatal("old token refused before rotation")
+	}
+	writeToken(t, path, "new")
+	waitFor(t, "the rotated token to be accepted", func() bool { return status("new") == 200 })
+	if status("old") != 401 {
+		t.Error("old token still accepted after rotation")
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a failed re-read of the removed token file", func() bool { return reloadFailures.Load() > 0 })
+	if status("new") != 200 {
+		t.Fatal("a vanished token file dropped the last good token")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after 10s waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,102 @@
+package discovery
+
+import (
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) *Snapshot {
+	snap, err := s.src.Snapshot(r.Context())
+	if err != nil {
+		s.opts.Log.Error(err, "discovery api: reading proxies")
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, Message: "proxies are not available yet: " + err.Error()})
+		return nil
+	}
+	return snap
+}
+
+// list serves GET /v1/proxies.
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	req, aerr := parseQuery(r.URL.Query(), paramNamespace, paramProvider, paramZone, paramRegion,
+		paramLabelSelector, paramHealthy, paramFormat)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	snap := s.snapshot(w, r)
+	if snap == nil {
+		return
+	}
+	if req.filter.empty() { // the common request: precomputed at snapshot time
+		if req.format == formatText {
+			writeBody(w, "text/plain; charset=utf-8", snap.healthyText)
+		} else {
+			writeBody(w, "application/json", snap.healthyJSON)
+		}
+		return
+	}
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	if req.format == formatText {
+		*bp = snap.appendText((*bp)[:0], &req.filter)
+		writeBody(w, "text/plain; charset=utf-8", *bp)
+	} else {
+		*bp = snap.appendJSON((*bp)[:0], &req.filter)
+		writeBody(w, "application/json", *bp)
+	}
+}
+
+// pick serves GET /v1/proxies/pick?key=K: one healthy proxy, the same one for the same
+// key while it stays healthy.
+func (s *Server) pick(w http.ResponseWriter, r *http.Request) {
+	req, aerr := parseQuery(r.URL.Query(), paramKey, paramNamespace, paramProvider, paramZone, paramRegion,
+		paramLabelSelector, paramFormat)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if req.key == "" {
+		writeError(w, badParam(paramKey, "missing required parameter key (the session key to pick a proxy for)"))
+		return
+	}
+	snap := s.snapshot(w, r)
+	if snap == nil {
+		return
+	}
+	it := snap.pick(req.key, &req.filter)
+	if it == nil {
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, Message: "no healthy proxy matches the request"})
+		return
+	}
+	if req.format == formatText {
+		writeBody(w, "text/plain; charset=utf-8", it.line)
+		return
+	}
+	writeBody(w, "application/json", it.obj)
+}
+
+func writeBody(w http.ResponseWriter, contentType string, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Cache-Control", "no-store")
+	_, _ = w.Write(body)
+}
+
+// whoami answers with the caller's address, as {"ip":"..."} or, with ?format=text or
+// Accept: text/plain, as the bare address. Pointed at through a proxy, it reports the
+// proxy's egress address, which the health engine records.
+func whoami(w http.ResponseWriter, r *http.Request) {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if r.URL.Query().Get(paramFormat) == formatText || strings.HasPrefix(r.Header.Get("Accept"), "text/plain") {
+		writeBody(w, "text/plain; charset=utf-8", []byte(host+"\n"))
+		return
+	}
+	writeBody(w, "application/json", []byte(`{"ip":"`+host+`"}`+"\n"))
+}

@@ -1,0 +1,196 @@
+package discovery
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func fixture() *staticSource {
+	return newStaticSource(
+		entry("crawl", "a", true, "kvm2-home", "eu", "eu-1", map[string]string{"tier": "gold", "team": "x"}),
+		entry("crawl", "b", true, "kvm2-home", "eu", "eu-2", map[string]string{"tier": "silver"}),
+		entry("crawl", "c", false, "kvm2-home", "eu", "eu-1", map[string]string{"tier": "gold"}),
+		entry("other", "d", true, "ext", "us", "us-1", nil),
+		entry("other", "e", true, "kvm2-lab", "eu", "eu-1", map[string]string{"tier": "gold"}),
+	)
+}
+
+func TestListFilters(t *testing.T) {
+	h := newTestServer(t, fixture(), Options{}).Handler()
+	for _, tc := range []struct{ query, want string }{
+		{"", "crawl/a,crawl/b,other/d,other/e"},
+		{"?healthy=true", "crawl/a,crawl/b,other/d,other/e"},
+		{"?healthy=any", "crawl/a,crawl/b,crawl/c,other/d,other/e"},
+		{"?healthy=false", "crawl/c"},
+		{"?namespace=other", "other/d,other/e"},
+		{"?provider=kvm2-home", "crawl/a,crawl/b"},
+		{"?provider=kvm2-home&healthy=any", "crawl/a,crawl/b,crawl/c"},
+		{"?zone=eu-1", "crawl/a,other/e"},
+		{"?region=us", "other/d"},
+		{"?labelSelector=tier%3Dgold", "crawl/a,other/e"},
+		{"?labelSelector=tier+in+(gold,silver),team!=x", "crawl/b,other/e"},
+		{"?labelSelector=!tier", "other/d"},
+		{"?region=eu&zone=eu-1&namespace=crawl", "crawl/a"},
+		{"?namespace=nowhere", ""},
+	} {
+		res, body := get(t, h, "/v1/proxies"+tc.query)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d: %s", tc.query, res.StatusCode, body)
+		}
+		if ct := res.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("%s: content type %q", tc.query, ct)
+		}
+		if got := names(decodeList(t, body)); got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.query, got, tc.want)
+		}
+	}
+}
+
+func TestListJSONFields(t *testing.T) {
+	src := newStaticSource(Entry{Name: "a", Namespace: "ns", URL: "http://192.0.2.7:3128", Mode: "External",
+		Provider: "", Region: "r", Zone: "z", Healthy: true, EgressIP: "198.51.100.9", Labels: map[string]string{"k": "v"}})
+	_, body := get(t, newTestServer(t, src, Options{}).Handler(), "/v1/proxies")
+	var raw struct {
+		Proxies []map[string]any `json:"proxies"`
+	}
+	if err := json.Unmarshal([]byte(body), &raw); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"name": "a", "namespace": "ns", "url": "http://192.0.2.7:3128", "mode": "External",
+		"region": "r", "zone": "z", "healthy": true, "egressIP": "198.51.100.9", "labels": map[string]any{"k": "v"}}
+	if got := fmt.Sprint(raw.Proxies); got != fmt.Sprint([]map[string]any{want}) {
+		t.Errorf("got %s\nwant %v", got, want)
+	}
+}
+
+func TestListText(t *testing.T) {
+	h := newTestServer(t, fixture(), Options{}).Handler()
+	res, body := get(t, h, "/v1/proxies?format=text&namespace=crawl&healthy=any")
+	if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("content type %q", ct)
+	}
+	lines := strings.Split(strings.TrimSuffix(body, "\n"), "\n")
+	if len(lines) != 3 || !strings.HasSuffix(body, "\n") {
+		t.Fatalf("want 3 newline-terminated lines, got %q", body)
+	}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "http://") || !strings.HasSuffix(l, ":3128") {
+			t.Errorf("line %q is not a proxy URL", l)
+		}
+	}
+	// The unfiltered fast path and the filtered path agree.
+	_, fast := get(t, h, "/v1/proxies?format=text")
+	_, slow := get(t, h, "/v1/proxies?format=text&healthy=true&labelSelector=")
+	if fast != slow || strings.Count(fast, "\n") != 4 {
+		t.Errorf("fast path %q, filtered path %q", fast, slow)
+	}
+}
+
+func TestBadParameters(t *testing.T) {
+	h := newTestServer(t, fixture(), Options{}).Handler()
+	for _, tc := range []struct{ target, param, mention string }{
+		{"/v1/proxies?labelSelector=tier%3D%3D%3Dx", "labelSelector", "invalid label selector"},
+		{"/v1/proxies?format=xml", "format", "json"},
+		{"/v1/proxies?healthy=yes", "healthy", "any"},
+		{"/v1/proxies?zones=eu-1", "zones", "unknown parameter"},
+		{"/v1/proxies?zone=a&zone=b", "zone", "once"},
+		{"/v1/proxies/pick", "key", "missing required parameter key"},
+		{"/v1/proxies/pick?key=k&healthy=any", "healthy", "unknown parameter"},
+	} {
+		res, body := get(t, h, tc.target)
+		if res.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400", tc.target, res.StatusCode)
+		}
+		var e struct{ Error, Parameter string }
+		if err := json.Unmarshal([]byte(body), &e); err != nil {
+			t.Fatalf("%s: error body %q is not JSON: %v", tc.target, body, err)
+		}
+		if e.Parameter != tc.param || !strings.Contains(e.Error, tc.mention) {
+			t.Errorf("%s: got %+v, want parameter %q and a message mentioning %q", tc.target, e, tc.param, tc.mention)
+		}
+	}
+	res, _ := get(t, h, "/v2/nothing")
+	if res.StatusCode != http.StatusNotFound {
+		t.Errorf("unknown path: status %d", res.StatusCode)
+	}
+}
+
+func TestMethodNotAllowed(t *testing.T) {
+	h := newTestServer(t, fixture(), Options{}).Handler()
+	rec := newRecorder()
+	h.ServeHTTP(rec, newRequest(http.MethodPost, "/v1/proxies"))
+	if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "GET, HEAD" {
+		t.Errorf("POST: status %d, Allow %q", rec.Code, rec.Header().Get("Allow"))
+	}
+}
+
+func TestPick(t *testing.T) {
+	src := fixture()
+	h := newTestServer(t, src, Options{}).Handler()
+	seen := map[string]int{}
+	for i := 0; i < 200; i++ {
+		target := fmt.Sprintf("/v1/proxies/pick?key=session-%d", i)
+		res, body := get(t, h, target)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %s", target, res.StatusCode, body)
+		}
+		var e Entry
+		if err := json.Unmarshal([]byte(body), &e); err != nil {
+			t.Fatal(err)
+		}
+		if !e.Healthy {
+			t.Fatalf("%s picked unhealthy %s", target, e.Name)
+		}
+		_, again := get(t, h, target)
+		if again != body {
+			t.Fatalf("%s not sticky: %s then %s", target, body, again)
+		}
+		_, text := get(t, h, target+"&format=text")
+		if text != e.URL+"\n" {
+			t.Fatalf("%s&format=text = %q, want %q", target, text, e.URL+"\n")
+		}
+		seen[e.Namespace+"/"+e.Name]++
+	}
+	if len(seen) != 4 {
+		t.Errorf("200 keys spread over %v; want all 4 healthy proxies used", seen)
+	}
+	// Filters narrow the set the key is hashed over.
+	for i := 0; i < 50; i++ {
+		_, body := get(t, h, fmt.Sprintf("/v1/proxies/pick?key=s%d&zone=eu-1", i))
+		var e Entry
+		_ = json.Unmarshal([]byte(body), &e)
+		if e.Zone != "eu-1" || !e.Healthy {
+			t.Fatalf("zone-filtered pick returned %+v", e)
+		}
+	}
+	// Nothing healthy matches: 503 with a JSON error.
+	res, body := get(t, h, "/v1/proxies/pick?key=k&provider=nope")
+	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, `"error":"no healthy proxy`) {
+		t.Errorf("no match: %d %s", res.StatusCode, body)
+	}
+	src.set(entry("crawl", "c", false, "p", "", "", nil))
+	if res, _ := get(t, h, "/v1/proxies/pick?key=k"); res.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("only unhealthy proxies: status %d, want 503", res.StatusCode)
+	}
+}
+
+func TestWhoami(t *testing.T) {
+	h := newTestServer(t, fixture(), Options{}).Handler()
+	req := newRequest(http.MethodGet, "/v1/whoami")
+	req.RemoteAddr = "203.0.113.5:40000"
+	rec := newRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Body.String() != `{"ip":"203.0.113.5"}`+"\n" {
+		t.Errorf("json: %q", rec.Body.String())
+	}
+	req = newRequest(http.MethodGet, "/v1/whoami?format=text")
+	req.RemoteAddr = "[2001:db8::1]:5"
+	rec = newRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Body.String() != "2001:db8::1\n" {
+		t.Errorf("text: %q", rec.Body.String())
+	}
+}

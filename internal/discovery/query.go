@@ -1,0 +1,93 @@
+package discovery
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Query parameters. Every endpoint rejects a parameter it does not know, so a typo
+// (?zones=a) is an error rather than a silently unfiltered answer.
+const (
+	paramNamespace     = "namespace"
+	paramProvider      = "provider"
+	paramZone          = "zone"
+	paramRegion        = "region"
+	paramLabelSelector = "labelSelector"
+	paramHealthy       = "healthy"
+	paramFormat        = "format"
+	paramKey           = "key"
+)
+
+const (
+	formatJSON = "json"
+	formatText = "text"
+)
+
+// request is a parsed query.
+type request struct {
+	filter filter
+	format string
+	key    string
+}
+
+// parseQuery parses q for an endpoint that accepts the parameters in allowed.
+func parseQuery(q url.Values, allowed ...string) (*request, *apiError) {
+	for name := range q {
+		if !contains(allowed, name) {
+			return nil, badParam(name, fmt.Sprintf("unknown parameter %q; this endpoint accepts %s", name, strings.Join(allowed, ", ")))
+		}
+	}
+	for name, vs := range q {
+		if len(vs) > 1 {
+			return nil, badParam(name, fmt.Sprintf("parameter %q given %d times; give it once", name, len(vs)))
+		}
+	}
+	r := &request{
+		filter: filter{
+			namespace: q.Get(paramNamespace),
+			provider:  q.Get(paramProvider),
+			zone:      q.Get(paramZone),
+			region:    q.Get(paramRegion),
+		},
+		format: formatJSON,
+		key:    q.Get(paramKey),
+	}
+	if s := q.Get(paramLabelSelector); s != "" {
+		sel, err := labels.Parse(s)
+		if err != nil {
+			return nil, badParam(paramLabelSelector, fmt.Sprintf("invalid label selector %q: %v", s, err))
+		}
+		if !sel.Empty() {
+			r.filter.selector = sel
+		}
+	}
+	switch h := q.Get(paramHealthy); h {
+	case "", "true":
+	case "any":
+		r.filter.anyHealth = true
+	case "false":
+		r.filter.unhealthyOnly = true
+	default:
+		return nil, badParam(paramHealthy, fmt.Sprintf("invalid value %q for healthy: use true (the default), false or any", h))
+	}
+	switch f := q.Get(paramFormat); f {
+	case "", formatJSON:
+	case formatText:
+		r.format = formatText
+	default:
+		return nil, badParam(paramFormat, fmt.Sprintf("invalid value %q for format: use json (the default) or text", f))
+	}
+	return r, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,126 @@
+// Package discovery serves the healthy proxies to crawlers over HTTP: a list (JSON or one
+// URL per line), a sticky pick per session key by rendezvous hashing, and a "who am I"
+// endpoint that the health engine can use as its probe target.
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Source yields the current snapshot of published proxies. Implementations serve it
+// from memory (the manager's informer cache) and rebuild it only when something changed.
+type Source interface {
+	Snapshot(ctx context.Context) (*Snapshot, error)
+}
+
+// Options configure a Server.
+type Options struct {
+	// Addr is the listen address, for example ":8082".
+	Addr string
+	// TokenFile, when set, turns on bearer-token auth for the /v1/proxies endpoints.
+	TokenFile string
+	// TokenReload is how often the token file is re-read (default 30s).
+	TokenReload time.Duration
+	Log         logr.Logger
+}
+
+// Server is the discovery API. It is a manager Runnable that runs on every replica.
+type Server struct {
+	src  Source
+	opts Options
+	auth *tokenAuth
+	mux  *http.ServeMux
+}
+
+// New builds a server over src. It fails when a token file is configured but unreadable
+// or empty, so a misconfigured deployment stops at start-up rather than serving openly.
+func New(src Source, opts Options) (*Server, error) {
+	if opts.TokenReload <= 0 {
+		opts.TokenReload = 30 * time.Second
+	}
+	s := &Server{src: src, opts: opts, mux: http.NewServeMux()}
+	if opts.TokenFile != "" {
+		a, err := newTokenAuth(opts.TokenFile)
+		if err != nil {
+			return nil, err
+		}
+		s.auth = a
+	}
+	s.mux.Handle("/v1/proxies", s.protect(http.HandlerFunc(s.list)))
+	s.mux.Handle("/v1/proxies/pick", s.protect(http.HandlerFunc(s.pick)))
+	// whoami reveals only the caller's own address, and the probe going through a proxy
+	// carries no credentials, so it stays open.
+	s.mux.HandleFunc("/v1/whoami", whoami)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no such endpoint %s; see /v1/proxies, /v1/proxies/pick and /v1/whoami", r.URL.Path)})
+	})
+	return s, nil
+}
+
+func (s *Server) protect(h http.Handler) http.Handler {
+	h = onlyGet(h)
+	if s.auth == nil {
+		return h
+	}
+	return s.auth.wrap(h)
+}
+
+// Handler returns the API's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// NeedLeaderElection is false: every replica answers from its own cache.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// Start serves on opts.Addr until ctx ends, then shuts down gracefully.
+func (s *Server) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("discovery api: listening on %s: %w", s.opts.Addr, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if s.auth != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.auth.reloadLoop(ctx, s.opts.TokenReload, s.opts.Log) }()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		_ = srv.Shutdown(sctx)
+	}()
+	s.opts.Log.Info("discovery api listening", "address", ln.Addr().String(), "auth", s.auth != nil)
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("discovery api on %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+func onlyGet(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, &apiError{status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("method %s not allowed; use GET", r.Method)})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

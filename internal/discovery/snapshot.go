@@ -1,0 +1,144 @@
+package discovery
+
+import (
+	"encoding/json"
+	"sort"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Entry is one proxy as the discovery API shows it.
+type Entry struct {
+	Name      string            `json:"name"`
+	Namespace string            `json:"namespace"`
+	URL       string            `json:"url"`
+	Mode      string            `json:"mode,omitempty"`
+	Provider  string            `json:"provider,omitempty"`
+	Region    string            `json:"region,omitempty"`
+	Zone      string            `json:"zone,omitempty"`
+	Healthy   bool              `json:"healthy"`
+	EgressIP  string            `json:"egressIP,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+}
+
+// item is an Entry with the per-request work done ahead of time: its JSON encoding,
+// its URL line and its rendezvous seed.
+type item struct {
+	Entry
+	json []byte // the object, as it appears inside the list
+	obj  []byte // the object and a newline, as pick serves it
+	line []byte
+	seed uint64
+}
+
+// Snapshot is an immutable view of every published proxy, sorted by namespace and name.
+// It is built once per change of the underlying cache and shared by all requests.
+type Snapshot struct {
+	items []item
+	// The bodies of the two most frequent requests (no filter, healthy only).
+	healthyJSON, healthyText []byte
+}
+
+// NewSnapshot builds a snapshot from entries; it takes ownership of the slice.
+func NewSnapshot(entries []Entry) *Snapshot {
+	sort.Slice(entries, func(i, j int) bool {
+		if entries[i].Namespace != entries[j].Namespace {
+			return entries[i].Namespace < entries[j].Namespace
+		}
+		return entries[i].Name < entries[j].Name
+	})
+	s := &Snapshot{items: make([]item, len(entries))}
+	for i, e := range entries {
+		b, err := json.Marshal(e)
+		if err != nil { // a struct of strings, bools and a string map cannot fail
+			panic(err)
+		}
+		s.items[i] = item{Entry: e, json: b, obj: append(b[:len(b):len(b)], '\n'), line: []byte(e.URL + "\n"), seed: nodeSeed(e.Namespace + "/" + e.Name)}
+	}
+	f := &filter{}
+	s.healthyJSON = s.appendJSON(nil, f)
+	s.healthyText = s.appendText(nil, f)
+	return s
+}
+
+// Len is the number of proxies in the snapshot, healthy or not.
+func (s *Snapshot) Len() int { return len(s.items) }
+
+// filter is a parsed query. Empty strings match everything.
+type filter struct {
+	namespace, provider, zone, region string
+	selector                          labels.Selector // nil matches everything
+	anyHealth                         bool            // include unhealthy proxies
+	unhealthyOnly                     bool
+}
+
+func (f *filter) empty() bool {
+	return f.namespace == "" && f.provider == "" && f.zone == "" && f.region == "" &&
+		f.selector == nil && !f.anyHealth && !f.unhealthyOnly
+}
+
+func (f *filter) match(it *item) bool {
+	switch {
+	case f.unhealthyOnly && it.Healthy,
+		!f.anyHealth && !f.unhealthyOnly && !it.Healthy,
+		f.namespace != "" && f.namespace != it.Namespace,
+		f.provider != "" && f.provider != it.Provider,
+		f.zone != "" && f.zone != it.Zone,
+		f.region != "" && f.region != it.Region:
+		return false
+	}
+	return f.selector == nil || f.selector.Matches(labels.Set(it.Labels))
+}
+
+// appendJSON appends {"count":n,"proxies":[...]} for the items f matches.
+func (s *Snapshot) appendJSON(b []byte, f *filter) []byte {
+	n := 0
+	for i := range s.items {
+		if f.match(&s.items[i]) {
+			n++
+		}
+	}
+	b = append(b, `{"count":`...)
+	b = strconv.AppendInt(b, int64(n), 10)
+	b = append(b, `,"proxies":[`...)
+	first := true
+	for i := range s.items {
+		if it := &s.items[i]; f.match(it) {
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = append(b, it.json...)
+		}
+	}
+	return append(b, "]}\n"...)
+}
+
+// appendText appends one proxy URL per line for the items f matches.
+func (s *Snapshot) appendText(b []byte, f *filter) []byte {
+	for i := range s.items {
+		if it := &s.items[i]; f.match(it) {
+			b = append(b, it.line...)
+		}
+	}
+	return b
+}
+
+// pick returns the proxy that wins key among the items f matches (rendezvous hashing),
+// or nil when none matches. Ties go to the earlier item, so the answer is deterministic.
+func (s *Snapshot) pick(key string, f *filter) *item {
+	k := hashString(key)
+	var best *item
+	var bestScore uint64
+	for i := range s.items {
+		it := &s.items[i]
+		if !f.match(it) {
+			continue
+		}
+		if sc := score(k, it.seed); best == nil || sc > bestScore {
+			best, bestScore = it, sc
+		}
+	}
+	return best
+}
