@@ -1,0 +1,3 @@
+package libvirtfake
+
+type serverState struct{}
