@@ -1,5 +1,15 @@
 package provider
 
+import (
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+)
+
 // KVMConfig is the block of a kvm2 (or kvm) provider entry. Both types share it, so their
 // fields, defaults and validation are the same; messages name the block the entry used.
 type KVMConfig struct {
@@ -80,6 +90,8 @@ func (c KVMConfig) WithDefaults() KVMConfig {
 		if img.Firmware == "" {
 			img.Firmware = DefaultFirmware
 		}
+		// Validation accepts either case; digests are compared in lower case.
+		img.SHA256 = strings.ToLower(img.SHA256)
 		out.Images[k] = img
 	}
 	out.MachineTypes = make(map[string]KVMMachineType, len(c.MachineTypes))
@@ -104,3 +116,157 @@ func (c KVMConfig) WithDefaults() KVMConfig {
 
 // GuestAgent reports whether the guest-agent vendor-data script is to be added.
 func (c KVMConfig) GuestAgent() bool { return c.InstallGuestAgent == nil || *c.InstallGuestAgent }
+
+// Validate checks the block against every field rule and returns all problems in a stable
+// order (top-level fields, images by key, machine types by key, hosts in order). block is
+// the name the entry used (kvm2 or kvm); every message starts with it and the path inside,
+// for example `kvm2.hosts[0]: bridge is required`.
+func (c KVMConfig) Validate(block string) []error {
+	var problems []error
+	add := func(path, format string, args ...any) {
+		problems = append(problems, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	}
+	if c.SSHKeyFile == "" {
+		add(block, "sshKeyFile is required")
+	}
+	if c.KnownHostsFile == "" && !c.InsecureIgnoreHostKey {
+		add(block, "knownHostsFile is required unless insecureIgnoreHostKey is true")
+	}
+	if c.DiskSizeGb < 0 {
+		add(block, "diskSizeGb must be at least 1, got %d", c.DiskSizeGb)
+	}
+	for _, key := range sortedKeys(c.Images) {
+		if !validName(key) {
+			add(block+".images", "key %q: %s", key, nameChars)
+			continue
+		}
+		for _, msg := range c.Images[key].problems() {
+			add(block+".images."+key, "%s", msg)
+		}
+	}
+	if len(c.MachineTypes) == 0 {
+		add(block, "machineTypes needs at least one entry")
+	}
+	for _, key := range sortedKeys(c.MachineTypes) {
+		path := block + ".machineTypes." + key
+		if key == "" {
+			add(block+".machineTypes", "key must not be empty")
+			continue
+		}
+		if mt := c.MachineTypes[key]; mt.VCPUs <= 0 {
+			add(path, "vcpus must be greater than zero, got %d", mt.VCPUs)
+		}
+		if mt := c.MachineTypes[key]; mt.MemoryMiB <= 0 {
+			add(path, "memoryMiB must be greater than zero, got %d", mt.MemoryMiB)
+		}
+	}
+	if len(c.Hosts) == 0 {
+		add(block, "hosts needs at least one entry")
+	}
+	seen := map[string]int{}
+	for i, h := range c.Hosts {
+		path := fmt.Sprintf("%s.hosts[%d]", block, i)
+		if j, dup := seen[h.Name]; dup && h.Name != "" {
+			add(path, "name %q is already used by %s.hosts[%d]", h.Name, block, j)
+		} else if h.Name != "" {
+			seen[h.Name] = i
+		}
+		for _, msg := range h.problems() {
+			add(path, "%s", msg)
+		}
+	}
+	return problems
+}
+
+const nameChars = "only letters, digits, dots, dashes and underscores are allowed"
+
+// validName reports whether s is a non-empty string of letters, digits, '.', '-' and '_'.
+// Image keys and host names end up in volume names and providerIDs.
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (img KVMImage) problems() []string {
+	var out []string
+	if img.URL == "" {
+		out = append(out, "url is required")
+	} else if u, err := url.Parse(img.URL); err != nil {
+		// The url.Error would repeat the URL, which may carry credentials.
+		out = append(out, "url is not a valid URL")
+	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		out = append(out, fmt.Sprintf("url %q must be an http or https URL with a host", u.Redacted()))
+	}
+	if img.SHA256 != "" && !isHex64(img.SHA256) {
+		out = append(out, fmt.Sprintf("sha256 must be exactly 64 hex characters, got %d characters", len(img.SHA256)))
+	}
+	switch img.Format {
+	case "", "qcow2", "raw":
+	default:
+		out = append(out, fmt.Sprintf("format must be qcow2 or raw, got %q", img.Format))
+	}
+	switch img.Firmware {
+	case "", "uefi", "bios":
+	default:
+		out = append(out, fmt.Sprintf("firmware must be uefi or bios, got %q", img.Firmware))
+	}
+	return out
+}
+
+func isHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+func (h KVMHost) problems() []string {
+	var out []string
+	switch {
+	case h.Name == "":
+		out = append(out, "name is required")
+	case !validName(h.Name):
+		out = append(out, fmt.Sprintf("name %q: %s", h.Name, nameChars))
+	}
+	if h.Address == "" {
+		out = append(out, "address is required")
+	} else if msg := addressProblem(h.Address); msg != "" {
+		out = append(out, msg)
+	}
+	if h.User == "" {
+		out = append(out, "user is required")
+	}
+	if h.Socket != "" && !path.IsAbs(h.Socket) {
+		out = append(out, fmt.Sprintf("socket %q must be an absolute path", h.Socket))
+	}
+	if h.Bridge == "" {
+		out = append(out, "bridge is required")
+	}
+	switch h.DomainType {
+	case "", "kvm", "qemu":
+	default:
+		out = append(out, fmt.Sprintf("domainType must be kvm or qemu, got %q", h.DomainType))
+	}
+	return out
+}
+
+// addressProblem checks a host:port SSH endpoint.
+func addressProblem(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return fmt.Sprintf("address %q must be host:port", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Sprintf("address %q: port must be a number from 1 to 65535", addr)
+	}
+	return ""
+}
