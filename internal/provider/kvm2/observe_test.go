@@ -1,0 +1,200 @@
+package kvm2
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
+)
+
+// logSink collects log lines as funcr renders them (JSON), up to a verbosity.
+type logSink struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func newLogSink(verbosity int) (*logSink, logr.Logger) {
+	s := &logSink{}
+	l := funcr.NewJSON(func(obj string) {
+		s.mu.Lock()
+		s.lines = append(s.lines, obj)
+		s.mu.Unlock()
+	}, funcr.Options{Verbosity: verbosity})
+	return s, l
+}
+
+func (s *logSink) all() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.lines...)
+}
+
+// find returns the lines containing every one of parts.
+func (s *logSink) find(parts ...string) []string {
+	var out []string
+	for _, l := range s.all() {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// spansFor returns the ended spans carrying kvm2.host=host.
+func spansFor(host string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range testSpans.Ended() {
+		for _, a := range s.Attributes() {
+			if a.Key == "kvm2.host" && a.Value.AsString() == host {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+func attr(s sdktrace.ReadOnlySpan, key string) (attribute.Value, bool) {
+	for _, a := range s.Attributes() {
+		if string(a.Key) == key {
+			return a.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+func newObservedHosts(t *testing.T, f *libvirtfake.Fake, host string, verbosity int) (*hosts, *logSink) {
+	t.Helper()
+	sink, log := newLogSink(verbosity)
+	hs, err := newHosts("obs", testHostConfig(host), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.budgets = testBudgets
+	d := &memDialer{fake: f}
+	hs.dial = d.dial
+	t.Cleanup(func() { hs.close() })
+	return hs, sink
+}
+
+func TestObservedSuccessfulCall(t *testing.T) {
+	f := libvirtfake.New()
+	hs, sink := newObservedHosts(t, f, "obs-ok", 2)
+	ctx, parent := rpcTracer.Start(context.Background(), "provider.create")
+	b := must(hs.pooled(ctx, "obs-ok"))
+	if _, err := b.DomainDefineXMLFlags(minimalDomainXML("proxy-obs"), 0); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+
+	lines := sink.find(`"msg":"libvirt call"`, `"rpc":"DomainDefineXMLFlags"`)
+	if len(lines) != 1 {
+		t.Fatalf("want one libvirt call line, got %q", sink.all())
+	}
+	for _, want := range []string{`"logger":"kvm2"`, `"provider":"obs"`, `"host":"obs-ok"`, `"duration"`, `<name>proxy-obs</name>`} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("line %s lacks %s", lines[0], want)
+		}
+	}
+	var span sdktrace.ReadOnlySpan
+	for _, s := range spansFor("obs-ok") {
+		if s.Name() == "kvm2.DomainDefineXMLFlags" {
+			span = s
+		}
+	}
+	if span == nil {
+		t.Fatal("no kvm2.DomainDefineXMLFlags span")
+	}
+	if span.SpanKind() != trace.SpanKindClient || span.Status().Code == codes.Error {
+		t.Errorf("span kind %v status %v, want a client span without error", span.SpanKind(), span.Status())
+	}
+	if span.Parent().SpanID() != parent.SpanContext().SpanID() {
+		t.Error("the RPC span is not a child of the operation span")
+	}
+	if got := hs.rpcs.methods()["DomainDefineXMLFlags"]; got != 1 {
+		t.Errorf("rpc count %d, want 1", got)
+	}
+}
+
+func TestObservedFailedCall(t *testing.T) {
+	f := libvirtfake.New()
+	hs, sink := newObservedHosts(t, f, "obs-fail", 1)
+	b := must(hs.pooled(context.Background(), "obs-fail"))
+	if _, err := b.DomainLookupByName("proxy-missing"); err == nil {
+		t.Fatal("lookup of a missing domain succeeded")
+	}
+	lines := sink.find(`"rpc":"DomainLookupByName"`)
+	if len(lines) != 1 {
+		t.Fatalf("want one libvirt call line, got %q", sink.all())
+	}
+	for _, want := range []string{`"domain":"proxy-missing"`, `"libvirtCode":42`, `"libvirtError":"ErrNoDomain"`, `"error":`} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("line %s lacks %s", lines[0], want)
+		}
+	}
+	spans := spansFor("obs-fail")
+	if len(spans) != 1 || spans[0].Name() != "kvm2.DomainLookupByName" {
+		t.Fatalf("want one kvm2.DomainLookupByName span, got %d", len(spans))
+	}
+	s := spans[0]
+	if s.Status().Code != codes.Error {
+		t.Errorf("status %v, want Error", s.Status())
+	}
+	if v, ok := attr(s, "kvm2.libvirt_code"); !ok || v.AsInt64() != int64(libvirt.ErrNoDomain) {
+		t.Errorf("kvm2.libvirt_code = %v, want %d", v.Emit(), libvirt.ErrNoDomain)
+	}
+	if v, ok := attr(s, "kvm2.domain"); !ok || v.AsString() != "proxy-missing" {
+		t.Errorf("kvm2.domain = %q", v.Emit())
+	}
+}
+
+func TestObservedDetailsOnlyAtV2(t *testing.T) {
+	f := libvirtfake.New()
+	hs, sink := newObservedHosts(t, f, "obs-v1", 1)
+	b := must(hs.pooled(context.Background(), "obs-v1"))
+	pool := must(b.StoragePoolLookupByName("default"))
+	if _, _, _, _, err := b.StoragePoolGetInfo(pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.DomainDefineXMLFlags(minimalDomainXML("proxy-v1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range sink.all() {
+		if strings.Contains(l, "<domain") || strings.Contains(l, "poolState") {
+			t.Errorf("V(1) line carries V(2) detail: %s", l)
+		}
+	}
+	if len(sink.find(`"rpc":"StoragePoolGetInfo"`, `"pool":"default"`)) != 1 {
+		t.Errorf("no V(1) line for StoragePoolGetInfo: %q", sink.all())
+	}
+}
+
+func TestRPCCounter(t *testing.T) {
+	f := libvirtfake.New()
+	hs, _ := newMemHosts(t, f, "h1")
+	b := must(hs.pooled(context.Background(), "h1"))
+	for range 3 {
+		must(b.ConnectGetHostname())
+	}
+	must(b.ConnectGetLibVersion())
+	if hs.rpcs.total() != 4 || hs.rpcs.methods()["ConnectGetHostname"] != 3 {
+		t.Fatalf("counts %v, want 3 ConnectGetHostname and 4 in all", hs.rpcs.methods())
+	}
+	hs.rpcs.reset()
+	if hs.rpcs.total() != 0 {
+		t.Fatal("reset left counts")
+	}
+}
