@@ -1,0 +1,297 @@
+package kvm2
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/go-logr/logr"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// DomainCreate is synchronous, so the first poll after it normally answers running; the
+// wait only covers a hypervisor that reports the start late.
+const (
+	defaultRunningWait = 15 * time.Second
+	defaultRunningPoll = 500 * time.Millisecond
+)
+
+// createPlan is a Create request resolved against the config.
+type createPlan struct {
+	req    provider.CreateRequest
+	host   provider.KVMHost
+	mtName string
+	mt     provider.KVMMachineType
+	img    image
+}
+
+// Create makes sure domain req.Name runs on the host placement.zone selects. Placement
+// is checked against the config before any host is dialled. A domain of that name that
+// already exists is adopted only when it carries this provider's mark with req.UID (or
+// no UID); otherwise the volumes are created, the seed rebuilt and uploaded, and the
+// domain defined and started.
+func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
+	plan, err := p.plan(req)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	log := p.instanceLog(ctx, plan.host.Name, req.Name)
+	unlock, err := p.locks.lock(ctx, req.Name)
+	if err != nil {
+		return provider.Instance{}, provider.Transient(fmt.Errorf("waiting for the lock on domain %s: %w", req.Name, err))
+	}
+	defer unlock()
+	b, err := p.hosts.pooled(ctx, plan.host.Name)
+	if err == nil {
+		var inst provider.Instance
+		if inst, err = p.create(ctx, log, b, plan); err == nil {
+			return inst, nil
+		}
+	}
+	return provider.Instance{}, failed(log, "create", err, classifyInCreate)
+}
+
+// plan resolves placement: zone, then machine type, then image. Every miss is permanent.
+func (p *Provider) plan(req provider.CreateRequest) (createPlan, error) {
+	h, err := p.host(req.Placement.Zone)
+	if err != nil {
+		return createPlan{}, err
+	}
+	mt, ok := p.cfg.MachineTypes[req.Placement.MachineType]
+	if !ok {
+		return createPlan{}, provider.Errorf(provider.ErrPermanent,
+			"placement.machineType %q is not in %s.machineTypes", req.Placement.MachineType, p.typ)
+	}
+	img, err := resolveImage(p.typ, p.cfg.Images, req.Placement.Image)
+	if err != nil {
+		return createPlan{}, err
+	}
+	if !validName(req.Name) {
+		return createPlan{}, provider.Errorf(provider.ErrPermanent,
+			"instance name %q may hold only letters, digits, dots, dashes and underscores", req.Name)
+	}
+	return createPlan{req: req, host: h, mtName: req.Placement.MachineType, mt: mt, img: img}, nil
+}
+
+func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan createPlan) (provider.Instance, error) {
+	h, req := plan.host, plan.req
+	if log.V(2).Enabled() {
+		log.V(2).Info("kvm2 create resolved", "pool", h.Pool, "bridge", h.Bridge, "domainType", h.DomainType,
+			"machineType", plan.mtName, "vcpus", plan.mt.VCPUs, "memoryMiB", plan.mt.MemoryMiB,
+			"diskSizeGb", p.cfg.DiskSizeGb, "imageVolume", plan.img.baseVol(), "firmware", plan.img.Firmware,
+			"cloudInitBytes", len(req.CloudInit))
+	}
+	dom, err := b.DomainLookupByName(req.Name)
+	if err == nil {
+		log.V(1).Info("kvm2 domain already defined")
+		return p.adopt(ctx, log, b, plan, dom)
+	}
+	if !isCode(err, libvirt.ErrNoDomain) {
+		return provider.Instance{}, fmt.Errorf("looking up domain %s on host %s: %w", req.Name, h.Name, err)
+	}
+	pool, err := b.StoragePoolLookupByName(h.Pool)
+	if err != nil {
+		return provider.Instance{}, fmt.Errorf("looking up pool %s on host %s: %w", h.Pool, h.Name, err)
+	}
+	base, err := p.ensureImage(ctx, b, h, pool, plan.img)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	overlay, err := p.ensureOverlay(log, b, h, pool, req.Name, base)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	seed, err := p.uploadSeed(log, b, h, pool, req)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	created := p.now().UTC().Truncate(time.Second)
+	meta, err := marshalMetadata(p.metaNS, req.UID, created)
+	if err != nil {
+		return provider.Instance{}, provider.Permanent(err)
+	}
+	xml, err := buildDomainXML(domainSpec{
+		Name: req.Name, DomainType: h.DomainType, VCPUs: plan.mt.VCPUs, MemoryMiB: plan.mt.MemoryMiB,
+		Firmware: plan.img.Firmware, OverlayPath: overlay, SeedPath: seed, Bridge: h.Bridge, Metadata: meta,
+	})
+	if err != nil {
+		return provider.Instance{}, provider.Permanent(err)
+	}
+	dom, err = b.DomainDefineXMLFlags(xml, 0)
+	if err != nil {
+		return provider.Instance{}, fmt.Errorf("defining domain %s on host %s: %w", req.Name, h.Name, err)
+	}
+	kv := []any{"uid", req.UID, "firmware", plan.img.Firmware}
+	if log.V(2).Enabled() {
+		kv = append(kv, "xml", xml)
+	}
+	log.V(1).Info("domain defined", kv...)
+	if err := p.start(ctx, log, b, h, dom); err != nil {
+		return provider.Instance{}, err
+	}
+	return p.instance(h, dom, req.UID, created), nil
+}
+
+// adopt takes over an existing domain of the requested name when it is ours, and starts
+// it when it is shut off. Its disks already exist: the seed is only rebuilt before a
+// domain is defined, because a defined domain proves an earlier upload completed.
+func (p *Provider) adopt(ctx context.Context, log logr.Logger, b backend, plan createPlan, dom libvirt.Domain) (provider.Instance, error) {
+	h, req := plan.host, plan.req
+	m, found, err := p.readMark(b, h.Name, dom)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	if err := p.checkAdoption(h.Name, req.Name, req.UID, m, found); err != nil {
+		return provider.Instance{}, err
+	}
+	state, _, err := b.DomainGetState(dom, 0)
+	if err != nil {
+		return provider.Instance{}, fmt.Errorf("reading the state of domain %s on host %s: %w", req.Name, h.Name, err)
+	}
+	switch s := libvirt.DomainState(state); s {
+	case libvirt.DomainRunning, libvirt.DomainBlocked:
+		log.V(1).Info("kvm2 domain ensured running", "id", domainID(dom))
+	case libvirt.DomainPaused, libvirt.DomainPmsuspended:
+		return provider.Instance{}, provider.Errorf(provider.ErrPermanent,
+			"domain %s on host %s is %s and cannot be started by the operator; resume or destroy it on the host",
+			req.Name, h.Name, s)
+	case libvirt.DomainShutoff, libvirt.DomainCrashed:
+		if err := p.start(ctx, log, b, h, dom); err != nil {
+			return provider.Instance{}, err
+		}
+	default:
+		return provider.Instance{}, provider.Errorf(provider.ErrTransient,
+			"domain %s on host %s is %s; waiting for it to settle", req.Name, h.Name, s)
+	}
+	return p.instance(h, dom, req.UID, m.CreatedAt), nil
+}
+
+// start boots dom and waits until libvirt reports it running.
+func (p *Provider) start(ctx context.Context, log logr.Logger, b backend, h provider.KVMHost, dom libvirt.Domain) error {
+	if err := b.DomainCreate(dom); err != nil {
+		return fmt.Errorf("starting domain %s on host %s: %w", dom.Name, h.Name, err)
+	}
+	log.V(1).Info("domain started")
+	if err := p.waitRunning(ctx, b, h, dom); err != nil {
+		return err
+	}
+	log.V(1).Info("kvm2 domain ensured running", "id", domainID(dom))
+	return nil
+}
+
+// waitRunning polls the state of a domain that was just started. A domain that is shut
+// off, crashed or paused right after its start fails at once instead of waiting out the
+// cap; all of these are transient, since the next attempt starts it again.
+func (p *Provider) waitRunning(ctx context.Context, b backend, h provider.KVMHost, dom libvirt.Domain) error {
+	deadline := time.Now().Add(p.runningWait)
+	for {
+		state, _, err := b.DomainGetState(dom, 0)
+		if err != nil {
+			return fmt.Errorf("reading the state of domain %s on host %s: %w", dom.Name, h.Name, err)
+		}
+		switch s := libvirt.DomainState(state); s {
+		case libvirt.DomainRunning, libvirt.DomainBlocked:
+			return nil
+		case libvirt.DomainShutoff, libvirt.DomainCrashed, libvirt.DomainPaused, libvirt.DomainPmsuspended:
+			return provider.Errorf(provider.ErrTransient,
+				"domain %s on host %s is %s right after its start", dom.Name, h.Name, s)
+		default:
+			if !time.Now().Before(deadline) {
+				return provider.Errorf(provider.ErrTransient,
+					"domain %s on host %s is still %s %s after its start", dom.Name, h.Name, s, p.runningWait)
+			}
+		}
+		t := time.NewTimer(p.runningPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return provider.Transient(fmt.Errorf("waiting for domain %s on host %s to run: %w", dom.Name, h.Name, ctx.Err()))
+		case <-t.C:
+		}
+	}
+}
+
+// ensureOverlay creates the VM's disk, or reuses the one an interrupted attempt left,
+// and returns its path.
+func (p *Provider) ensureOverlay(log logr.Logger, b backend, h provider.KVMHost, pool libvirt.StoragePool, vm string, base baseImage) (string, error) {
+	name := overlayVolName(vm)
+	capacity := uint64(p.cfg.DiskSizeGb) << 30
+	xml, err := overlayVolumeXML(name, capacity, base.Path, base.Format)
+	if err != nil {
+		return "", provider.Permanent(err)
+	}
+	vol, err := b.StorageVolCreateXML(pool, xml, 0)
+	switch {
+	case err == nil:
+		log.V(1).Info("overlay volume created", "volume", name, "capacityBytes", capacity)
+	case isCode(err, libvirt.ErrStorageVolExist):
+		if vol, err = b.StorageVolLookupByName(pool, name); err != nil {
+			return "", fmt.Errorf("looking up overlay %s in pool %s on host %s: %w", name, h.Pool, h.Name, err)
+		}
+		log.V(1).Info("overlay volume reused", "volume", name)
+	default:
+		return "", fmt.Errorf("creating overlay %s in pool %s on host %s: %w", name, h.Pool, h.Name, err)
+	}
+	path, err := b.StorageVolGetPath(vol)
+	if err != nil {
+		return "", fmt.Errorf("resolving the path of overlay %s on host %s: %w", name, h.Name, err)
+	}
+	return path, nil
+}
+
+// uploadSeed builds the seed ISO and uploads it as a fresh raw volume, replacing any seed
+// an earlier attempt left: that one may have been cut off mid-upload, and a truncated
+// seed would boot the VM without its cloud-init. It returns the volume's path.
+func (p *Provider) uploadSeed(log logr.Logger, b backend, h provider.KVMHost, pool libvirt.StoragePool, req provider.CreateRequest) (string, error) {
+	iso, err := buildSeedISO(req.Name, req.CloudInit, vendorData(p.cfg.VendorData, p.cfg.GuestAgent()))
+	if err != nil {
+		return "", provider.Transient(err)
+	}
+	name := seedVolName(req.Name)
+	xml, err := rawVolumeXML(name, uint64(len(iso)))
+	if err != nil {
+		return "", provider.Permanent(err)
+	}
+	vol, err := b.StorageVolCreateXML(pool, xml, 0)
+	if isCode(err, libvirt.ErrStorageVolExist) {
+		old, lerr := b.StorageVolLookupByName(pool, name)
+		if lerr != nil {
+			return "", fmt.Errorf("looking up the old seed %s in pool %s on host %s: %w", name, h.Pool, h.Name, lerr)
+		}
+		if derr := b.StorageVolDelete(old, 0); derr != nil {
+			return "", fmt.Errorf("deleting the old seed %s in pool %s on host %s: %w", name, h.Pool, h.Name, derr)
+		}
+		vol, err = b.StorageVolCreateXML(pool, xml, 0)
+	}
+	if err != nil {
+		return "", fmt.Errorf("creating seed %s in pool %s on host %s: %w", name, h.Pool, h.Name, err)
+	}
+	if err := b.StorageVolUpload(vol, bytes.NewReader(iso), 0, uint64(len(iso)), 0); err != nil {
+		return "", fmt.Errorf("uploading seed %s to pool %s on host %s: %w", name, h.Pool, h.Name, err)
+	}
+	log.V(1).Info("seed volume uploaded", "volume", name, "bytes", len(iso))
+	path, err := b.StorageVolGetPath(vol)
+	if err != nil {
+		return "", fmt.Errorf("resolving the path of seed %s on host %s: %w", name, h.Name, err)
+	}
+	return path, nil
+}
+
+func (p *Provider) instance(h provider.KVMHost, dom libvirt.Domain, uid string, created time.Time) provider.Instance {
+	return provider.Instance{
+		ProviderID: providerID(h.Name, dom.Name),
+		Name:       dom.Name,
+		UID:        uid,
+		State:      provider.StateRunning,
+		CreatedAt:  created,
+	}
+}
+
+// isCode reports whether err carries libvirt error number code.
+func isCode(err error, code libvirt.ErrorNumber) bool {
+	c, ok := libvirtCode(err)
+	return ok && c == code
+}

@@ -1,0 +1,115 @@
+package kvm2
+
+import (
+	"encoding/xml"
+	"fmt"
+	"strings"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// Names of what a VM leaves in the host's pool. The domain itself carries the VM's name.
+
+// overlayVolName is the VM's own disk, a qcow2 backed by the base image.
+func overlayVolName(vm string) string { return vm + ".qcow2" }
+
+// seedVolName is the VM's NoCloud seed ISO.
+func seedVolName(vm string) string { return vm + "-seed.iso" }
+
+// baseVolName is the cached base image of catalogue key (or URL key) key.
+func baseVolName(key, format string) string { return "base-" + key + "." + format }
+
+// markerVolName is the small raw volume holding the base image's digest; its presence
+// marks the base as complete.
+func markerVolName(key, format string) string { return baseVolName(key, format) + ".sha256" }
+
+// providerID is how an instance is named outside the provider: hosts/<host>/domains/<vm>.
+func providerID(host, vm string) string { return "hosts/" + host + "/domains/" + vm }
+
+// parseProviderID splits a providerID into host and domain name. Anything that is not
+// exactly hosts/<host>/domains/<vm>, with both parts made of letters, digits, dots,
+// dashes and underscores, is permanent: no retry turns it into something valid.
+func parseProviderID(id string) (host, vm string, err error) {
+	parts := strings.Split(id, "/")
+	if len(parts) != 4 || parts[0] != "hosts" || parts[2] != "domains" {
+		return "", "", provider.Errorf(provider.ErrPermanent,
+			"malformed providerID %q: want hosts/<host>/domains/<name>", id)
+	}
+	host, vm = parts[1], parts[3]
+	if !validName(host) || !validName(vm) {
+		return "", "", provider.Errorf(provider.ErrPermanent,
+			"malformed providerID %q: host and name may hold only letters, digits, dots, dashes and underscores", id)
+	}
+	return host, vm, nil
+}
+
+// validName reports whether s is a non-empty run of letters, digits, dots, dashes and
+// underscores that is not "." or ".." (so it can never act as a path element).
+func validName(s string) bool {
+	if s == "" || s == "." || s == ".." || len(s) > 200 {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// volumeXML is the subset of libvirt's storage volume XML the provider writes.
+type volumeXML struct {
+	XMLName  xml.Name       `xml:"volume"`
+	Name     string         `xml:"name"`
+	Capacity volumeCapacity `xml:"capacity"`
+	Target   volumeTarget   `xml:"target"`
+	Backing  *volumeBacking `xml:"backingStore,omitempty"`
+}
+
+type volumeCapacity struct {
+	Unit  string `xml:"unit,attr"`
+	Value uint64 `xml:",chardata"`
+}
+
+type volumeFormat struct {
+	Type string `xml:"type,attr"`
+}
+
+type volumeTarget struct {
+	Format volumeFormat `xml:"format"`
+}
+
+type volumeBacking struct {
+	Path   string       `xml:"path"`
+	Format volumeFormat `xml:"format"`
+}
+
+// overlayVolumeXML describes the VM's disk: a qcow2 of capacity bytes whose backing file
+// is the base image at basePath (in baseFormat). libvirt creates it thin, with qemu-img.
+func overlayVolumeXML(name string, capacity uint64, basePath, baseFormat string) (string, error) {
+	return marshalVolume(volumeXML{
+		Name:     name,
+		Capacity: volumeCapacity{Unit: "bytes", Value: capacity},
+		Target:   volumeTarget{Format: volumeFormat{Type: "qcow2"}},
+		Backing:  &volumeBacking{Path: basePath, Format: volumeFormat{Type: baseFormat}},
+	})
+}
+
+// rawVolumeXML describes a raw volume of size bytes (the seed ISO, the image marker).
+func rawVolumeXML(name string, size uint64) (string, error) {
+	return marshalVolume(volumeXML{
+		Name:     name,
+		Capacity: volumeCapacity{Unit: "bytes", Value: size},
+		Target:   volumeTarget{Format: volumeFormat{Type: "raw"}},
+	})
+}
+
+func marshalVolume(v volumeXML) (string, error) {
+	out, err := xml.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encoding volume xml for %s: %w", v.Name, err)
+	}
+	return string(out), nil
+}
