@@ -59,6 +59,7 @@ lint: ## go vet and gofmt.
 
 .PHONY: test-unit
 test-unit: envtest ## Unit and envtest tiers, with -race.
+	hack/deps.sh
 	KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) go test -race -count=1 $(GO_TEST_FLAGS) ./...
 	hack/fuzz-smoke.sh
 

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the host tools the unit tests read their output with, once. Idempotent: a
+# tool already on PATH is left alone. Today that is isoinfo (Debian's genisoimage), an
+# ISO reader independent of the code that writes the kvm2 seed.
+set -euo pipefail
+
+missing=()
+command -v isoinfo >/dev/null 2>&1 || missing+=(genisoimage)
+
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "hack/deps.sh: need ${missing[*]} and there is no apt-get; install them by hand" >&2
+  exit 1
+fi
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "hack/deps.sh: need root (or sudo) to install ${missing[*]}" >&2; exit 1; }
+  sudo=(sudo)
+fi
+echo "hack/deps.sh: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 ||
+  { "${sudo[@]}" apt-get update -q >&2 && "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; }
