@@ -75,9 +75,9 @@ func (t *transfer) write(b []byte) error {
 		t.v.allocation = end
 	}
 	if end > uint64(len(t.v.content)) {
-		grown := make([]byte, end)
-		copy(grown, t.v.content)
-		t.v.content = grown
+		// append grows the backing array geometrically, so a long upload
+		// costs linear time.
+		t.v.content = append(t.v.content, make([]byte, end-uint64(len(t.v.content)))...)
 	}
 	copy(t.v.content[pos:end], b)
 	t.done += uint64(len(b))
@@ -166,6 +166,10 @@ func (t *transfer) copyFrom(r io.Reader) error {
 			return nil
 		}
 		if err != nil {
+			var le libvirt.Error
+			if errors.As(err, &le) {
+				return le // the server's own stream ending, see inStream
+			}
 			return errClientAbort
 		}
 	}
