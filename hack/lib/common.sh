@@ -1,0 +1,83 @@
+# Shared shell helpers for the scripts under hack/ (sourced, never run).
+#
+#   log MSG...             one line on stderr, prefixed with the script's tag and the seconds
+#                          elapsed since the script started
+#   die MSG...             log and exit 1
+#   pid_alive FILE         the pid recorded in FILE is a running process
+#   wait_until SECS WHAT CMD...
+#                          run CMD until it succeeds; give up after SECS naming WHAT
+#   ensure_packages PKG... apt-get install --no-install-recommends whatever is missing, with
+#                          maintainer scripts kept from starting daemons
+
+: "${LOG_TAG:=hack}"
+_t0=${EPOCHREALTIME/,/.}
+
+_elapsed() {
+  local now=${EPOCHREALTIME/,/.}
+  awk -v a="$_t0" -v b="$now" 'BEGIN { printf "%.1f", b - a }'
+}
+
+log() { printf '[%s +%ss] %s\n' "$LOG_TAG" "$(_elapsed)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+pid_alive() {
+  [[ -s $1 ]] && kill -0 "$(<"$1")" 2>/dev/null
+}
+
+# Polls with a short back-off; the deadline is what bounds it, not the number of tries.
+wait_until() {
+  local secs=$1 what=$2 delay=0.05
+  shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      log "gave up after ${secs}s waiting for $what"
+      return 1
+    fi
+    sleep "$delay"
+    [[ $delay == 0.05 ]] && delay=0.2
+  done
+}
+
+missing_packages() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed' || echo "$p"
+  done
+}
+
+# policy-rc.d exiting 101 tells invoke-rc.d not to start anything; whatever policy file was
+# there before is put back afterwards, byte for byte.
+ensure_packages() {
+  local missing
+  missing=$(missing_packages "$@" | xargs)
+  if [[ -z $missing ]]; then
+    return 0
+  fi
+  log "installing: $missing"
+  local policy=/usr/sbin/policy-rc.d saved=""
+  if [[ -e $policy ]]; then
+    saved=$(mktemp)
+    cp -a "$policy" "$saved"
+  fi
+  printf '#!/bin/sh\nexit 101\n' >"$policy"
+  chmod 0755 "$policy"
+  local rc=0 aptlog
+  aptlog=$(mktemp)
+  {
+    apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
+  } >"$aptlog" 2>&1 || rc=$?
+  if [[ -n $saved ]]; then
+    mv -f "$saved" "$policy"
+  else
+    rm -f "$policy"
+  fi
+  if ((rc != 0)); then
+    tail -n 30 "$aptlog" >&2
+    rm -f "$aptlog"
+    die "apt-get install failed (exit $rc) for: $missing"
+  fi
+  rm -f "$aptlog"
+  log "installed $(wc -w <<<"$missing") packages"
+}
