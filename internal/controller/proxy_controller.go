@@ -1,0 +1,133 @@
+// Package controller holds the reconcilers of the operator: the Proxy reconciler, which
+// drives providers to create, replace and delete proxy instances, and the components that
+// watch over providers and instances.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// Finalizer keeps a Proxy until its instance is gone.
+const Finalizer = "egress.hrajfrisbee.cz/finalizer"
+
+// Defaults of the reconciler's timings.
+const (
+	DefaultQuotaRetry       = 5 * time.Minute
+	DefaultPollInterval     = 10 * time.Second
+	DefaultResyncInterval   = 5 * time.Minute
+	DefaultProgressInterval = 3 * time.Second
+)
+
+// ProxyReconciler turns Proxy objects into provider instances.
+type ProxyReconciler struct {
+	Client   client.Client
+	Scheme   *runtime.Scheme
+	Recorder events.EventRecorder
+	// Providers are the configured providers by name (spec.provider).
+	Providers map[string]provider.Provider
+	// QuotaRetry is how long a Proxy waits after ErrQuotaExceeded (DefaultQuotaRetry).
+	QuotaRetry time.Duration
+
+	// APIReader reads fresh objects after a write conflict (the manager's API reader);
+	// Client is used when nil.
+	APIReader client.Reader
+	// PollInterval is how often an instance without an address is looked at again.
+	PollInterval time.Duration
+	// ResyncInterval is how often a running instance is looked at, so one that vanished
+	// behind the operator's back is created again.
+	ResyncInterval time.Duration
+	// ProgressInterval is the least time between two progress patches of one Proxy.
+	ProgressInterval time.Duration
+}
+
+// +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxies/finalizers,verbs=update
+// +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=providerhealths,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=providerhealths/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// SetupWithManager registers the reconciler with mgr, running maxConcurrent reconciles
+// at once. Only spec changes (a new generation) and deletions wake it; status writes by
+// the reconciler itself or the health engine do not.
+func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error {
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.Proxy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent}).
+		Named("proxy").
+		Complete(r)
+}
+
+// Reconcile brings one Proxy's instance and status in line with its spec. It returns a
+// result or an error, never both.
+func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	px := &v1alpha1.Proxy{}
+	if err := r.Client.Get(ctx, req.NamespacedName, px); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("getting proxy %s: %w", req.NamespacedName, err)
+	}
+	if px.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(px, Finalizer) {
+		base := px.DeepCopy()
+		controllerutil.AddFinalizer(px, Finalizer)
+		if err := r.Client.Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer to proxy %s: %w", req.NamespacedName, err)
+		}
+	}
+
+	s := r.newScope(ctx, px)
+	res, err := r.reconcilePhases(ctx, s)
+	if perr := r.patchStatus(ctx, s); perr != nil && !s.gone {
+		if err == nil {
+			err = perr
+		}
+		s.log.Error(perr, "patching proxy status")
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return res, nil
+}
+
+func (r *ProxyReconciler) reconcilePhases(ctx context.Context, s *scope) (ctrl.Result, error) {
+	switch {
+	case !s.px.DeletionTimestamp.IsZero():
+		return r.reconcileDelete(ctx, s)
+	case s.px.Spec.Mode == v1alpha1.ProxyModeExternal:
+		return r.reconcileExternal(ctx, s)
+	default:
+		return r.reconcileManaged(ctx, s)
+	}
+}
+
+func (r *ProxyReconciler) quotaRetry() time.Duration {
+	return orDefault(r.QuotaRetry, DefaultQuotaRetry)
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}

@@ -1,0 +1,141 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// create asks the provider for the Proxy's instance (adopting one an earlier, cut-off
+// attempt left behind) and publishes it.
+func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provider, hash string) (ctrl.Result, error) {
+	px := s.px
+	name := px.InstanceName()
+	msg := fmt.Sprintf("creating instance %s with provider %s", name, px.Spec.Provider)
+	s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning, msg)
+	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, msg)
+	// A Create may take minutes (a first image download): show Provisioning meanwhile.
+	if err := r.patchStatus(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	req := provider.CreateRequest{
+		Name: name,
+		UID:  string(px.UID),
+		Placement: provider.Placement{
+			Region:      px.Spec.Placement.Region,
+			Zone:        px.Spec.Placement.Zone,
+			MachineType: px.Spec.Placement.MachineType,
+			Image:       px.Spec.Placement.Image,
+		},
+		CloudInit: []byte(px.Spec.CloudInit),
+		Port:      px.Spec.Port,
+	}
+	prog := r.newProgress(ctx, s)
+	inst, err := p.Create(provider.WithProgress(ctx, prog.report), req)
+	if latest := prog.stop(); latest != nil {
+		s.px, s.base = latest.DeepCopy(), latest.DeepCopy()
+		px = s.px
+	}
+	if err != nil {
+		return r.providerError(s, actionCreate, fmt.Errorf("creating instance %s: %w", name, err), true)
+	}
+	px.Status.SpecHash = hash
+	return r.observe(s, inst), nil
+}
+
+// providerError turns a provider error into status, an Event and a result, by class:
+// permanent latches Failed, quota waits QuotaRetry off the backoff curve, anything else
+// goes back to controller-runtime for a retry with backoff. provisioning says the error
+// kept the instance from being provisioned, so the Provisioned condition shows it.
+func (r *ProxyReconciler) providerError(s *scope, action string, err error, provisioning bool) (ctrl.Result, error) {
+	st := &s.px.Status
+	switch {
+	case errors.Is(err, provider.ErrPermanent):
+		st.Phase, st.Message = v1alpha1.PhaseFailed, err.Error()
+		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonPermanentError, err.Error())
+		s.event(corev1.EventTypeWarning, v1alpha1.ReasonPermanentError, action,
+			"%v; the Proxy stays Failed until its spec changes", err)
+		return ctrl.Result{}, nil
+	case errors.Is(err, provider.ErrQuotaExceeded):
+		msg := fmt.Sprintf("%v; retrying in %s", err, r.quotaRetry())
+		st.Phase, st.Message = v1alpha1.PhaseProvisioning, msg
+		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonQuotaExceeded, msg)
+		s.event(corev1.EventTypeWarning, v1alpha1.ReasonQuotaExceeded, action, "%s", msg)
+		return ctrl.Result{RequeueAfter: r.quotaRetry()}, nil
+	default:
+		// ErrTransient, unclassified errors, and ErrNotFound where the contract rules it out.
+		s.event(corev1.EventTypeWarning, v1alpha1.ReasonTransientError, action, "%v; retrying", err)
+		if provisioning {
+			st.Message = err.Error()
+			s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonTransientError, err.Error())
+		}
+		return ctrl.Result{}, err
+	}
+}
+
+// progress shows what a long Create is doing on the Provisioned condition, patching at
+// most once per ProgressInterval (and at once when the reason changes).
+type progress struct {
+	r        *ProxyReconciler
+	ctx      context.Context
+	interval time.Duration
+
+	mu      sync.Mutex
+	px      *v1alpha1.Proxy // private copy, advanced by each patch
+	latest  *v1alpha1.Proxy // the object after the last successful patch
+	reason  string
+	last    time.Time
+	stopped bool
+}
+
+func (r *ProxyReconciler) newProgress(ctx context.Context, s *scope) *progress {
+	return &progress{r: r, ctx: ctx, px: s.px.DeepCopy(), interval: orDefault(r.ProgressInterval, DefaultProgressInterval)}
+}
+
+// report is installed with provider.WithProgress; providers may call it from any goroutine.
+func (p *progress) report(pr provider.Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || pr.Reason == "" {
+		return
+	}
+	changed := pr.Reason != p.reason
+	if !changed && time.Since(p.last) < p.interval {
+		return
+	}
+	p.reason, p.last = pr.Reason, time.Now()
+	msg := pr.Message
+	if pr.Total > 0 {
+		msg = fmt.Sprintf("%s (%d%%)", msg, pr.Done*100/pr.Total)
+	}
+	s := &scope{px: p.px.DeepCopy(), base: p.px.DeepCopy(), r: p.r, log: ctrl.LoggerFrom(p.ctx)}
+	s.px.Status.Message = msg
+	s.setProvisioned(metav1.ConditionFalse, pr.Reason, msg)
+	if changed {
+		s.event(corev1.EventTypeNormal, pr.Reason, actionCreate, "%s", msg)
+	}
+	if err := p.r.patchStatus(p.ctx, s); err != nil {
+		s.log.V(1).Info("progress not shown on the proxy", "reason", pr.Reason, "error", err.Error())
+		return
+	}
+	p.px, p.latest = s.px, s.px
+}
+
+// stop ends reporting, waiting for a patch in flight, and returns the object as the last
+// progress patch left it (nil when nothing was patched).
+func (p *progress) stop() *v1alpha1.Proxy {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	return p.latest
+}

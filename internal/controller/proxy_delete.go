@@ -1,0 +1,111 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// reconcileDelete removes the Proxy's instance, then lets the Proxy go.
+func (r *ProxyReconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
+	px := s.px
+	if !controllerutil.ContainsFinalizer(px, Finalizer) {
+		s.gone = true
+		return ctrl.Result{}, nil
+	}
+	if mayHaveInstance(px) {
+		p, ok := r.Providers[px.Spec.Provider]
+		if !ok {
+			s.event(corev1.EventTypeWarning, EventInstanceLeft, actionDelete,
+				"provider %q is not configured: instance %s, if it exists, is left behind", px.Spec.Provider, px.InstanceName())
+		} else if err := r.deleteInstance(ctx, s, p); err != nil {
+			return r.providerError(s, actionDelete, err, false)
+		}
+	}
+	base := s.px.DeepCopy()
+	controllerutil.RemoveFinalizer(s.px, Finalizer)
+	if err := r.Client.Patch(ctx, s.px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, fmt.Errorf("removing finalizer from proxy %s: %w", client.ObjectKeyFromObject(s.px), err)
+	}
+	s.gone = true
+	return ctrl.Result{}, nil
+}
+
+// mayHaveInstance: a recorded providerID, or a Managed Proxy that got as far as asking
+// its provider (the status write after a Create may have been lost).
+func mayHaveInstance(px *v1alpha1.Proxy) bool {
+	if px.Status.ProviderID != "" {
+		return true
+	}
+	if px.Spec.Mode == v1alpha1.ProxyModeExternal {
+		return false
+	}
+	switch px.Status.Phase {
+	case "", v1alpha1.PhasePending:
+		return false
+	}
+	return true
+}
+
+// deleteInstance shows Deleting and deletes every instance of the Proxy. An instance the
+// provider can never delete (a permanent error) is reported and left behind, so the
+// Proxy does not hang on its finalizer for ever.
+func (r *ProxyReconciler) deleteInstance(ctx context.Context, s *scope, p provider.Provider) error {
+	px := s.px
+	msg := fmt.Sprintf("deleting instance %s", px.InstanceName())
+	s.setPhase(v1alpha1.PhaseDeleting, v1alpha1.ReasonDeleting, msg)
+	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg)
+	if err := r.patchStatus(ctx, s); err != nil {
+		return err
+	}
+	ids, err := r.instanceIDs(ctx, px, p)
+	if errors.Is(err, provider.ErrPermanent) {
+		s.event(corev1.EventTypeWarning, EventInstanceLeft, actionList,
+			"cannot look for instance %s, it is left behind if it exists: %v", px.InstanceName(), err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		err := p.Delete(ctx, id)
+		switch {
+		case errors.Is(err, provider.ErrPermanent):
+			s.event(corev1.EventTypeWarning, EventInstanceLeft, actionDelete,
+				"instance %s cannot be deleted and is left behind: %v", id, err)
+		case err != nil:
+			return fmt.Errorf("deleting instance %s: %w", id, err)
+		default:
+			s.event(corev1.EventTypeNormal, EventInstanceDeleted, actionDelete, "deleted instance %s", id)
+		}
+	}
+	return nil
+}
+
+// instanceIDs returns the recorded providerID or, when none was recorded, the instances
+// the provider lists as owned by this Proxy.
+func (r *ProxyReconciler) instanceIDs(ctx context.Context, px *v1alpha1.Proxy, p provider.Provider) ([]string, error) {
+	if px.Status.ProviderID != "" {
+		return []string{px.Status.ProviderID}, nil
+	}
+	insts, err := p.ListByTag(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing instances of provider %s to find %s: %w", px.Spec.Provider, px.InstanceName(), err)
+	}
+	var ids []string
+	for _, inst := range insts {
+		if inst.UID == string(px.UID) {
+			ids = append(ids, inst.ProviderID)
+		}
+	}
+	return ids, nil
+}

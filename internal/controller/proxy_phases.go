@@ -1,0 +1,162 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// reconcileManaged makes sure the Proxy's instance exists, matches the spec and runs.
+func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.Result, error) {
+	px := s.px
+	p, ok := r.Providers[px.Spec.Provider]
+	if !ok {
+		return r.providerNotConfigured(s), nil
+	}
+	if latchedFailure(px) {
+		// A permanent error stands until the spec changes; retrying cannot help.
+		return ctrl.Result{}, nil
+	}
+	hash := SpecHash(px)
+	if px.Status.Phase == "" {
+		s.setPhase(v1alpha1.PhasePending, EventPending,
+			fmt.Sprintf("instance %s will be created by provider %s", px.InstanceName(), px.Spec.Provider))
+	}
+
+	if id := px.Status.ProviderID; id != "" {
+		inst, err := p.Get(ctx, id)
+		switch {
+		case errors.Is(err, provider.ErrNotFound):
+			s.event(corev1.EventTypeWarning, EventInstanceGone, actionGet,
+				"instance %s is gone from provider %s; creating it again", id, px.Spec.Provider)
+			px.Status.ProviderID, px.Status.IP = "", ""
+		case err != nil:
+			return r.providerError(s, actionGet, fmt.Errorf("getting instance %s: %w", id, err), false)
+		case px.Status.SpecHash != hash:
+			if err := r.replace(ctx, s, p, id); err != nil {
+				return r.providerError(s, actionDelete, err, true)
+			}
+		case inst.State == provider.StateStopped || inst.State == provider.StateUnknown:
+			// Create starts an existing instance that is not running.
+		default:
+			return r.observe(s, inst), nil
+		}
+	}
+	return r.create(ctx, s, p, hash)
+}
+
+// replace deletes an instance built from an older spec, so that a new one is created.
+func (r *ProxyReconciler) replace(ctx context.Context, s *scope, p provider.Provider, id string) error {
+	px := s.px
+	s.event(corev1.EventTypeNormal, EventReplacing, actionDelete,
+		"spec changed: deleting instance %s to create it again", id)
+	s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning,
+		fmt.Sprintf("replacing instance %s after a spec change", px.InstanceName()))
+	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, px.Status.Message)
+	if err := p.Delete(ctx, id); err != nil {
+		return fmt.Errorf("deleting instance %s for replacement: %w", id, err)
+	}
+	px.Status.ProviderID, px.Status.IP, px.Status.SpecHash = "", "", ""
+	return nil
+}
+
+// observe publishes what the provider reports about a live instance.
+func (r *ProxyReconciler) observe(s *scope, inst provider.Instance) ctrl.Result {
+	px := s.px
+	px.Status.ProviderID = inst.ProviderID
+	px.Status.IP = inst.IP
+	if inst.State != provider.StateRunning || inst.IP == "" {
+		msg := fmt.Sprintf("instance %s is %s; waiting for it to run and report an address", inst.Name, strings.ToLower(orState(inst.State)))
+		s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning, msg)
+		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, msg)
+		return ctrl.Result{RequeueAfter: orDefault(r.PollInterval, DefaultPollInterval)}
+	}
+	msg := fmt.Sprintf("instance %s is running at %s", inst.Name, inst.IP)
+	s.setPhase(v1alpha1.PhaseRunning, v1alpha1.ReasonInstanceRunning, msg)
+	s.setProvisioned(metav1.ConditionTrue, v1alpha1.ReasonInstanceRunning, msg)
+	return ctrl.Result{RequeueAfter: orDefault(r.ResyncInterval, DefaultResyncInterval)}
+}
+
+func orState(s string) string {
+	if s == "" {
+		return provider.StateUnknown
+	}
+	return s
+}
+
+// latchedFailure reports a Proxy that failed permanently at its current generation.
+func latchedFailure(px *v1alpha1.Proxy) bool {
+	if px.Status.Phase != v1alpha1.PhaseFailed || px.Status.ObservedGeneration != px.Generation {
+		return false
+	}
+	c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned)
+	return c != nil && c.Reason == v1alpha1.ReasonPermanentError
+}
+
+// providerNotConfigured fails a Proxy naming a provider that is not in the providers
+// config. It is not retried: the config is read once per process.
+func (r *ProxyReconciler) providerNotConfigured(s *scope) ctrl.Result {
+	names := make([]string, 0, len(r.Providers))
+	for n := range r.Providers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	msg := fmt.Sprintf("provider %q is not configured (configured: %s)", s.px.Spec.Provider, strings.Join(names, ", "))
+	if len(names) == 0 {
+		msg = fmt.Sprintf("provider %q is not configured (no providers are configured)", s.px.Spec.Provider)
+	}
+	if s.px.Status.Phase != v1alpha1.PhaseFailed {
+		s.setPhase(v1alpha1.PhaseFailed, v1alpha1.ReasonProviderNotConfigured, msg)
+	}
+	s.px.Status.Message = msg
+	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProviderNotConfigured, msg)
+	return ctrl.Result{}
+}
+
+// reconcileExternal publishes an existing proxy: nothing is created, spec.address becomes
+// status.ip. An instance left from a time the Proxy was Managed is deleted first.
+func (r *ProxyReconciler) reconcileExternal(ctx context.Context, s *scope) (ctrl.Result, error) {
+	px := s.px
+	if id := px.Status.ProviderID; id != "" {
+		if p, ok := r.Providers[px.Spec.Provider]; ok {
+			if err := p.Delete(ctx, id); err != nil {
+				return r.providerError(s, actionDelete, fmt.Errorf("deleting instance %s left from Managed mode: %w", id, err), false)
+			}
+			s.event(corev1.EventTypeNormal, EventInstanceDeleted, actionDelete, "deleted instance %s: the proxy is External now", id)
+		}
+	}
+	px.Status.ProviderID, px.Status.SpecHash = "", ""
+	px.Status.IP = px.Spec.Address
+	msg := fmt.Sprintf("external proxy at %s:%d", px.Spec.Address, px.Spec.Port)
+	s.setPhase(v1alpha1.PhaseRunning, v1alpha1.ReasonExternal, msg)
+	s.setProvisioned(metav1.ConditionTrue, v1alpha1.ReasonExternal, msg)
+	return ctrl.Result{}, nil
+}
+
+// SpecHash is the hash of the fields an instance is built from: provider, placement and
+// cloudInit. An instance whose hash differs from its Proxy's is replaced.
+func SpecHash(px *v1alpha1.Proxy) string {
+	b, err := json.Marshal(struct {
+		Provider  string                  `json:"provider"`
+		Placement v1alpha1.ProxyPlacement `json:"placement"`
+		CloudInit string                  `json:"cloudInit"`
+	}{px.Spec.Provider, px.Spec.Placement, px.Spec.CloudInit})
+	if err != nil {
+		panic(fmt.Sprintf("marshalling proxy spec for hashing: %v", err)) // plain strings cannot fail
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16]
+}

@@ -1,0 +1,163 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// Event reasons beyond the condition reasons in api/v1alpha1.
+const (
+	EventPending          = "Pending"
+	EventInstanceGone     = "InstanceGone"
+	EventReplacing        = "Replacing"
+	EventInstanceDeleted  = "InstanceDeleted"
+	EventInstanceLeft     = "InstanceLeftBehind"
+	EventProviderProgress = "Progress"
+)
+
+// Event actions (the events API's "what was being done").
+const (
+	actionReconcile = "Reconcile"
+	actionCreate    = "Create"
+	actionGet       = "Get"
+	actionDelete    = "Delete"
+	actionList      = "List"
+)
+
+// statusConflictRetries bounds how often a status write is redone on a fresh copy after
+// a conflict with another writer (the health engine).
+const statusConflictRetries = 5
+
+// scope is one reconcile of one Proxy: the object as read (base) and as being changed (px).
+type scope struct {
+	px   *v1alpha1.Proxy
+	base *v1alpha1.Proxy
+	log  logr.Logger
+	// gone is set once the finalizer is removed: the object may no longer exist.
+	gone bool
+	r    *ProxyReconciler
+}
+
+func (r *ProxyReconciler) newScope(ctx context.Context, px *v1alpha1.Proxy) *scope {
+	return &scope{
+		px:   px,
+		base: px.DeepCopy(),
+		log:  ctrl.LoggerFrom(ctx).WithValues("instance", px.InstanceName()),
+		r:    r,
+	}
+}
+
+// setPhase moves the Proxy to phase and records an Event when that is a change. A Proxy
+// the health engine has marked Ready stays Ready when the reconciler finds it Running.
+func (s *scope) setPhase(phase v1alpha1.ProxyPhase, reason, message string) {
+	st := &s.px.Status
+	st.Message = message
+	if phase == v1alpha1.PhaseRunning && st.Phase == v1alpha1.PhaseReady {
+		return
+	}
+	if st.Phase == phase {
+		return
+	}
+	st.Phase = phase
+	typ := corev1.EventTypeNormal
+	if phase == v1alpha1.PhaseFailed {
+		typ = corev1.EventTypeWarning
+	}
+	s.event(typ, reason, actionReconcile, "%s: %s", phase, message)
+}
+
+// setProvisioned sets the Provisioned condition.
+func (s *scope) setProvisioned(status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&s.px.Status.Conditions, metav1.Condition{
+		Type:               v1alpha1.ConditionProvisioned,
+		Status:             status,
+		Reason:             reason,
+		Message:            message,
+		ObservedGeneration: s.px.Generation,
+	})
+}
+
+func (s *scope) event(typ, reason, action, format string, args ...any) {
+	if s.r.Recorder == nil {
+		return
+	}
+	s.r.Recorder.Eventf(s.px, nil, typ, reason, action, format, args...)
+}
+
+// patchStatus writes the reconciler's status fields. The write carries the version read,
+// so it cannot overwrite what the health engine wrote meanwhile; on a conflict the
+// reconciler's changes are laid onto a fresh copy and written again.
+func (r *ProxyReconciler) patchStatus(ctx context.Context, s *scope) error {
+	if s.gone {
+		return nil
+	}
+	s.px.Status.ObservedGeneration = s.px.Generation
+	want := s.px.Status.DeepCopy()
+	key := client.ObjectKeyFromObject(s.px)
+	for attempt := 1; ; attempt++ {
+		if equality.Semantic.DeepEqual(s.base.Status, s.px.Status) {
+			return nil
+		}
+		err := r.Client.Status().Patch(ctx, s.px, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}))
+		if err == nil {
+			s.base = s.px.DeepCopy()
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt == statusConflictRetries {
+			return fmt.Errorf("patching status of proxy %s: %w", key, err)
+		}
+		fresh := &v1alpha1.Proxy{}
+		if err := r.reader().Get(ctx, key, fresh); err != nil {
+			return fmt.Errorf("re-reading proxy %s after a status conflict: %w", key, err)
+		}
+		st := fresh.Status.DeepCopy()
+		layOwned(st, &s.base.Status, want)
+		s.base = fresh.DeepCopy()
+		fresh.Status = *st
+		s.px = fresh
+	}
+}
+
+func (r *ProxyReconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// layOwned copies onto dst each field the reconciler owns that want changed relative to
+// old, leaving the health engine's fields (healthy, Healthy, probe data) as dst has them.
+func layOwned(dst, old, want *v1alpha1.ProxyStatus) {
+	if want.Phase != old.Phase && !(want.Phase == v1alpha1.PhaseRunning && dst.Phase == v1alpha1.PhaseReady) {
+		dst.Phase = want.Phase
+	}
+	if want.ProviderID != old.ProviderID {
+		dst.ProviderID = want.ProviderID
+	}
+	if want.IP != old.IP {
+		dst.IP = want.IP
+	}
+	if want.SpecHash != old.SpecHash {
+		dst.SpecHash = want.SpecHash
+	}
+	if want.Message != old.Message {
+		dst.Message = want.Message
+	}
+	dst.ObservedGeneration = want.ObservedGeneration
+	wc := meta.FindStatusCondition(want.Conditions, v1alpha1.ConditionProvisioned)
+	oc := meta.FindStatusCondition(old.Conditions, v1alpha1.ConditionProvisioned)
+	if wc != nil && (oc == nil || !equality.Semantic.DeepEqual(*wc, *oc)) {
+		meta.SetStatusCondition(&dst.Conditions, *wc)
+	}
+}
