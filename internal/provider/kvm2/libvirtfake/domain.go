@@ -182,7 +182,9 @@ func (f *Fake) DomainGetState(h libvirt.Domain, flags uint32) (int32, int32, err
 
 // DomainGetMetadata implements the backend method. For
 // DomainMetadataElement it returns the <metadata> child in namespace uri as
-// libvirt serialises it (see dump), or ErrNoDomainMetadata.
+// libvirt serialises it (see dump), or ErrNoDomainMetadata. The live and the
+// persistent definition are the same here; asking for the live one of an
+// inactive domain fails as in libvirt.
 func (f *Fake) DomainGetMetadata(h libvirt.Domain, typ int32, uri libvirt.OptString, flags libvirt.DomainModificationImpact) (string, error) {
 	const m = "DomainGetMetadata"
 	if err := f.enter(m); err != nil {
@@ -194,6 +196,13 @@ func (f *Fake) DomainGetMetadata(h libvirt.Domain, typ int32, uri libvirt.OptStr
 	d, err := f.domByHandle(h)
 	if err != nil {
 		return "", err
+	}
+	switch {
+	case flags&libvirt.DomainAffectLive != 0 && flags&libvirt.DomainAffectConfig != 0:
+		return "", Errorf(libvirt.ErrInvalidArg,
+			"Flags 'VIR_DOMAIN_AFFECT_LIVE' and 'VIR_DOMAIN_AFFECT_CONFIG' are mutually exclusive")
+	case flags&libvirt.DomainAffectLive != 0 && !d.active():
+		return "", errDomainInactive()
 	}
 	switch libvirt.DomainMetadataType(typ) {
 	case libvirt.DomainMetadataDescription, libvirt.DomainMetadataTitle:

@@ -85,3 +85,13 @@ func TestMetadataSnapshot(t *testing.T) {
 		t.Fatalf("snapshot metadata %v", info.Metadata)
 	}
 }
+
+func TestMetadataLiveOfInactiveDomain(t *testing.T) {
+	f := New()
+	d := mustDefine(t, f, domXML("vm1", `<metadata><i xmlns="`+testNS+`"/></metadata>`))
+	_, err := f.DomainGetMetadata(d, int32(libvirt.DomainMetadataElement), libvirt.OptString{testNS}, libvirt.DomainAffectLive)
+	wantCode(t, err, libvirt.ErrOperationInvalid, "Requested operation is not valid: domain is not running")
+	if _, err := f.DomainGetMetadata(d, int32(libvirt.DomainMetadataElement), libvirt.OptString{testNS}, libvirt.DomainAffectConfig); err != nil {
+		t.Fatalf("config definition: %v", err)
+	}
+}

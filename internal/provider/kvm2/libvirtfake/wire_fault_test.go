@@ -152,3 +152,58 @@ func TestBlockReturnStallsTheReply(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// gatedBody yields first, then blocks in Read until release is closed, then
+// reports EOF.
+type gatedBody struct {
+	first   []byte
+	release chan struct{}
+	parked  chan struct{} // closed when Read blocks
+	resumed chan struct{} // closed when a blocked Read returns
+}
+
+func (g *gatedBody) Read(p []byte) (int, error) {
+	if len(g.first) > 0 {
+		n := copy(p, g.first)
+		g.first = g.first[n:]
+		return n, nil
+	}
+	close(g.parked)
+	<-g.release
+	close(g.resumed)
+	return 0, io.EOF
+}
+
+// What go-libvirt at the pinned version does when the daemon fails an
+// upload while the body is stalled: StorageVolUpload returns the daemon's
+// error at once, but its stream sender stays parked in the body's Read
+// until that returns; then it sees the abort and exits (the buffered
+// channels let it go). goleak in TestMain checks that it is gone.
+func TestUploadSenderOutlivesTheCallWhileTheBodyBlocks(t *testing.T) {
+	f := New()
+	l := overPipe(t, f)
+	_ = f.SetPoolCapacity(DefaultPool, 1<<20)
+	pool, _ := l.StoragePoolLookupByName(DefaultPool)
+	vol, err := l.StorageVolCreateXML(pool, volXML("img.qcow2", "qcow2", 8<<20, ""), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := &gatedBody{first: make([]byte, 2<<20), release: make(chan struct{}),
+		parked: make(chan struct{}), resumed: make(chan struct{})}
+	err = l.StorageVolUpload(vol, body, 0, 8<<20, 0)
+	var le libvirt.Error
+	if !errors.As(err, &le) || le.Code != uint32(libvirt.ErrSystemError) {
+		t.Fatalf("upload into a full pool: %#v", err)
+	}
+	<-body.parked // the sender is still in Read after the call returned
+	select {
+	case <-body.resumed:
+		t.Fatal("the body was released before the test released it")
+	default:
+	}
+	close(body.release)
+	<-body.resumed
+	if _, err := l.ConnectGetHostname(); err != nil {
+		t.Fatalf("next call on the same connection: %v", err)
+	}
+}
