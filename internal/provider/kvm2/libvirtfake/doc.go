@@ -36,9 +36,15 @@
 //     after; both return a Gate to wait on (Entered) and Release.
 //   - SetStateAfterCreate(name, state) makes the next start of a domain end
 //     shut off, crashed or paused instead of running.
-//   - Calls, CallCounts and TotalCalls count calls per method.
+//   - Calls, CallCounts and TotalCalls count calls per method, failed ones
+//     included; over the wire AuthList, ConnectOpen and ConnectClose count
+//     too, so compare per-method counts to count a provider operation's RPCs.
 //   - Over the wire: KillConnections closes every served connection at once,
-//     and Connections counts them.
+//     DropNext(method) closes the connection a call arrives on instead of
+//     answering it, and Connections counts the connections being served.
+//     Hook names include "AuthList", "ConnectOpen" and "ConnectClose", so a
+//     libvirt that refuses the user is FailNext("ConnectOpen",
+//     Errorf(libvirt.ErrAccessDenied, ...)).
 //
 // # What is modelled
 //
@@ -82,8 +88,11 @@
 //     magic makes a volume qcow2 with the header's virtual size.
 //   - Uploads write at the offset, keep the bytes, grow the allocation and
 //     fail like libvirtd's file stream when the data goes past the declared
-//     length or the pool runs out of space. A short stream is accepted. Each
-//     upload is recorded with the bytes that actually arrived (Uploads).
+//     length or the pool runs out of space. A short stream is accepted; a
+//     body whose Read fails aborts the stream, which libvirtd answers with
+//     ErrRPC "stream aborted at client request" (directly and over the
+//     wire). Each upload is recorded with the bytes that actually arrived
+//     (Uploads).
 //     Downloads read the written bytes, zeros beyond them in a raw file.
 //
 // # What is not
