@@ -92,8 +92,8 @@
 //     body whose Read fails aborts the stream, which libvirtd answers with
 //     ErrRPC "stream aborted at client request" (directly and over the
 //     wire). Each upload is recorded with the bytes that actually arrived
-//     (Uploads).
-//     Downloads read the written bytes, zeros beyond them in a raw file.
+//     (Uploads). Downloads read the written bytes, zeros beyond them in a
+//     raw file.
 //
 // # What is not
 //
