@@ -17,7 +17,9 @@
 //	// (DefaultSocket, the path the provider's config defaults to) are what
 //	// a kvm2 host entry and its credential files need.
 //
-// NewEnv tears everything down with t.Cleanup. Env.Dial and
+// Env.AddHost starts a further server for the same key and known_hosts
+// files, for configurations with several hosts. NewEnv tears everything
+// down with t.Cleanup. Env.Dial and
 // Env.ClientConfig connect the way the provider does, for tests of the
 // fixtures themselves.
 //

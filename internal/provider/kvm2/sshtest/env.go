@@ -122,8 +122,9 @@ type Env struct {
 	KeyFile        string // Dir/id_ed25519, OpenSSH format
 	KnownHostsFile string // Dir/known_hosts
 
-	mu     sync.Mutex
-	signer ssh.Signer
+	mu      sync.Mutex
+	signer  ssh.Signer
+	servers []*Server // Server first, then AddHost's
 }
 
 // NewEnv starts a Server, writes the credential files into a temporary
@@ -139,7 +140,8 @@ func NewEnv(t testing.TB, h Handler) *Env {
 	t.Cleanup(func() { _ = s.Close() })
 	dir := t.TempDir()
 	e := &Env{Server: s, Addr: s.Addr(), User: s.User(), Socket: DefaultSocket, Dir: dir,
-		KeyFile: filepath.Join(dir, "id_ed25519"), KnownHostsFile: filepath.Join(dir, "known_hosts")}
+		KeyFile: filepath.Join(dir, "id_ed25519"), KnownHostsFile: filepath.Join(dir, "known_hosts"),
+		servers: []*Server{s}}
 	e.signer, err = WriteKey(e.KeyFile, OpenSSH)
 	if err != nil {
 		t.Fatal(err)
@@ -161,15 +163,51 @@ func (e *Env) Signer() ssh.Signer {
 	return e.signer
 }
 
-// RewriteKnownHosts writes the server's current host key to KnownHostsFile,
-// as re-running ssh-keyscan after RotateHostKey would.
-func (e *Env) RewriteKnownHosts() error {
-	return WriteKnownHosts(e.KnownHostsFile, e.Addr, e.HostKey())
+// AddHost starts another server for the same credentials, as a second
+// hypervisor would be set up: it accepts User with the current key, its host
+// key is added to KnownHostsFile, and DefaultSocket is routed to h. Key
+// rotation and RewriteKnownHosts cover it from then on; its own switches
+// and counters are on the returned Server. It is closed with t.Cleanup.
+func (e *Env) AddHost(t testing.TB, h Handler) *Server {
+	t.Helper()
+	s, err := NewServer(e.User)
+	if err != nil {
+		t.Fatalf("starting ssh server: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	e.mu.Lock()
+	s.Authorize(e.signer.PublicKey())
+	e.servers = append(e.servers, s)
+	e.mu.Unlock()
+	if h != nil {
+		s.Handle(DefaultSocket, h)
+	}
+	if err := e.RewriteKnownHosts(); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
-// RotateClientKey writes a new key in format to KeyFile, authorizes it and
-// revokes the previous one, as rotating the operator's key on every host
-// and in the Secret would.
+func (e *Env) allServers() []*Server {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]*Server(nil), e.servers...)
+}
+
+// RewriteKnownHosts writes every server's current host key to
+// KnownHostsFile, as re-running ssh-keyscan after RotateHostKey would.
+func (e *Env) RewriteKnownHosts() error {
+	var b []byte
+	for _, s := range e.allServers() {
+		b = append(b, knownhosts.Line([]string{knownhosts.Normalize(s.Addr())}, s.HostKey())...)
+		b = append(b, '\n')
+	}
+	return writeFileAtomic(e.KnownHostsFile, b, 0o644)
+}
+
+// RotateClientKey writes a new key in format to KeyFile, authorizes it on
+// every server and revokes the previous one, as rotating the operator's key
+// on every host and in the Secret would.
 func (e *Env) RotateClientKey(format KeyFormat) error {
 	signer, err := WriteKey(e.KeyFile, format)
 	if err != nil {
@@ -179,8 +217,10 @@ func (e *Env) RotateClientKey(format KeyFormat) error {
 	old := e.signer
 	e.signer = signer
 	e.mu.Unlock()
-	e.Authorize(signer.PublicKey())
-	e.Revoke(old.PublicKey())
+	for _, s := range e.allServers() {
+		s.Authorize(signer.PublicKey())
+		s.Revoke(old.PublicKey())
+	}
 	return nil
 }
 

@@ -225,3 +225,28 @@ func TestKillOneConnection(t *testing.T) {
 		t.Fatalf("the other connection died too: %v", err)
 	}
 }
+
+func TestSecondHostSharesTheCredentials(t *testing.T) {
+	e := NewEnv(t, echo)
+	second := e.AddHost(t, echo)
+	dialSecond := func() (*ssh.Client, error) {
+		cfg, err := e.ClientConfig()
+		if err != nil {
+			return nil, err
+		}
+		return ssh.Dial("tcp", second.Addr(), cfg)
+	}
+	c, err := dialSecond()
+	if err != nil {
+		t.Fatalf("second host with the shared files: %v", err)
+	}
+	_ = c.Close()
+	if err := e.RotateClientKey(OpenSSH); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = dialSecond(); err != nil {
+		t.Fatalf("second host after key rotation: %v", err)
+	}
+	_ = c.Close()
+	dial(t, e) // the first host still verifies against the rewritten file
+}
