@@ -1,0 +1,248 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+)
+
+func TestDeletionRemovesInstanceBeforeFinalizer(t *testing.T) {
+	e := newProxyEnv(t)
+	px := e.create(e.newProxy("bye"))
+	got := e.waitPhase("bye", v1alpha1.PhaseRunning)
+	id := got.Status.ProviderID
+
+	// The first Delete fails transiently: the Proxy stays, Deleting, with its finalizer.
+	e.fake.NextDeleteErr(provider.Transient(errors.New("ssh: handshake failed: EOF")))
+	if err := testClient.Delete(e.ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	e.waitEvent("bye", v1alpha1.ReasonTransientError, "handshake failed")
+	e.waitEvent("bye", v1alpha1.ReasonDeleting, "deleting instance")
+	waitFor(t, waitLong, "proxy bye to be gone", func() (bool, error) {
+		err := testClient.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
+		return apierrors.IsNotFound(err), err
+	})
+	if _, ok := e.fake.Instance(id); ok {
+		t.Errorf("instance %s still exists after its Proxy is gone", id)
+	}
+	if n := e.fake.CountOf(providertest.OpDelete); n < 2 {
+		t.Errorf("%d deletes, want the failed one retried: %v", n, e.ops())
+	}
+	e.waitEvent("bye", EventInstanceDeleted, id)
+}
+
+func TestDeletionFindsUnrecordedInstance(t *testing.T) {
+	e := newProxyEnv(t)
+	px := e.create(e.newProxy("lost"))
+	got := e.waitPhase("lost", v1alpha1.PhaseRunning)
+	// As if the status write after a Create had been lost.
+	base := got.DeepCopy()
+	got.Status.ProviderID, got.Status.IP = "", ""
+	got.Status.Phase = v1alpha1.PhaseProvisioning
+	if err := testClient.Status().Patch(e.ctx, got, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	if err := testClient.Delete(e.ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, waitLong, "proxy lost to be gone", func() (bool, error) {
+		err := testClient.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
+		return apierrors.IsNotFound(err), err
+	})
+	if len(e.fake.Instances()) != 0 || e.fake.CountOf(providertest.OpList) == 0 {
+		t.Errorf("instances left %v, calls %v; want the listed instance deleted", e.fake.Instances(), e.ops())
+	}
+}
+
+func TestExternalProxyCreatesNothing(t *testing.T) {
+	e := newProxyEnv(t)
+	px := &v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Name: "ext", Namespace: e.ns},
+		Spec:       v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "proxy.example.net", Port: 8080},
+	}
+	e.create(px)
+	got := e.waitPhase("ext", v1alpha1.PhaseRunning)
+	if got.Status.IP != "proxy.example.net" || got.Status.ProviderID != "" {
+		t.Errorf("status ip %q providerID %q, want the address and no instance", got.Status.IP, got.Status.ProviderID)
+	}
+	if c := provisioned(got); c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonExternal {
+		t.Errorf("Provisioned = %+v, want True/External", c)
+	}
+	e.waitEvent("ext", v1alpha1.ReasonExternal, "proxy.example.net:8080")
+	if err := testClient.Delete(e.ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, waitLong, "proxy ext to be gone", func() (bool, error) {
+		err := testClient.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
+		return apierrors.IsNotFound(err), err
+	})
+	if calls := e.fake.Calls(); len(calls) != 0 {
+		t.Errorf("an External proxy called the provider: %v", e.ops())
+	}
+}
+
+func TestUnconfiguredProviderFails(t *testing.T) {
+	e := newProxyEnv(t)
+	px := e.newProxy("nowhere")
+	px.Spec.Provider = "kvm2-away"
+	e.create(px)
+	got := e.waitPhase("nowhere", v1alpha1.PhaseFailed)
+	if !strings.Contains(got.Status.Message, `provider "kvm2-away" is not configured`) || !strings.Contains(got.Status.Message, testProvider) {
+		t.Errorf("message %q, want it to name the missing and the configured providers", got.Status.Message)
+	}
+	if c := provisioned(got); c.Reason != v1alpha1.ReasonProviderNotConfigured {
+		t.Errorf("Provisioned = %+v, want reason ProviderNotConfigured", c)
+	}
+	e.waitEvent("nowhere", v1alpha1.ReasonProviderNotConfigured, "kvm2-away")
+	if len(e.fake.Calls()) != 0 {
+		t.Errorf("provider called: %v", e.ops())
+	}
+	// Its deletion is not blocked by the missing provider.
+	if err := testClient.Delete(e.ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, waitLong, "proxy nowhere to be gone", func() (bool, error) {
+		err := testClient.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
+		return apierrors.IsNotFound(err), err
+	})
+}
+
+func TestCreateProgressShownAndRateLimited(t *testing.T) {
+	release := make(chan struct{})
+	var reported atomic.Int32
+	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.ProgressInterval = 1 << 62 })
+	e.fake.SetCreateHook(func(ctx context.Context, _ provider.CreateRequest) error {
+		provider.ReportProgress(ctx, provider.Progress{Reason: provider.ReasonImageDownloading, Message: "downloading debian-12 into pool default on beelink", Done: 1, Total: 10})
+		provider.ReportProgress(ctx, provider.Progress{Reason: provider.ReasonImageDownloading, Message: "downloading debian-12 into pool default on beelink", Done: 5, Total: 10})
+		reported.Store(1)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return provider.Transient(ctx.Err())
+		}
+	})
+	e.create(e.newProxy("slow"))
+	got := e.waitProxy("slow", "Provisioned reason ImageDownloading", func(px *v1alpha1.Proxy) bool {
+		return provisioned(px).Reason == v1alpha1.ReasonImageDownloading
+	})
+	waitFor(t, waitLong, "both progress reports", func() (bool, error) { return reported.Load() == 1, nil })
+	got = e.get("slow")
+	if c := provisioned(got); !strings.HasSuffix(c.Message, "(10%)") || got.Status.Phase != v1alpha1.PhaseProvisioning {
+		t.Errorf("Provisioned %+v phase %s; want the first report (10%%) only, the second rate-limited, while Provisioning", c, got.Status.Phase)
+	}
+	e.waitEvent("slow", v1alpha1.ReasonImageDownloading, "downloading debian-12")
+	close(release)
+	got = e.waitPhase("slow", v1alpha1.PhaseRunning)
+	if c := provisioned(got); c.Reason != v1alpha1.ReasonInstanceRunning {
+		t.Errorf("Provisioned = %+v after the create finished", c)
+	}
+}
+
+func TestInstanceWithoutAddressStaysProvisioning(t *testing.T) {
+	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.PollInterval = 200e6 })
+	e.fake.SetIPFunc(func(provider.CreateRequest) string { return "" })
+	px := e.create(e.newProxy("noip"))
+	e.waitProxy("noip", "Provisioning waiting for an address", func(p *v1alpha1.Proxy) bool {
+		return p.Status.Phase == v1alpha1.PhaseProvisioning && strings.Contains(p.Status.Message, "report an address")
+	})
+	id := providertest.ProviderID(px.InstanceName())
+	inst, _ := e.fake.Instance(id)
+	inst.IP = "192.168.122.50"
+	e.fake.SetInstance(inst)
+	got := e.waitPhase("noip", v1alpha1.PhaseRunning)
+	if got.Status.IP != "192.168.122.50" {
+		t.Errorf("ip %q, want the address the provider learnt later", got.Status.IP)
+	}
+}
+
+// The health engine writes between the reconciler's read and its write: the reconciler's
+// write conflicts, is redone on the fresh copy, and both writers' fields survive.
+func TestStatusWriteKeepsHealthEngineFields(t *testing.T) {
+	var raced atomic.Bool
+	e := newProxyEnv(t, func(r *ProxyReconciler, mgr ctrl.Manager) {
+		r.Client = interceptor.NewClient(noWatch{mgr.GetClient()}, interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				px, ok := obj.(*v1alpha1.Proxy)
+				if ok && px.Status.Phase == v1alpha1.PhaseRunning && raced.CompareAndSwap(false, true) {
+					healthEngineMarksReady(ctx, t, px)
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		})
+	})
+	e.create(e.newProxy("race"))
+	got := e.waitProxy("race", "Ready from the health engine, Provisioned from the reconciler", func(p *v1alpha1.Proxy) bool {
+		return p.Status.Phase == v1alpha1.PhaseReady && provisioned(p).Reason == v1alpha1.ReasonInstanceRunning
+	})
+	if !raced.Load() {
+		t.Fatal("the racing health write never ran")
+	}
+	if !got.Status.Healthy || meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionHealthy) == nil || got.Status.IP == "" {
+		t.Errorf("status %+v: the health engine's fields or the reconciler's were lost", got.Status)
+	}
+
+	// A Ready Proxy stays Ready when the reconciler finds its instance running.
+	if _, err := e.reconcileNow("race"); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.get("race"); p.Status.Phase != v1alpha1.PhaseReady || !p.Status.Healthy {
+		t.Errorf("phase %s healthy %v after a reconcile, want Ready and healthy", p.Status.Phase, p.Status.Healthy)
+	}
+}
+
+// healthEngineMarksReady writes what the health engine writes after a good probe, with
+// the uncached client, so the reconciler's pending write carries a stale version.
+func healthEngineMarksReady(ctx context.Context, t *testing.T, stale *v1alpha1.Proxy) {
+	px := &v1alpha1.Proxy{}
+	if err := testClient.Get(ctx, client.ObjectKeyFromObject(stale), px); err != nil {
+		t.Errorf("health write: %v", err)
+		return
+	}
+	base := px.DeepCopy()
+	px.Status.Healthy = true
+	px.Status.Phase = v1alpha1.PhaseReady
+	meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded, Message: "probe ok"})
+	if err := testClient.Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		t.Errorf("health write: %v", err)
+	}
+}
+
+// An API error on the status write comes back from Reconcile as an error, alone.
+func TestStatusWriteErrorReturned(t *testing.T) {
+	e := newProxyEnv(t)
+	e.create(e.newProxy("apierr"))
+	e.waitPhase("apierr", v1alpha1.PhaseRunning)
+	e.r.Client = interceptor.NewClient(noWatch{e.r.Client}, interceptor.Funcs{
+		SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
+			return apierrors.NewServiceUnavailable("etcd leader changed")
+		},
+	})
+	e.fake.RemoveInstance(e.get("apierr").Status.ProviderID)
+	res, err := e.reconcileNow("apierr")
+	if !apierrors.IsServiceUnavailable(err) || res != (ctrl.Result{}) {
+		t.Errorf("reconcile = %+v, %v; want the API error alone", res, err)
+	}
+}
+
+// noWatch lets interceptor wrap a manager's client, which has no Watch.
+type noWatch struct{ client.Client }
+
+func (noWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
+	return nil, errors.New("watch is not supported here")
+}
