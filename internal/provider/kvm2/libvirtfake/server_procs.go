@@ -55,7 +55,9 @@ var procedures = map[uint32]procedure{
 			return nil, err
 		}
 		defer sc.f.leave("ConnectOpen")
-		sc.opened.Store(true)
+		if !sc.opened.CompareAndSwap(false, true) {
+			return nil, Errorf(libvirt.ErrInternalError, "connection already open")
+		}
 		return nil, nil
 	}},
 	2: {name: "ConnectClose", fn: func(sc *serverConn, _ []byte) (any, error) {
