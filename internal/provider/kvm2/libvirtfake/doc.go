@@ -16,6 +16,11 @@
 //	f := libvirtfake.New() // hostname "fakehost", libvirt 9.0.0, pool "default"
 //	var _ backend = f      // in package kvm2's tests
 //
+// Over the wire without a network (an in-memory pipe per connection):
+//
+//	l := libvirt.NewWithDialer(f) // *Fake is a socket.Dialer
+//	err := l.ConnectToURI(libvirt.QEMUSystem)
+//
 // Through SSH and the real client (see package sshtest for the server):
 //
 //	f := libvirtfake.New()

@@ -70,6 +70,15 @@ func (f *Fake) ServeConn(conn net.Conn) {
 	sc.readLoop()
 }
 
+// Dial returns one end of an in-memory pipe whose other end is served by
+// ServeConn, so *Fake is a go-libvirt socket.Dialer:
+// libvirt.NewWithDialer(f) connects the real client without a network.
+func (f *Fake) Dial() (net.Conn, error) {
+	client, server := net.Pipe()
+	go f.ServeConn(server)
+	return client, nil
+}
+
 // KillConnections closes every connection ServeConn is serving, abruptly:
 // no reply for the calls in flight, as when libvirtd dies.
 func (f *Fake) KillConnections() {

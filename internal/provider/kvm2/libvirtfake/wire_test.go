@@ -35,11 +35,7 @@ func connect(t testing.TB, d dialerFunc) *libvirt.Libvirt {
 
 // overPipe connects the real client to f over an in-memory pipe.
 func overPipe(t testing.TB, f *Fake) *libvirt.Libvirt {
-	return connect(t, func() (net.Conn, error) {
-		client, server := net.Pipe()
-		go f.ServeConn(server)
-		return client, nil
-	})
+	return connect(t, f.Dial)
 }
 
 // overSSH connects the real client to f the way the provider does: an SSH
@@ -213,11 +209,7 @@ func TestErrorsCrossTheWireIntact(t *testing.T) {
 func TestConnectOpenFailure(t *testing.T) {
 	f := New()
 	f.FailNext("ConnectOpen", Errorf(libvirt.ErrAccessDenied, "'qemu:///system' denied"))
-	l := libvirt.NewWithDialer(dialerFunc(func() (net.Conn, error) {
-		client, server := net.Pipe()
-		go f.ServeConn(server)
-		return client, nil
-	}))
+	l := libvirt.NewWithDialer(f)
 	err := l.ConnectToURI(libvirt.QEMUSystem)
 	var le libvirt.Error
 	if !errors.As(err, &le) || le.Code != uint32(libvirt.ErrAccessDenied) {
