@@ -93,11 +93,12 @@
 //     magic makes a volume qcow2 with the header's virtual size.
 //   - Uploads write at the offset, keep the bytes, grow the allocation and
 //     fail like libvirtd's file stream when the data goes past the declared
-//     length or the pool runs out of space. A short stream is accepted; a
-//     body whose Read fails aborts the stream, which libvirtd answers with
-//     ErrRPC "stream aborted at client request" (directly and over the
-//     wire). Each upload is recorded with the bytes that actually arrived
-//     (Uploads). Downloads read the written bytes, zeros beyond them in a
+//     length or the pool runs out of space. A short stream is accepted. A
+//     body whose Read fails aborts the stream; libvirtd confirms an abort
+//     like a finish, so the upload returns the body's own error (directly,
+//     and from go-libvirt over the wire) and is recorded with ErrRPC
+//     "stream aborted at client request". Each upload is recorded with the
+//     bytes that actually arrived (Uploads). Downloads read the written bytes, zeros beyond them in a
 //     raw file.
 //
 // # What is not

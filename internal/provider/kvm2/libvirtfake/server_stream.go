@@ -99,24 +99,30 @@ func (sc *serverConn) upload(h header, payload []byte, in *inStream) {
 		f.leave(m)
 		return
 	}
-	err = t.copyFrom(in)
+	readErr, err := t.copyFrom(in)
+	if readErr != nil {
+		err = readErr // errClientAbort or errConnGone, from inStream
+	}
 	t.finish(err)
 	f.leave(m)
+	h.Type = typeStream
 	switch err {
-	case nil:
-		h.Type, h.Status = typeStream, statusOK
+	case nil, errClientAbort:
+		// A finish, and an abort too, get a zero-length confirmation.
+		h.Status = statusOK
 		_ = sc.send(h, nil)
 	case errConnGone:
-	case errClientAbort:
-		_ = sc.replyError(h, err)
 	default:
-		h.Type, h.Status = typeStream, statusError
+		// An error ends the stream as a stream packet carrying it.
+		h.Status = statusError
 		_ = sc.send(h, encodeError(err))
 	}
 }
 
 // download answers a StorageVolDownload: the call's reply, the data in
-// stream packets, and an empty stream packet marking the end.
+// stream packets, and an empty data packet marking the end, as libvirtd
+// sends it. A client that then sends its own finish gets no confirmation:
+// go-libvirt sends none.
 func (sc *serverConn) download(h header, payload []byte) {
 	const m = "StorageVolDownload"
 	var a libvirt.StorageVolDownloadArgs
@@ -146,7 +152,7 @@ func (sc *serverConn) download(h header, payload []byte) {
 	t.finish(nil)
 	f.leave(m)
 	if err == io.EOF {
-		h.Status = statusOK
-		_ = sc.send(h, nil)
+		// libvirtd marks the end of the data with an empty data packet.
+		_ = sc.send(h, []byte{})
 	}
 }

@@ -25,7 +25,9 @@ type Upload struct {
 	Err  error
 }
 
-// errClientAbort is what libvirtd answers a stream the client aborted with.
+// errClientAbort is how an upload the client aborted is recorded, in the
+// words libvirtd logs it with. The daemon does not send it: it confirms the
+// abort like a finish.
 var errClientAbort = libvirt.Error{Code: uint32(libvirt.ErrRPC), Message: "stream aborted at client request"}
 
 // transfer is one upload or download in progress: the volume is in use
@@ -135,8 +137,9 @@ func (v *volume) size() uint64 {
 
 // StorageVolUpload implements the backend method: it writes what r yields at
 // offset, at most length bytes (0: all of it). A short stream is accepted, as
-// libvirt accepts it; a read error from r aborts the stream and is answered
-// with the daemon's abort error. The upload is recorded (see Uploads).
+// libvirt accepts it. A read error from r aborts the stream, which the
+// daemon confirms like a finish, so the call returns r's own error, as
+// go-libvirt's does against libvirtd. The upload is recorded (see Uploads).
 func (f *Fake) StorageVolUpload(h libvirt.StorageVol, r io.Reader, offset, length uint64, flags libvirt.StorageVolUploadFlags) error {
 	const m = "StorageVolUpload"
 	if err := f.enter(m); err != nil {
@@ -147,30 +150,31 @@ func (f *Fake) StorageVolUpload(h libvirt.StorageVol, r io.Reader, offset, lengt
 	if err != nil {
 		return err
 	}
-	err = t.copyFrom(r)
+	readErr, err := t.copyFrom(r)
+	if readErr != nil {
+		t.finish(errClientAbort)
+		return readErr
+	}
 	t.finish(err)
 	return err
 }
 
-// copyFrom feeds r into the upload until EOF.
-func (t *transfer) copyFrom(r io.Reader) error {
+// copyFrom feeds r into the upload until EOF. A read error from r ends it
+// as readErr, a failure to store the data as err.
+func (t *transfer) copyFrom(r io.Reader) (readErr, err error) {
 	buf := make([]byte, chunkSize)
 	for {
-		n, err := r.Read(buf)
+		n, rerr := r.Read(buf)
 		if n > 0 {
-			if werr := t.write(buf[:n]); werr != nil {
-				return werr
+			if err := t.write(buf[:n]); err != nil {
+				return nil, err
 			}
 		}
-		if errors.Is(err, io.EOF) {
-			return nil
+		if errors.Is(rerr, io.EOF) {
+			return nil, nil
 		}
-		if err != nil {
-			var le libvirt.Error
-			if errors.As(err, &le) {
-				return le // the server's own stream ending, see inStream
-			}
-			return errClientAbort
+		if rerr != nil {
+			return rerr, nil
 		}
 	}
 }

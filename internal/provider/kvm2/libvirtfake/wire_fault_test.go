@@ -58,16 +58,16 @@ func (b *brokenBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// A reader that fails makes go-libvirt abort the stream; the daemon answers
-// the abort with an error, and the call returns with it instead of hanging.
+// A reader that fails makes go-libvirt abort the stream; the daemon confirms
+// the abort, and the call returns the reader's own error instead of hanging.
 func TestUploadAbortedByClientOverTheWire(t *testing.T) {
 	f := New()
 	l := overPipe(t, f)
 	pool, _ := l.StoragePoolLookupByName(DefaultPool)
 	vol, _ := l.StorageVolCreateXML(pool, volXML("img", "raw", 1<<20, ""), 0)
 	err := l.StorageVolUpload(vol, &brokenBody{left: 1000}, 0, 1<<20, 0)
-	if err == nil {
-		t.Fatal("an upload whose reader failed succeeded")
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("upload whose reader failed returned %v, want the reader's error", err)
 	}
 	waitFor(t, "the aborted upload to be recorded", func() bool {
 		u := f.Uploads()
