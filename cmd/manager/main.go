@@ -1,0 +1,205 @@
+// Command manager runs the egress-proxies-operator: the Proxy reconciler and the
+// components that check providers and proxies, collect orphans and serve discovery.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
+)
+
+// options are the manager's flags.
+type options struct {
+	providersConfig         string
+	maxConcurrentReconciles int
+	quotaRetry              time.Duration
+	metricsAddr             string
+	probeAddr               string
+	leaderElect             bool
+	leaderElectionNS        string
+	health                  healthOptions
+	zap                     zap.Options
+}
+
+// healthOptions are the settings of the components beside the reconciler: the provider
+// health monitor, the proxy health engine, orphan GC and the discovery API.
+type healthOptions struct {
+	ProviderCheckInterval time.Duration
+	ProviderCheckTimeout  time.Duration
+	ProxyCheckInterval    time.Duration
+	ProxyProbeURL         string
+	GCInterval            time.Duration
+	GCGrace               time.Duration
+	DiscoveryBindAddress  string
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{zap: zap.Options{Development: false}}
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.providersConfig, "providers-config", "/etc/proxy-operator/providers.yaml", "The providers config file.")
+	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 3, "Proxies reconciled at once.")
+	fs.DurationVar(&o.quotaRetry, "quota-retry", controller.DefaultQuotaRetry, "Wait before retrying a Proxy whose provider reported exceeded quota.")
+	fs.DurationVar(&o.health.ProviderCheckInterval, "provider-check-interval", time.Minute, "How often every provider's targets are checked.")
+	fs.DurationVar(&o.health.ProviderCheckTimeout, "provider-check-timeout", 15*time.Second, "Time limit of one round of provider checks.")
+	fs.DurationVar(&o.health.ProxyCheckInterval, "proxy-check-interval", 30*time.Second, "How often every running proxy is probed.")
+	fs.StringVar(&o.health.ProxyProbeURL, "proxy-probe-url", "http://checkip.amazonaws.com/", "URL fetched through each proxy to probe it; an answer holding the caller's address is recorded as the egress IP.")
+	fs.DurationVar(&o.health.GCInterval, "gc-interval", 10*time.Minute, "How often orphaned instances are collected.")
+	fs.DurationVar(&o.health.GCGrace, "gc-grace", 10*time.Minute, "An instance younger than this (by its creation time) is never collected.")
+	fs.StringVar(&o.health.DiscoveryBindAddress, "discovery-bind-address", ":8082", "Address of the discovery API.")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader, so that only one manager replica is active.")
+	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's own).")
+	if f := flag.CommandLine.Lookup("kubeconfig"); f != nil { // registered by controller-runtime
+		fs.Var(f.Value, f.Name, f.Usage)
+	}
+	o.zap.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if o.maxConcurrentReconciles < 1 {
+		return nil, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.maxConcurrentReconciles)
+	}
+	return o, nil
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// run is the whole manager; it returns the exit code.
+func run(args []string, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap), zap.WriteTo(stderr)))
+	log := ctrl.Log.WithName("setup")
+
+	// The providers config is read and checked before anything talks to the API server,
+	// so a broken config fails the pod at once with its message.
+	cfg, err := provider.LoadConfig(o.providersConfig)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	providers, err := provider.Build(cfg, registry(), ctrl.Log)
+	if err != nil {
+		fmt.Fprintf(stderr, "providers config %s: %v\n", o.providersConfig, err)
+		return 1
+	}
+	defer closeProviders(providers, log)
+
+	ctx := ctrl.SetupSignalHandler()
+	shutdownTracing, err := tracing.Setup(ctx)
+	if err != nil {
+		log.Error(err, "setting up tracing")
+		return 1
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			log.Error(err, "flushing traces")
+		}
+	}()
+
+	mgr, err := newManager(o)
+	if err != nil {
+		log.Error(err, "creating the manager")
+		return 1
+	}
+	if err := setupComponents(mgr, providers, o); err != nil {
+		log.Error(err, "setting up components")
+		return 1
+	}
+	log.Info("starting manager", "providers", len(providers), "leaderElect", o.leaderElect)
+	if err := mgr.Start(ctx); err != nil {
+		log.Error(err, "manager stopped")
+		return 1
+	}
+	log.Info("manager stopped")
+	return 0
+}
+
+func newManager(o *options) (ctrl.Manager, error) {
+	restCfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              "egress-proxies-operator.egress.hrajfrisbee.cz",
+		LeaderElectionNamespace:       o.leaderElectionNS,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// setupComponents adds the reconciler and its companions to mgr.
+func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o *options) error {
+	r := &controller.ProxyReconciler{
+		Client:     mgr.GetClient(),
+		Scheme:     mgr.GetScheme(),
+		Recorder:   mgr.GetEventRecorder("proxy-controller"),
+		Providers:  providers,
+		QuotaRetry: o.quotaRetry,
+	}
+	if err := r.SetupWithManager(mgr, o.maxConcurrentReconciles); err != nil {
+		return fmt.Errorf("proxy reconciler: %w", err)
+	}
+	// The provider health monitor, proxy health engine, orphan GC and discovery API are
+	// added here from o.health.
+	_ = o.health
+	return nil
+}
+
+func closeProviders(providers map[string]provider.Provider, log interface{ Error(error, string, ...any) }) {
+	for name, p := range providers {
+		if c, ok := p.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				log.Error(err, "closing provider", "provider", name)
+			}
+		}
+	}
+}

@@ -1,0 +1,23 @@
+package main
+
+import (
+	"github.com/go-logr/logr"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2"
+)
+
+// registry maps each provider type of the providers config to its constructor. This is
+// the one place provider types are made available to the manager.
+func registry() provider.Registry {
+	return provider.Registry{
+		provider.TypeKVM2: func(pc provider.ProviderConfig, log logr.Logger) (provider.Provider, error) {
+			return kvm2.New(pc, log)
+		},
+		// The first-generation type runs on the same code with its own block and
+		// metadata namespace, so neither type sees the other's domains.
+		provider.TypeKVM: func(pc provider.ProviderConfig, log logr.Logger) (provider.Provider, error) {
+			return kvm2.NewOfType(pc, provider.TypeKVM, log)
+		},
+	}
+}
