@@ -5,9 +5,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -175,12 +175,12 @@ func (sc *serverConn) dispatch(h header, payload []byte) {
 		// Replies and messages from a client mean nothing to the daemon.
 	case h.Program != remoteProgram || h.Version != remoteVersion:
 		_ = sc.replyError(h, libvirt.Error{Code: uint32(libvirt.ErrRPC),
-			Message: "cannot find program " + strconv.FormatUint(uint64(h.Program), 10) + " version " + strconv.FormatUint(uint64(h.Version), 10)})
+			Message: fmt.Sprintf("cannot find program %d version %d", h.Program, h.Version)})
 	default:
 		p, ok := procedures[h.Procedure]
 		if !ok {
 			_ = sc.replyError(h, libvirt.Error{Code: uint32(libvirt.ErrRPC),
-				Message: "unknown procedure: " + strconv.FormatUint(uint64(h.Procedure), 10)})
+				Message: fmt.Sprintf("unknown procedure: %d", h.Procedure)})
 			return
 		}
 		if sc.f.takeDrop(p.name) {
