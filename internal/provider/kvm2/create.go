@@ -159,6 +159,13 @@ func (p *Provider) adopt(ctx context.Context, log logr.Logger, b backend, plan c
 			"domain %s on host %s is %s and cannot be started by the operator; resume or destroy it on the host",
 			req.Name, h.Name, s)
 	case libvirt.DomainShutoff, libvirt.DomainCrashed:
+		if s == libvirt.DomainCrashed {
+			// A crashed domain kept for inspection is still active; it starts only
+			// after a destroy.
+			if err := b.DomainDestroyFlags(dom, 0); err != nil && !isCode(err, libvirt.ErrOperationInvalid) {
+				return provider.Instance{}, fmt.Errorf("destroying crashed domain %s on host %s: %w", req.Name, h.Name, err)
+			}
+		}
 		if err := p.start(ctx, log, b, h, dom); err != nil {
 			return provider.Instance{}, err
 		}
