@@ -1,0 +1,140 @@
+package kvm2
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/digitalocean/go-libvirt"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
+)
+
+func volumes(f *libvirtfake.Fake) string {
+	p, _ := f.Pool(libvirtfake.DefaultPool)
+	return strings.Join(p.Volumes, " ")
+}
+
+func TestDeleteRemovesDomainNVRAMAndVolumes(t *testing.T) {
+	env := newProviderEnv(t)
+	f := env.fake()
+	inst := createOne(t, env, "proxy-d1d1d1d1d1d1d1d1")
+	if d, _ := f.Domain(inst.Name); !d.NVRAM {
+		t.Fatal("a started UEFI domain should have NVRAM (the fake refuses undefine without the flag)")
+	}
+	if err := env.p.Delete(t.Context(), inst.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.Domain(inst.Name); ok {
+		t.Fatal("domain still defined")
+	}
+	// The cached base and its marker stay.
+	if got := volumes(f); got != "base-debian-13.qcow2 base-debian-13.qcow2.sha256" {
+		t.Fatalf("volumes after delete: %s", got)
+	}
+	if len(env.logs.find(`"kvm2 domain deleted"`, inst.Name)) != 1 {
+		t.Fatal("no kvm2 domain deleted line")
+	}
+	// Twice is fine.
+	if err := env.p.Delete(t.Context(), inst.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDeleteShutOffDomain(t *testing.T) {
+	env := newProviderEnv(t)
+	inst := createOne(t, env, "proxy-d2d2d2d2d2d2d2d2")
+	must(0, env.fake().SetDomainState(inst.Name, libvirt.DomainShutoff))
+	if err := env.p.Delete(t.Context(), inst.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := env.fake().Domain(inst.Name); ok {
+		t.Fatal("domain still defined")
+	}
+}
+
+// TestDeleteRemovesVolumesWithoutDomain: what a Create cut off before the define left.
+func TestDeleteRemovesVolumesWithoutDomain(t *testing.T) {
+	env := newProviderEnv(t)
+	f := env.fake()
+	f.FailNext("DomainDefineXMLFlags", libvirtfake.Errorf(libvirt.ErrInternalError, "cut off"))
+	req := testRequest("proxy-d3d3d3d3d3d3d3d3")
+	if _, err := env.p.Create(t.Context(), req); err == nil {
+		t.Fatal("create should have failed")
+	}
+	if got := volumes(f); !strings.Contains(got, req.Name+".qcow2") || !strings.Contains(got, req.Name+"-seed.iso") {
+		t.Fatalf("volumes after the cut-off create: %s", got)
+	}
+	if err := env.p.Delete(t.Context(), providerID(fakeHost, req.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if got := volumes(f); strings.Contains(got, req.Name) {
+		t.Fatalf("volumes after delete: %s", got)
+	}
+}
+
+func TestDeleteLeavesUnmarkedDomainAlone(t *testing.T) {
+	env := newProviderEnv(t)
+	f := env.fake()
+	defineForeign(t, f, "proxy-d4d4d4d4d4d4d4d4", markFor(t, MetadataURI("kvm"), "uid-kvm"), true)
+	must(0, f.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: "proxy-d4d4d4d4d4d4d4d4.qcow2", Content: []byte("x")}))
+	if err := env.p.Delete(t.Context(), "hosts/h1/domains/proxy-d4d4d4d4d4d4d4d4"); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := f.Domain("proxy-d4d4d4d4d4d4d4d4"); !ok || d.State != libvirt.DomainRunning {
+		t.Fatalf("the kvm provider's domain was touched: %+v", d)
+	}
+	if !strings.Contains(volumes(f), "proxy-d4d4d4d4d4d4d4d4.qcow2") {
+		t.Fatal("the kvm provider's overlay was deleted")
+	}
+}
+
+func TestDeleteOfUnconfiguredHostIsLoggedNoOp(t *testing.T) {
+	env := newProviderEnv(t)
+	if err := env.p.Delete(t.Context(), "hosts/retired/domains/proxy-d5d5d5d5d5d5d5d5"); err != nil {
+		t.Fatal(err)
+	}
+	if n := env.totalDials(); n != 0 {
+		t.Fatalf("%d dials", n)
+	}
+	if len(env.logs.find(`"level":0`, "kvm2 delete skipped", `"host":"retired"`, `"name":"proxy-d5d5d5d5d5d5d5d5"`)) != 1 {
+		t.Fatalf("no log line for the skipped delete:\n%s", strings.Join(env.logs.all(), "\n"))
+	}
+	err := env.p.Delete(t.Context(), "hosts/retired/proxy-d5d5d5d5d5d5d5d5")
+	if provider.Class(err) != provider.ErrPermanent || !strings.Contains(err.Error(), "malformed providerID") {
+		t.Fatalf("malformed: %v", err)
+	}
+}
+
+func TestDeleteErrors(t *testing.T) {
+	for _, c := range []struct {
+		method string
+		err    error
+		class  error // nil: success
+	}{
+		{"DomainDestroyFlags", libvirtfake.Errorf(libvirt.ErrNoDomain, "gone"), nil},
+		{"DomainUndefineFlags", libvirtfake.Errorf(libvirt.ErrNoDomain, "gone"), nil},
+		{"StorageVolDelete", libvirtfake.Errorf(libvirt.ErrNoStorageVol, "gone"), nil},
+		{"DomainUndefineFlags", libvirtfake.Errorf(libvirt.ErrInternalError, "boom"), provider.ErrTransient},
+		{"StoragePoolLookupByName", libvirtfake.Errorf(libvirt.ErrNoStoragePool, "no pool"), provider.ErrPermanent},
+		{"DomainDestroyFlags", libvirtfake.Errorf(libvirt.ErrAccessDenied, "no"), provider.ErrPermanent},
+		// NotFound is never returned from Delete.
+		{"StoragePoolLookupByName", libvirtfake.Errorf(libvirt.ErrNoStorageVol, "odd"), provider.ErrTransient},
+	} {
+		t.Run(c.method+"-"+c.err.Error(), func(t *testing.T) {
+			env := newProviderEnv(t)
+			inst := createOne(t, env, "proxy-d6d6d6d6d6d6d6d6")
+			env.fake().FailNext(c.method, c.err)
+			err := env.p.Delete(t.Context(), inst.ProviderID)
+			if c.class == nil {
+				if err != nil {
+					t.Fatalf("got %v, want success", err)
+				}
+				return
+			}
+			if provider.Class(err) != c.class {
+				t.Fatalf("got %v (class %s), want %s", err, provider.ClassName(err), provider.ClassName(c.class))
+			}
+		})
+	}
+}
