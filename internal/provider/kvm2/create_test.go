@@ -217,7 +217,9 @@ func TestCreateAdoptionGuard(t *testing.T) {
 			"domain proxy-ffffffffffffffff on host h1 carries no kvm2 mark; it was not created by this provider", provider.ErrPermanent},
 		{"another uid", func(t *testing.T) string { return markFor(t, metadataURI, "uid-other") },
 			"domain proxy-ffffffffffffffff on host h1 belongs to UID uid-other, not to UID uid-proxy-ffffffffffffffff", provider.ErrPermanent},
-		{"corrupt mark", func(*testing.T) string { return `<instance xmlns="` + metadataURI + `"><managed>maybe</managed></instance>` },
+		{"corrupt mark", func(*testing.T) string {
+			return `<instance xmlns="` + metadataURI + `"><managed>maybe</managed></instance>`
+		},
 			"domain proxy-ffffffffffffffff on host h1 has corrupt kvm2 metadata", provider.ErrPermanent},
 		{"own uid", func(t *testing.T) string { return markFor(t, metadataURI, "uid-"+name) }, "", nil},
 		{"empty uid", func(t *testing.T) string { return markFor(t, metadataURI, "") }, "", nil},
