@@ -34,6 +34,9 @@
 //   - StallHandshakes accepts TCP connections and never speaks SSH on them.
 //   - KillConnections closes every TCP connection (KillConn one of them)
 //     with no SSH goodbye.
+//   - Freeze stops all traffic without closing anything, as a host that
+//     dropped off the network: keepalives go unanswered and a client's
+//     writes block once the buffers are full, until Freeze(false) or a kill.
 //
 // # Observing
 //

@@ -37,6 +37,7 @@ type Server struct {
 	noKeepal   bool
 	stall      bool
 	closed     bool
+	thaw       chan struct{} // non-nil while frozen, see Freeze
 	nextID     int
 	conns      map[int]*connState
 	stats      Stats
@@ -247,10 +248,11 @@ func (s *Server) KillConn(id int) bool {
 func (s *Server) acceptLoop() {
 	defer s.wg.Done()
 	for {
-		tcp, err := s.ln.Accept()
+		raw, err := s.ln.Accept()
 		if err != nil {
 			return
 		}
+		tcp := newFreezableConn(raw, s)
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()

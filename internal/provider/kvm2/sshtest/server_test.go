@@ -250,3 +250,42 @@ func TestSecondHostSharesTheCredentials(t *testing.T) {
 	_ = c.Close()
 	dial(t, e) // the first host still verifies against the rewritten file
 }
+
+func TestFrozenServerHoldsTrafficUntilThawedOrKilled(t *testing.T) {
+	e := NewEnv(t, echo)
+	c := dial(t, e)
+	e.Freeze(true)
+	keepalive := make(chan error, 1)
+	go func() {
+		_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
+		keepalive <- err
+	}()
+	// A frozen server writes nothing, so no reply can have arrived.
+	select {
+	case err := <-keepalive:
+		t.Fatalf("a frozen server answered a keepalive: %v", err)
+	default:
+	}
+	e.Freeze(false)
+	if err := <-keepalive; err != nil {
+		t.Fatalf("keepalive after thawing: %v", err)
+	}
+
+	conn, err := c.Dial("unix", e.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Freeze(true)
+	res := make(chan error, 1)
+	go func() {
+		// Far more than the SSH window and the TCP buffers hold.
+		_, err := conn.Write(make([]byte, 64<<20))
+		res <- err
+	}()
+	e.KillConnections()
+	if err := <-res; err == nil {
+		t.Fatal("a write into a frozen, killed connection succeeded")
+	}
+	e.Freeze(false)
+	dial(t, e)
+}
