@@ -2,7 +2,6 @@ package libvirtfake
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"io"
 	"strconv"
@@ -214,10 +213,7 @@ func TestRefreshProbesQcow2(t *testing.T) {
 	f := New()
 	p := defaultPool(t, f)
 	v, _ := f.StorageVolCreateXML(p, volXML("base", "raw", 4096, ""), 0)
-	hdr := make([]byte, 4096)
-	copy(hdr, qcow2Magic)
-	binary.BigEndian.PutUint64(hdr[24:], 2<<30)
-	_ = f.StorageVolUpload(v, bytes.NewReader(hdr), 0, 0, 0)
+	_ = f.StorageVolUpload(v, bytes.NewReader(Qcow2(2<<30, 4096)), 0, 0, 0)
 	if got, _ := f.Volume(DefaultPool, "base"); got.Format != "raw" {
 		t.Fatalf("format before refresh %q", got.Format)
 	}

@@ -102,6 +102,19 @@ func parseVolumeXML(doc string) (*volume, error) {
 
 var qcow2Magic = []byte{'Q', 'F', 'I', 0xfb}
 
+// Qcow2 returns n bytes (at least 104) that start like a version-3 qcow2
+// image of the given virtual size, enough for StoragePoolRefresh's probe
+// and for tests that serve "an image" over HTTP.
+func Qcow2(virtualSize uint64, n int) []byte {
+	b := make([]byte, max(n, 104))
+	copy(b, qcow2Magic)
+	binary.BigEndian.PutUint32(b[4:], 3)   // version
+	binary.BigEndian.PutUint32(b[20:], 16) // cluster bits: 64 KiB clusters
+	binary.BigEndian.PutUint64(b[24:], virtualSize)
+	binary.BigEndian.PutUint32(b[100:], 104) // header length
+	return b
+}
+
 // probe updates format and capacity from the content, as a dir pool's
 // refresh does: qcow2 content (its magic) is qcow2 with the virtual size from
 // its header, anything else is raw with the file's size.
