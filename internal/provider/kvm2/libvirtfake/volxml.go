@@ -102,15 +102,17 @@ func parseVolumeXML(doc string) (*volume, error) {
 
 var qcow2Magic = []byte{'Q', 'F', 'I', 0xfb}
 
-// Qcow2 returns n bytes (at least 104) that start like a version-3 qcow2
-// image of the given virtual size, enough for StoragePoolRefresh's probe
-// and for tests that serve "an image" over HTTP.
+// Qcow2 returns n bytes (at least 104) that start with the header of a
+// version-3 qcow2 image of the given virtual size: enough for
+// StoragePoolRefresh's probe and for tests that serve "an image" over HTTP,
+// though not an image qemu could open.
 func Qcow2(virtualSize uint64, n int) []byte {
 	b := make([]byte, max(n, 104))
 	copy(b, qcow2Magic)
 	binary.BigEndian.PutUint32(b[4:], 3)   // version
 	binary.BigEndian.PutUint32(b[20:], 16) // cluster bits: 64 KiB clusters
 	binary.BigEndian.PutUint64(b[24:], virtualSize)
+	binary.BigEndian.PutUint32(b[96:], 4)    // refcount order: 16-bit refcounts
 	binary.BigEndian.PutUint32(b[100:], 104) // header length
 	return b
 }
