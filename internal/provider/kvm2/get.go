@@ -58,11 +58,16 @@ func (p *Provider) get(log logr.Logger, b backend, h provider.KVMHost, vm string
 		return provider.Instance{}, provider.Errorf(provider.ErrNotFound,
 			"domain %s on host %s carries no %s mark; it was not created by this provider", vm, h.Name, p.typ)
 	}
-	raw, _, err := b.DomainGetState(dom, 0)
-	if err != nil {
-		return provider.Instance{}, fmt.Errorf("reading the state of domain %s on host %s: %w", vm, h.Name, err)
+	// libvirt gives an inactive domain id -1: it is shut off, and asking is a round trip
+	// saved. An active one may be running, paused or suspended.
+	state := libvirt.DomainShutoff
+	if dom.ID != -1 {
+		raw, _, err := b.DomainGetState(dom, 0)
+		if err != nil {
+			return provider.Instance{}, fmt.Errorf("reading the state of domain %s on host %s: %w", vm, h.Name, err)
+		}
+		state = libvirt.DomainState(raw)
 	}
-	state := libvirt.DomainState(raw)
 	inst := provider.Instance{
 		ProviderID: providerID(h.Name, vm), Name: vm, UID: m.UID, State: instanceState(state), CreatedAt: m.CreatedAt,
 	}

@@ -92,6 +92,9 @@ func TestGetStates(t *testing.T) {
 		if c.want != provider.StateRunning && env.fake().Calls("DomainInterfaceAddresses") != 0 {
 			t.Fatalf("%v: asked for addresses of a domain that is not running", c.state)
 		}
+		if c.state == libvirt.DomainShutoff && env.fake().Calls("DomainGetState") != 0 {
+			t.Fatal("asked for the state of an inactive domain; its id -1 already says shut off")
+		}
 	}
 }
 

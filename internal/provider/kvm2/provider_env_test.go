@@ -34,7 +34,7 @@ const fakeHost = "h1"
 
 // newProviderEnv builds a provider over hosts (default one host, h1), each host with
 // its own fake holding the debian-13 base image and its marker.
-func newProviderEnv(t *testing.T, hostNames ...string) *providerEnv {
+func newProviderEnv(t testing.TB, hostNames ...string) *providerEnv {
 	t.Helper()
 	if len(hostNames) == 0 {
 		hostNames = []string{fakeHost}
@@ -69,7 +69,7 @@ func newProviderEnv(t *testing.T, hostNames ...string) *providerEnv {
 }
 
 // putBase places a complete cached base image (volume plus marker) in the default pool.
-func putBase(t *testing.T, f *libvirtfake.Fake, key, format string) {
+func putBase(t testing.TB, f *libvirtfake.Fake, key, format string) {
 	t.Helper()
 	if err := f.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: baseVolName(key, format), Format: format, Capacity: 2 << 30, Allocation: 300 << 20}); err != nil {
 		t.Fatal(err)
