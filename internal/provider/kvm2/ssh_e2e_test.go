@@ -1,0 +1,109 @@
+package kvm2
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/go-logr/logr"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/sshtest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+)
+
+// newSSHProvider is a kvm2 provider whose one host is the fake libvirt behind a real
+// in-process sshd, spoken to by go-libvirt's own client: the production path end to end.
+func newSSHProvider(t *testing.T, log logr.Logger) (*Provider, *libvirtfake.Fake) {
+	t.Helper()
+	f := libvirtfake.New()
+	putBase(t, f, "debian-13", "qcow2")
+	srv := sshtest.NewEnv(t, f.ServeConn)
+	cfg := provider.KVMConfig{
+		SSHKeyFile: srv.KeyFile, KnownHostsFile: srv.KnownHostsFile,
+		Images:       map[string]provider.KVMImage{"debian-13": {URL: testImageURL}},
+		MachineTypes: map[string]provider.KVMMachineType{"small": {VCPUs: 1, MemoryMiB: 1024}},
+		Hosts:        []provider.KVMHost{{Name: "ssh1", Address: srv.Addr, User: srv.User, Socket: srv.Socket, Bridge: "br0"}},
+	}
+	p, err := New(provider.ProviderConfig{Name: "kvm2-ssh", Type: provider.TypeKVM2, KVM2: &cfg}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.runningPoll = 5 * time.Millisecond
+	return p, f
+}
+
+func TestProviderOverSSH(t *testing.T) {
+	logs, log := newLogSink(1)
+	p, f := newSSHProvider(t, log)
+	ctx := t.Context()
+	req := testRequest("proxy-5e5e5e5e5e5e5e5e")
+	req.Placement.Zone = "ssh1"
+
+	inst, err := p.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.ProviderID != "hosts/ssh1/domains/"+req.Name {
+		t.Fatalf("providerID %q", inst.ProviderID)
+	}
+	seed, ok := f.Volume(libvirtfake.DefaultPool, req.Name+"-seed.iso")
+	if !ok || readISOFile(t, seed.Content, "user-data") != testUserData {
+		t.Fatal("the seed did not arrive intact over the stream")
+	}
+	must(0, f.SetInterfaceAddresses(req.Name, libvirt.DomainInterfaceAddressesSrcAgent,
+		[]libvirt.DomainInterface{libvirtfake.Interface("eth0", "52:54:00:00:00:02", "192.168.1.90/24")}, nil))
+	got, err := p.Get(ctx, inst.ProviderID)
+	if err != nil || got.IP != "192.168.1.90" || got.UID != req.UID || got.State != provider.StateRunning {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	list, err := p.ListByTag(ctx)
+	if err != nil || len(list) != 1 || list[0].UID != req.UID {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if st := p.Check(ctx); len(st) != 1 || !st[0].Ready {
+		t.Fatalf("check: %+v", st)
+	}
+
+	// libvirt's error codes survive the wire: the adoption guard and NotFound.
+	other := req
+	other.UID = "uid-someone-else"
+	if _, err := p.Create(ctx, other); provider.Class(err) != provider.ErrPermanent || !strings.Contains(err.Error(), "belongs to UID "+req.UID) {
+		t.Fatalf("create by another uid: %v", err)
+	}
+	if err := p.Delete(ctx, inst.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Get(ctx, inst.ProviderID); !errors.Is(err, provider.ErrNotFound) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if _, ok := f.Domain(req.Name); ok {
+		t.Fatal("domain survived the delete")
+	}
+	// One pooled connection served all of it; the health check used its own.
+	if len(logs.find(`"libvirt host connected"`)) < 1 {
+		t.Fatal("no libvirt host connected line")
+	}
+}
+
+// TestContractOverSSH runs the provider contract suite against the production transport.
+func TestContractOverSSH(t *testing.T) {
+	providertest.RunContract(t, func(t *testing.T) providertest.ContractEnv {
+		p, _ := newSSHProvider(t, logr.Discard())
+		return providertest.ContractEnv{
+			Provider: p,
+			Request: provider.CreateRequest{
+				Placement: provider.Placement{MachineType: "small", Image: "debian-13"},
+				CloudInit: []byte(testUserData), Port: 3128,
+			},
+			MissingID:   "hosts/ssh1/domains/proxy-0000000000000000",
+			MalformedID: "hosts/ssh1",
+			Targets:     []string{"ssh1"},
+			Timeout:     30 * time.Second,
+		}
+	})
+}
