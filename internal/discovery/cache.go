@@ -1,0 +1,115 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// CacheSource serves snapshots built from the manager's informer cache. Every change the
+// Proxy informer sees marks the snapshot stale; the next request rebuilds it with one List
+// from memory. Requests between two changes share the same snapshot and do no API calls.
+type CacheSource struct {
+	reader client.Reader
+	gen    atomic.Uint64 // bumped on every informer event
+
+	mu  sync.Mutex // one rebuild at a time
+	cur atomic.Pointer[built]
+}
+
+// built is a snapshot and the generation it was built at.
+type built struct {
+	snap *Snapshot
+	gen  uint64
+}
+
+// NewCacheSource registers with c's Proxy informer (starting it with the cache) and
+// reads Proxies through c.
+func NewCacheSource(ctx context.Context, c cache.Cache) (*CacheSource, error) {
+	inf, err := c.GetInformer(ctx, &v1alpha1.Proxy{})
+	if err != nil {
+		return nil, fmt.Errorf("discovery api: getting the proxy informer: %w", err)
+	}
+	s := &CacheSource{reader: c}
+	s.gen.Store(1) // the first request builds the first snapshot
+	bump := func() { s.gen.Add(1) }
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { bump() },
+		UpdateFunc: func(any, any) { bump() },
+		DeleteFunc: func(any) { bump() },
+	}); err != nil {
+		return nil, fmt.Errorf("discovery api: watching proxies: %w", err)
+	}
+	return s, nil
+}
+
+// Snapshot returns the current snapshot, rebuilding it when the cache changed since.
+func (s *CacheSource) Snapshot(ctx context.Context) (*Snapshot, error) {
+	if b := s.cur.Load(); b != nil && b.gen == s.gen.Load() {
+		return b.snap, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.gen.Load()
+	if b := s.cur.Load(); b != nil && b.gen == g { // another request rebuilt it meanwhile
+		return b.snap, nil
+	}
+	var list v1alpha1.ProxyList
+	// The objects are only read, never handed out or changed: skip the deep copy.
+	if err := s.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing proxies from the cache: %w", err)
+	}
+	entries := make([]Entry, 0, len(list.Items))
+	for i := range list.Items {
+		if e, ok := EntryFor(&list.Items[i]); ok {
+			entries = append(entries, e)
+		}
+	}
+	// Tagged with g, read before the List: a change during the List has bumped gen past
+	// g, so the next request rebuilds again.
+	b := &built{snap: NewSnapshot(entries), gen: g}
+	s.cur.Store(b)
+	return b.snap, nil
+}
+
+// EntryFor is how a Proxy appears in the API; ok is false for a Proxy without an address.
+// A proxy counts as healthy only while the health engine holds it Ready and it is not
+// being deleted: a Ready proxy that the reconciler is replacing is not handed out.
+func EntryFor(px *v1alpha1.Proxy) (Entry, bool) {
+	st := &px.Status
+	if st.IP == "" {
+		return Entry{}, false
+	}
+	port := px.Spec.Port
+	if port == 0 {
+		port = 3128
+	}
+	var lbl map[string]string
+	if len(px.Labels) > 0 {
+		lbl = make(map[string]string, len(px.Labels))
+		for k, v := range px.Labels {
+			lbl[k] = v
+		}
+	}
+	return Entry{
+		Name:      px.Name,
+		Namespace: px.Namespace,
+		URL:       "http://" + net.JoinHostPort(st.IP, strconv.Itoa(int(port))),
+		Mode:      string(px.Spec.Mode),
+		Provider:  px.Spec.Provider,
+		Region:    px.Spec.Placement.Region,
+		Zone:      px.Spec.Placement.Zone,
+		Healthy:   st.Healthy && st.Phase == v1alpha1.PhaseReady && px.DeletionTimestamp == nil,
+		EgressIP:  st.EgressIP,
+		Labels:    lbl,
+	}, true
+}

@@ -1,0 +1,222 @@
+// Package health is the proxy health engine: it proves that each proxy forwards traffic
+// by sending an HTTP GET of a probe URL through it, and records the outcome on the
+// Proxy's status (Healthy, phase Ready, latency, egress IP).
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// Defaults of Options.
+const (
+	DefaultInterval    = 30 * time.Second
+	DefaultTimeout     = 10 * time.Second
+	DefaultConcurrency = 32
+	defaultPort        = 3128
+	conflictRetries    = 3
+)
+
+// Options configure an Engine.
+type Options struct {
+	// ProbeURL is fetched through every proxy (--proxy-probe-url). Pointed at the
+	// operator's own /v1/whoami, the answer also yields the proxy's egress IP.
+	ProbeURL string
+	// Interval between the starts of two rounds (--proxy-check-interval).
+	Interval time.Duration
+	// Timeout of one probe, connection included.
+	Timeout time.Duration
+	// Concurrency bounds the probes in flight.
+	Concurrency int
+	// FailureThreshold is how many consecutive failures take a healthy proxy out of
+	// rotation (DefaultFailureThreshold).
+	FailureThreshold int32
+}
+
+// Engine probes every Running or Ready Proxy once per interval. It is a manager
+// Runnable that runs only on the leader.
+type Engine struct {
+	client    client.Client
+	apiReader client.Reader
+	recorder  events.EventRecorder
+	log       logr.Logger
+	opts      Options
+	prober    *prober
+	now       func() time.Time
+}
+
+// New builds an engine. c lists Proxies (from the manager's cache) and patches their
+// status; apiReader (may be nil) re-reads a Proxy after a write conflict; rec (may be
+// nil) records Events on health transitions.
+func New(c client.Client, apiReader client.Reader, rec events.EventRecorder, opts Options, log logr.Logger) (*Engine, error) {
+	if opts.ProbeURL == "" {
+		return nil, errors.New("health engine: a probe url is required (--proxy-probe-url)")
+	}
+	p, err := newProber(opts.ProbeURL)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = min(DefaultTimeout, opts.Interval)
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.FailureThreshold <= 0 {
+		opts.FailureThreshold = DefaultFailureThreshold
+	}
+	if apiReader == nil {
+		apiReader = c
+	}
+	return &Engine{client: c, apiReader: apiReader, recorder: rec, log: log, opts: opts, prober: p, now: time.Now}, nil
+}
+
+// NeedLeaderElection is true: only one replica writes health to the status.
+func (e *Engine) NeedLeaderElection() bool { return true }
+
+// Start runs a round at once and then every interval until ctx ends. A round that
+// outlasts the interval delays the next one rather than overlapping it.
+func (e *Engine) Start(ctx context.Context) error {
+	e.log.Info("proxy health engine started", "probeURL", e.opts.ProbeURL, "interval", e.opts.Interval,
+		"timeout", e.opts.Timeout, "concurrency", e.opts.Concurrency, "failureThreshold", e.opts.FailureThreshold)
+	t := time.NewTicker(e.opts.Interval)
+	defer t.Stop()
+	for {
+		if _, err := e.Round(ctx); err != nil && ctx.Err() == nil {
+			e.log.Error(err, "proxy health round failed")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// RoundStats counts what one round did.
+type RoundStats struct {
+	Probed, Succeeded, Failed, WriteErrors int
+}
+
+// Round probes every eligible Proxy once and records the results.
+func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
+	var list v1alpha1.ProxyList
+	if err := e.client.List(ctx, &list); err != nil {
+		return RoundStats{}, fmt.Errorf("listing proxies: %w", err)
+	}
+	var (
+		wg                     sync.WaitGroup
+		sem                    = make(chan struct{}, e.opts.Concurrency)
+		probed, ok, bad, wfail atomic.Int64
+	)
+	for i := range list.Items {
+		px := &list.Items[i]
+		if !eligible(px) {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return RoundStats{}, ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r := e.probeOne(ctx, px)
+			probed.Add(1)
+			if r.err == nil {
+				ok.Add(1)
+			} else {
+				bad.Add(1)
+			}
+			if err := e.record(ctx, px, r); err != nil {
+				wfail.Add(1)
+				e.log.Error(err, "recording probe result", "proxy", client.ObjectKeyFromObject(px))
+			}
+		}()
+	}
+	wg.Wait()
+	return RoundStats{Probed: int(probed.Load()), Succeeded: int(ok.Load()), Failed: int(bad.Load()), WriteErrors: int(wfail.Load())}, nil
+}
+
+// eligible: the health engine looks only at proxies whose instance runs and has an
+// address (Managed ones the reconciler moved to Running, External ones it published).
+func eligible(px *v1alpha1.Proxy) bool {
+	return px.DeletionTimestamp == nil && px.Status.IP != "" &&
+		(px.Status.Phase == v1alpha1.PhaseRunning || px.Status.Phase == v1alpha1.PhaseReady)
+}
+
+func proxyURL(px *v1alpha1.Proxy) *url.URL {
+	port := px.Spec.Port
+	if port == 0 {
+		port = defaultPort
+	}
+	return &url.URL{Scheme: "http", Host: net.JoinHostPort(px.Status.IP, strconv.Itoa(int(port)))}
+}
+
+func (e *Engine) probeOne(ctx context.Context, px *v1alpha1.Proxy) result {
+	r := e.prober.probe(ctx, proxyURL(px), e.opts.Timeout)
+	outcome := "success"
+	if r.err != nil {
+		outcome = "failure"
+	}
+	probesTotal.WithLabelValues(outcome).Inc()
+	probeDuration.Observe(r.latency.Seconds())
+	e.log.V(1).Info("proxy probed", "proxy", client.ObjectKeyFromObject(px), "result", outcome,
+		"latency", r.latency, "egressIP", r.egressIP, "error", r.err)
+	return r
+}
+
+// record writes r onto the Proxy's status with a merge patch that carries the version
+// read, so it never overwrites a concurrent write of the reconciler (a new phase, the
+// Provisioned condition); on a conflict the result is laid onto a fresh copy, unless the
+// reconciler has meanwhile moved the Proxy out of Running/Ready.
+func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) error {
+	now := e.now()
+	key := client.ObjectKeyFromObject(px)
+	for attempt := 1; ; attempt++ {
+		base := px.DeepCopy()
+		tr := apply(px, r, now, e.opts.FailureThreshold)
+		err := e.client.Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case err == nil:
+			if tr != nil && e.recorder != nil {
+				e.recorder.Eventf(px, nil, tr.typ, tr.reason, "Probe", "%s", tr.note)
+			}
+			return nil
+		case apierrors.IsNotFound(err):
+			return nil
+		case !apierrors.IsConflict(err) || attempt == conflictRetries:
+			return fmt.Errorf("patching health status of proxy %s: %w", key, err)
+		}
+		fresh := &v1alpha1.Proxy{}
+		if err := e.apiReader.Get(ctx, key, fresh); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("re-reading proxy %s after a conflict: %w", key, err)
+		}
+		if !eligible(fresh) {
+			return nil
+		}
+		px = fresh
+	}
+}

@@ -1,0 +1,78 @@
+package health
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// DefaultFailureThreshold is how many probes in a row must fail before a healthy proxy
+// is marked unhealthy: one lost probe is not enough to take it out of rotation.
+const DefaultFailureThreshold = 3
+
+// transition is an Event to record after a status write.
+type transition struct {
+	typ, reason, note string
+}
+
+// apply lays the probe result r onto px's status: only the fields the health engine owns
+// (healthy, the Healthy condition, lastProbeTime, probeLatencyMilliseconds, egressIP,
+// consecutiveProbeFailures, and phase between Running and Ready). It returns the Event
+// to record, if the proxy changed between healthy and unhealthy.
+func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32) *transition {
+	st := &px.Status
+	t := metav1.NewTime(now)
+	st.LastProbeTime = &t
+	prev := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHealthy)
+	wasHealthy := st.Healthy && prev != nil && prev.Status == metav1.ConditionTrue
+
+	if r.err == nil {
+		st.ConsecutiveProbeFailures = 0
+		st.ProbeLatencyMilliseconds = max(r.latency.Milliseconds(), 1)
+		st.EgressIP = r.egressIP
+		st.Healthy = true
+		if st.Phase == v1alpha1.PhaseRunning {
+			st.Phase = v1alpha1.PhaseReady
+		}
+		msg := fmt.Sprintf("probe through %s:%d succeeded in %dms", st.IP, px.Spec.Port, st.ProbeLatencyMilliseconds)
+		if st.EgressIP != "" {
+			msg += ", egress IP " + st.EgressIP
+		}
+		setHealthy(px, metav1.ConditionTrue, v1alpha1.ReasonProbeSucceeded, msg)
+		if wasHealthy {
+			return nil
+		}
+		return &transition{corev1.EventTypeNormal, v1alpha1.ReasonProbeSucceeded, "proxy is healthy: " + msg}
+	}
+
+	st.ConsecutiveProbeFailures++
+	msg := fmt.Sprintf("%d consecutive failed probes; last: %v", st.ConsecutiveProbeFailures, r.err)
+	if wasHealthy && st.ConsecutiveProbeFailures < threshold {
+		// Still in rotation: keep Healthy=True and say nothing until the threshold.
+		return nil
+	}
+	st.Healthy = false
+	if st.Phase == v1alpha1.PhaseReady {
+		st.Phase = v1alpha1.PhaseRunning
+	}
+	setHealthy(px, metav1.ConditionFalse, v1alpha1.ReasonProbeFailed, msg)
+	if !wasHealthy {
+		return nil // it was not in rotation; the condition says why, no Event per round
+	}
+	return &transition{corev1.EventTypeWarning, v1alpha1.ReasonProbeFailed, "proxy is unhealthy after " + msg}
+}
+
+func setHealthy(px *v1alpha1.Proxy, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
+		Type:               v1alpha1.ConditionHealthy,
+		Status:             status,
+		Reason:             reason,
+		Message:            msg,
+		ObservedGeneration: px.Generation,
+	})
+}

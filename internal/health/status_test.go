@@ -1,0 +1,73 @@
+package health
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// step applies one probe outcome and reports what a user would see.
+type seen struct {
+	phase    v1alpha1.ProxyPhase
+	healthy  bool
+	cond     metav1.ConditionStatus
+	failures int32
+	event    string
+}
+
+func TestApplyNoFlapping(t *testing.T) {
+	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.1"}}
+	ok := result{latency: 12 * time.Millisecond, egressIP: "198.51.100.1"}
+	bad := result{err: errors.New("probe through 192.0.2.1:3128: connection refused"), latency: time.Millisecond}
+	steps := []struct {
+		r    result
+		want seen
+	}{
+		{bad, seen{v1alpha1.PhaseRunning, false, metav1.ConditionFalse, 1, ""}}, // never healthy: says why, no event
+		{ok, seen{v1alpha1.PhaseReady, true, metav1.ConditionTrue, 0, v1alpha1.ReasonProbeSucceeded}},
+		{ok, seen{v1alpha1.PhaseReady, true, metav1.ConditionTrue, 0, ""}},
+		{bad, seen{v1alpha1.PhaseReady, true, metav1.ConditionTrue, 1, ""}}, // one lost probe: still in rotation
+		{bad, seen{v1alpha1.PhaseReady, true, metav1.ConditionTrue, 2, ""}},
+		{ok, seen{v1alpha1.PhaseReady, true, metav1.ConditionTrue, 0, ""}}, // recovered, counter reset
+		{bad, seen{v1alpha1.PhaseReady, true, metav1.ConditionTrue, 1, ""}},
+		{bad, seen{v1alpha1.PhaseReady, true, metav1.ConditionTrue, 2, ""}},
+		{bad, seen{v1alpha1.PhaseRunning, false, metav1.ConditionFalse, 3, v1alpha1.ReasonProbeFailed}},
+		{bad, seen{v1alpha1.PhaseRunning, false, metav1.ConditionFalse, 4, ""}},
+		{ok, seen{v1alpha1.PhaseReady, true, metav1.ConditionTrue, 0, v1alpha1.ReasonProbeSucceeded}},
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i, s := range steps {
+		now = now.Add(30 * time.Second)
+		tr := apply(px, s.r, now, 3)
+		c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy)
+		got := seen{px.Status.Phase, px.Status.Healthy, c.Status, px.Status.ConsecutiveProbeFailures, ""}
+		if tr != nil {
+			got.event = tr.reason
+		}
+		if got != s.want {
+			t.Fatalf("step %d: got %+v, want %+v", i, got, s.want)
+		}
+		if !px.Status.LastProbeTime.Time.Equal(now) {
+			t.Errorf("step %d: lastProbeTime %v", i, px.Status.LastProbeTime)
+		}
+	}
+	if px.Status.EgressIP != "198.51.100.1" || px.Status.ProbeLatencyMilliseconds != 12 {
+		t.Errorf("egress %q latency %d", px.Status.EgressIP, px.Status.ProbeLatencyMilliseconds)
+	}
+}
+
+// The engine never moves a proxy out of a phase the reconciler owns.
+func TestApplyLeavesOtherPhases(t *testing.T) {
+	for _, ph := range []v1alpha1.ProxyPhase{v1alpha1.PhaseProvisioning, v1alpha1.PhaseFailed, v1alpha1.PhaseDeleting} {
+		px := &v1alpha1.Proxy{Status: v1alpha1.ProxyStatus{Phase: ph}}
+		apply(px, result{}, time.Now(), 3)
+		if px.Status.Phase != ph {
+			t.Errorf("%s became %s", ph, px.Status.Phase)
+		}
+	}
+}
