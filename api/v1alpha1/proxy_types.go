@@ -80,8 +80,8 @@ type ProxyPlacement struct {
 }
 
 // ProxySpec is what the user asks for.
-// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode == 'External') || (has(self.provider) && self.provider != ”)",message="spec.provider is required when mode is Managed: name an entry of the providers config"
-// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'External' || (has(self.address) && self.address != ”)",message="spec.address is required when mode is External: the host name or IP of the existing proxy"
+// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode == 'External') || (has(self.provider) && size(self.provider) > 0)",message="spec.provider is required when mode is Managed: name an entry of the providers config"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'External' || (has(self.address) && size(self.address) > 0)",message="spec.address is required when mode is External: the host name or IP of the existing proxy"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.provider) || (has(self.provider) && self.provider == oldSelf.provider)",message="spec.provider is immutable: delete the Proxy and create it again to use another provider"
 type ProxySpec struct {
 	// Mode is Managed (the operator creates the instance) or External (an existing proxy
