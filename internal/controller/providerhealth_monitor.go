@@ -1,0 +1,213 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// Defaults of the provider health monitor.
+const (
+	DefaultProviderCheckInterval = time.Minute
+	DefaultProviderCheckTimeout  = 15 * time.Second
+)
+
+var providerTargetUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "proxy_operator_provider_target_up",
+	Help: "1 when the last health check of the provider's target succeeded, 0 otherwise.",
+}, []string{"provider", "target"})
+
+func init() { metrics.Registry.MustRegister(providerTargetUp) }
+
+// ProviderHealthMonitor checks every provider's targets every Interval and publishes the
+// results in the ProviderHealth object named after the provider and in the
+// proxy_operator_provider_target_up gauge. It runs on the leader only.
+type ProviderHealthMonitor struct {
+	Client client.Client
+	// APIReader reads the ProviderHealth before it is written, so a lagging cache never
+	// causes a conflict (the manager's API reader; Client when nil). One read per
+	// provider per interval.
+	APIReader client.Reader
+	Providers map[string]provider.Provider
+	// Interval between rounds (DefaultProviderCheckInterval).
+	Interval time.Duration
+	// Timeout bounds one provider's Check (DefaultProviderCheckTimeout).
+	Timeout time.Duration
+	Log     logr.Logger
+	// TracerProvider opens the providerhealth.check spans (otel's global one when nil).
+	TracerProvider trace.TracerProvider
+
+	mu      sync.Mutex
+	targets map[string][]string // per provider, the targets the gauge has series for
+	now     func() time.Time
+}
+
+// NeedLeaderElection is true: one replica writes ProviderHealth.
+func (m *ProviderHealthMonitor) NeedLeaderElection() bool { return true }
+
+// Start checks at once and then every Interval until ctx ends.
+func (m *ProviderHealthMonitor) Start(ctx context.Context) error {
+	interval := m.Interval
+	if interval <= 0 {
+		interval = DefaultProviderCheckInterval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		m.CheckAll(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// CheckAll checks every provider concurrently and publishes the results; a provider
+// whose status cannot be written is logged and does not hold up the others.
+func (m *ProviderHealthMonitor) CheckAll(ctx context.Context) {
+	names := make([]string, 0, len(m.Providers))
+	for n := range m.Providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.checkOne(ctx, name, m.Providers[name]); err != nil && ctx.Err() == nil {
+				m.Log.Error(err, "publishing provider health", "provider", name)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (m *ProviderHealthMonitor) checkOne(ctx context.Context, name string, p provider.Provider) error {
+	timeout := m.Timeout
+	if timeout <= 0 {
+		timeout = DefaultProviderCheckTimeout
+	}
+	tp := m.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	ctx, span := tp.Tracer("egress-proxies-operator/controller").Start(ctx, "providerhealth.check",
+		trace.WithAttributes(attribute.String("provider", name)))
+	defer span.End()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	statuses := p.Check(cctx)
+	cancel()
+	now := m.clock()
+
+	st := statusFor(statuses, now)
+	span.SetAttributes(attribute.Int("providerhealth.ready", int(st.ReadyTargets)),
+		attribute.Int("providerhealth.total", int(st.TotalTargets)))
+	if st.ReadyTargets < st.TotalTargets {
+		span.SetStatus(codes.Error, st.Ready+" targets ready")
+	}
+	m.updateGauge(name, statuses)
+	m.Log.V(1).Info("provider checked", "provider", name, "ready", st.Ready)
+	if err := m.publish(ctx, name, st); err != nil {
+		span.RecordError(err)
+		return err
+	}
+	return nil
+}
+
+// statusFor turns the provider's statuses, in the order returned (config order), into
+// the ProviderHealth status.
+func statusFor(statuses []provider.TargetStatus, now time.Time) v1alpha1.ProviderHealthStatus {
+	t := metav1.NewTime(now)
+	st := v1alpha1.ProviderHealthStatus{LastChecked: &t, TotalTargets: int32(len(statuses)),
+		Targets: make([]v1alpha1.ProviderTargetStatus, 0, len(statuses))}
+	for _, s := range statuses {
+		if s.Ready {
+			st.ReadyTargets++
+		}
+		st.Targets = append(st.Targets, v1alpha1.ProviderTargetStatus{
+			Name: s.Target, Ready: s.Ready, Reason: s.Reason, Message: s.Message,
+			Latency: metav1.Duration{Duration: s.Latency}, LastChecked: t, Details: s.Details,
+		})
+	}
+	st.Ready = strconv.Itoa(int(st.ReadyTargets)) + "/" + strconv.Itoa(int(st.TotalTargets))
+	return st
+}
+
+// publish writes st to the ProviderHealth named name, creating the object if missing.
+// The monitor is the object's only writer, so an update of a fresh copy does not conflict.
+func (m *ProviderHealthMonitor) publish(ctx context.Context, name string, st v1alpha1.ProviderHealthStatus) error {
+	reader := m.APIReader
+	if reader == nil {
+		reader = m.Client
+	}
+	ph := &v1alpha1.ProviderHealth{}
+	err := reader.Get(ctx, client.ObjectKey{Name: name}, ph)
+	if apierrors.IsNotFound(err) {
+		ph = &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		err = m.Client.Create(ctx, ph)
+		if apierrors.IsAlreadyExists(err) {
+			err = reader.Get(ctx, client.ObjectKey{Name: name}, ph)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("getting or creating providerhealth %s: %w", name, err)
+	}
+	ph.Status = st
+	if err := m.Client.Status().Update(ctx, ph); err != nil {
+		return fmt.Errorf("updating status of providerhealth %s: %w", name, err)
+	}
+	return nil
+}
+
+// updateGauge sets one series per target and removes the series of targets the
+// provider no longer reports.
+func (m *ProviderHealthMonitor) updateGauge(name string, statuses []provider.TargetStatus) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.targets == nil {
+		m.targets = map[string][]string{}
+	}
+	now := make([]string, 0, len(statuses))
+	seen := map[string]bool{}
+	for _, s := range statuses {
+		v := 0.0
+		if s.Ready {
+			v = 1
+		}
+		providerTargetUp.WithLabelValues(name, s.Target).Set(v)
+		now = append(now, s.Target)
+		seen[s.Target] = true
+	}
+	for _, old := range m.targets[name] {
+		if !seen[old] {
+			providerTargetUp.DeleteLabelValues(name, old)
+		}
+	}
+	m.targets[name] = now
+}
+
+func (m *ProviderHealthMonitor) clock() time.Time {
+	if m.now != nil {
+		return m.now()
+	}
+	return time.Now()
+}

@@ -1,0 +1,141 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+)
+
+// slowCheck is a provider whose Check waits for the context, as a hung host does.
+type slowCheck struct{ *providertest.Fake }
+
+func (s slowCheck) Check(ctx context.Context) []provider.TargetStatus {
+	<-ctx.Done()
+	return []provider.TargetStatus{{Target: "hv-slow", Reason: "Timeout", Message: ctx.Err().Error()}}
+}
+
+func getPH(t *testing.T, ctx context.Context, name string) *v1alpha1.ProviderHealth {
+	t.Helper()
+	ph := &v1alpha1.ProviderHealth{}
+	if err := testClient.Get(ctx, client.ObjectKey{Name: name}, ph); err != nil {
+		t.Fatalf("getting providerhealth %s: %v", name, err)
+	}
+	return ph
+}
+
+func TestProviderHealthMonitor(t *testing.T) {
+	ctx := testContext(t)
+	fake := providertest.NewFake()
+	fake.SetCheckResult([]provider.TargetStatus{
+		{Target: "hv-b", Ready: true, Reason: "Reachable", Latency: 42 * time.Millisecond,
+			Details: map[string]string{"user": "proxy", "pool": "default", "poolAvailableGiB": "120"}},
+		{Target: "hv-a", Ready: false, Reason: "Unreachable", Message: "dial tcp 10.0.0.9:22: connection refused",
+			Details: map[string]string{"user": "proxy", "pool": "default"}},
+		{Target: "hv-c", Ready: true, Reason: "Reachable"},
+	})
+	rec := tracetest.NewSpanRecorder()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	m := &ProviderHealthMonitor{Client: testClient, Providers: map[string]provider.Provider{
+		"ph-home": fake, "ph-slow": slowCheck{providertest.NewFake()}},
+		Timeout: 300 * time.Millisecond, Log: logr.Discard(),
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)),
+		now:            func() time.Time { return now }}
+	for _, n := range []string{"ph-home", "ph-slow"} {
+		_ = testClient.Delete(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
+
+	start := time.Now()
+	m.CheckAll(ctx)
+	if el := time.Since(start); el > 20*time.Second {
+		t.Errorf("a round with a hung provider took %v; the check timeout is 300ms", el)
+	}
+
+	ph := getPH(t, ctx, "ph-home") // created on the first round
+	st := ph.Status
+	if st.Ready != "2/3" || st.ReadyTargets != 2 || st.TotalTargets != 3 || st.LastChecked == nil || !st.LastChecked.Time.Equal(now) {
+		t.Errorf("summary: ready %q %d/%d lastChecked %v", st.Ready, st.ReadyTargets, st.TotalTargets, st.LastChecked)
+	}
+	var order []string
+	for _, tg := range st.Targets {
+		order = append(order, tg.Name)
+	}
+	if len(order) != 3 || order[0] != "hv-b" || order[1] != "hv-a" || order[2] != "hv-c" {
+		t.Fatalf("targets %v, want the provider's order hv-b, hv-a, hv-c", order)
+	}
+	b, a := st.Targets[0], st.Targets[1]
+	if !b.Ready || b.Reason != "Reachable" || b.Latency.Duration != 42*time.Millisecond || b.Details["poolAvailableGiB"] != "120" || !b.LastChecked.Time.Equal(now) {
+		t.Errorf("hv-b: %+v", b)
+	}
+	if a.Ready || a.Reason != "Unreachable" || a.Message != "dial tcp 10.0.0.9:22: connection refused" || a.Details["user"] != "proxy" {
+		t.Errorf("hv-a: %+v", a)
+	}
+	slow := getPH(t, ctx, "ph-slow").Status
+	if slow.Ready != "0/1" || slow.Targets[0].Reason != "Timeout" {
+		t.Errorf("hung provider: %+v", slow)
+	}
+
+	for target, want := range map[string]float64{"hv-a": 0, "hv-b": 1, "hv-c": 1} {
+		if got := testutil.ToFloat64(providerTargetUp.WithLabelValues("ph-home", target)); got != want {
+			t.Errorf("proxy_operator_provider_target_up{provider=ph-home,target=%s} = %v, want %v", target, got, want)
+		}
+	}
+	spans := map[string]bool{}
+	for _, s := range rec.Ended() {
+		if s.Name() != "providerhealth.check" {
+			continue
+		}
+		for _, kv := range s.Attributes() {
+			if kv.Key == "provider" {
+				spans[kv.Value.AsString()] = true
+			}
+		}
+	}
+	if !spans["ph-home"] || !spans["ph-slow"] {
+		t.Errorf("providerhealth.check spans for %v, want ph-home and ph-slow", spans)
+	}
+
+	// hv-a recovers, hv-c leaves the config: the object follows, the gauge drops hv-c.
+	fake.SetCheckResult([]provider.TargetStatus{{Target: "hv-b", Ready: true}, {Target: "hv-a", Ready: true}})
+	now = now.Add(time.Minute)
+	m.CheckAll(ctx)
+	st = getPH(t, ctx, "ph-home").Status
+	if st.Ready != "2/2" || len(st.Targets) != 2 || !st.Targets[1].Ready || !st.LastChecked.Time.Equal(now) {
+		t.Errorf("second round: %+v", st)
+	}
+	if got := testutil.ToFloat64(providerTargetUp.WithLabelValues("ph-home", "hv-a")); got != 1 {
+		t.Errorf("hv-a gauge %v after recovery", got)
+	}
+	if n := testutil.CollectAndCount(providerTargetUp, "proxy_operator_provider_target_up"); n != 3 {
+		t.Errorf("%d gauge series, want 3 (ph-home hv-a and hv-b, ph-slow hv-slow): hv-c's series should be gone", n)
+	}
+}
+
+// The object is recreated when someone deletes it.
+func TestProviderHealthRecreated(t *testing.T) {
+	ctx := testContext(t)
+	m := &ProviderHealthMonitor{Client: testClient, Providers: map[string]provider.Provider{"ph-re": providertest.NewFake()}, Log: logr.Discard()}
+	m.CheckAll(ctx)
+	if err := testClient.Delete(ctx, getPH(t, ctx, "ph-re")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, waitLong, "providerhealth ph-re to be deleted", func() (bool, error) {
+		err := testClient.Get(ctx, client.ObjectKey{Name: "ph-re"}, &v1alpha1.ProviderHealth{})
+		return apierrors.IsNotFound(err), err
+	})
+	m.CheckAll(ctx)
+	if st := getPH(t, ctx, "ph-re").Status; st.Ready != "1/1" || st.Targets[0].Name != "fake" {
+		t.Errorf("recreated: %+v", st)
+	}
+}
