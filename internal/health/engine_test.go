@@ -1,0 +1,189 @@
+package health
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health/healthtest"
+)
+
+type health struct {
+	phase    v1alpha1.ProxyPhase
+	healthy  bool
+	cond     metav1.ConditionStatus
+	failures int32
+}
+
+func observe(px *v1alpha1.Proxy) health {
+	h := health{px.Status.Phase, px.Status.Healthy, "", px.Status.ConsecutiveProbeFailures}
+	if c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy); c != nil {
+		h.cond = c.Status
+	}
+	return h
+}
+
+// A Managed proxy becomes Ready on the first good probe, survives two lost probes in
+// Ready, drops to Running on the third, and comes back; the reconciler's fields survive.
+func TestEngineTransitionsWithoutFlapping(t *testing.T) {
+	e := newEngineEnv(t, nil)
+	fp := healthtest.New(t, "127.0.0.3")
+	e.proxyAt("m", v1alpha1.ProxyModeManaged, fp.Host, fp.Port, v1alpha1.PhaseRunning)
+	okBefore := testutil.ToFloat64(probesTotal.WithLabelValues("success"))
+	badBefore := testutil.ToFloat64(probesTotal.WithLabelValues("failure"))
+
+	if st := e.round(); st.Probed != 1 || st.Succeeded != 1 || st.WriteErrors != 0 {
+		t.Fatalf("first round: %+v", st)
+	}
+	px := e.get("m")
+	if got := observe(px); got != (health{v1alpha1.PhaseReady, true, metav1.ConditionTrue, 0}) {
+		t.Fatalf("after a good probe: %+v", got)
+	}
+	if px.Status.EgressIP != "127.0.0.3" {
+		t.Errorf("egressIP %q, want the proxy's outgoing address 127.0.0.3", px.Status.EgressIP)
+	}
+	if px.Status.ProbeLatencyMilliseconds < 1 || px.Status.LastProbeTime == nil {
+		t.Errorf("latency %d, lastProbeTime %v", px.Status.ProbeLatencyMilliseconds, px.Status.LastProbeTime)
+	}
+	e.waitEvent("m", v1alpha1.ReasonProbeSucceeded, 1)
+
+	fp.SetMode(healthtest.Fail)
+	for i := int32(1); i <= 2; i++ {
+		e.round()
+		if got := observe(e.get("m")); got != (health{v1alpha1.PhaseReady, true, metav1.ConditionTrue, i}) {
+			t.Fatalf("after %d failed probe(s): %+v; one lost probe must not take it out of rotation", i, got)
+		}
+	}
+	e.round()
+	px = e.get("m")
+	if got := observe(px); got != (health{v1alpha1.PhaseRunning, false, metav1.ConditionFalse, 3}) {
+		t.Fatalf("after 3 failed probes: %+v", got)
+	}
+	c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy)
+	if c.Reason != v1alpha1.ReasonProbeFailed || !contains(c.Message, "502") {
+		t.Errorf("Healthy condition %+v: want reason ProbeFailed and the proxy's answer", c)
+	}
+	e.waitEvent("m", v1alpha1.ReasonProbeFailed, 1)
+
+	fp.SetMode(healthtest.Forward)
+	e.round()
+	px = e.get("m")
+	if got := observe(px); got != (health{v1alpha1.PhaseReady, true, metav1.ConditionTrue, 0}) {
+		t.Fatalf("after recovery: %+v", got)
+	}
+	if p := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned); p == nil || p.Reason != v1alpha1.ReasonInstanceRunning {
+		t.Errorf("the reconciler's Provisioned condition was lost: %+v", px.Status.Conditions)
+	}
+	if px.Status.ProviderID != "fake/m" || px.Status.IP != fp.Host {
+		t.Errorf("the reconciler's fields changed: %+v", px.Status)
+	}
+	if d := testutil.ToFloat64(probesTotal.WithLabelValues("success")) - okBefore; d != 2 {
+		t.Errorf("probes_total{result=success} rose by %v, want 2", d)
+	}
+	if d := testutil.ToFloat64(probesTotal.WithLabelValues("failure")) - badBefore; d != 3 {
+		t.Errorf("probes_total{result=failure} rose by %v, want 3", d)
+	}
+}
+
+// External proxies are probed like Managed ones; proxies the reconciler has not
+// published (or is replacing, or has failed) are not probed at all.
+func TestEngineProbesExternalAndOnlyRunningOrReady(t *testing.T) {
+	e := newEngineEnv(t, nil)
+	ext := healthtest.New(t, "127.0.0.4")
+	e.proxyAt("ext", v1alpha1.ProxyModeExternal, ext.Host, ext.Port, v1alpha1.PhaseRunning)
+	skipped := healthtest.New(t, "")
+	for _, ph := range []v1alpha1.ProxyPhase{v1alpha1.PhaseProvisioning, v1alpha1.PhaseFailed, v1alpha1.PhasePending} {
+		e.proxyAt("p-"+strings.ToLower(string(ph)), v1alpha1.ProxyModeManaged, skipped.Host, skipped.Port, ph)
+	}
+	if st := e.round(); st.Probed != 1 {
+		t.Errorf("probed %d proxies, want only the External one", st.Probed)
+	}
+	px := e.get("ext")
+	if px.Status.Phase != v1alpha1.PhaseReady || !px.Status.Healthy || px.Status.EgressIP != "127.0.0.4" {
+		t.Errorf("external proxy: %+v", px.Status)
+	}
+	if n := skipped.Requests.Load(); n != 0 {
+		t.Errorf("proxies outside Running/Ready got %d probes", n)
+	}
+	for _, name := range []string{"p-provisioning", "p-failed", "p-pending"} {
+		if s := e.get(name).Status; s.LastProbeTime != nil || s.Healthy {
+			t.Errorf("%s was touched: %+v", name, s)
+		}
+	}
+}
+
+// A probe that hangs ends at the timeout; a round of many proxies runs them concurrently.
+func TestEngineTimeoutAndConcurrency(t *testing.T) {
+	e := newEngineEnv(t, func(o *Options) { o.Timeout = 2 * time.Second; o.Concurrency = 8 })
+	for i := 0; i < 8; i++ {
+		fp := healthtest.New(t, "")
+		fp.SetMode(healthtest.Hang)
+		e.proxyAt("hang-"+string(rune('a'+i)), v1alpha1.ProxyModeManaged, fp.Host, fp.Port, v1alpha1.PhaseRunning)
+	}
+	start := time.Now()
+	st := e.round()
+	el := time.Since(start)
+	if st.Failed != 8 {
+		t.Fatalf("round: %+v", st)
+	}
+	// Concurrently: about 2s. One after another: 16s. The bound leaves room for a loaded machine.
+	if el > 12*time.Second {
+		t.Errorf("8 hanging proxies took %v with concurrency 8 and a 2s timeout: probes ran one after another", el)
+	}
+	c := meta.FindStatusCondition(e.get("hang-a").Status.Conditions, v1alpha1.ConditionHealthy)
+	if c == nil || c.Status != metav1.ConditionFalse || !contains(c.Message, "deadline") {
+		t.Errorf("a never-healthy proxy should say why at once: %+v", c)
+	}
+}
+
+// staleLister hands the engine the Proxies as they were when captured, like a cache that
+// has not seen the reconciler's latest write yet.
+type staleLister struct {
+	client.Client
+	list v1alpha1.ProxyList
+}
+
+func (s *staleLister) List(_ context.Context, l client.ObjectList, _ ...client.ListOption) error {
+	s.list.DeepCopyInto(l.(*v1alpha1.ProxyList))
+	return nil
+}
+
+// The reconciler moves a Ready proxy to Provisioning (replacing its instance) while a
+// probe is in flight: the engine's write conflicts, and it does not put Ready back.
+func TestEngineDoesNotOverwriteReconcilerPhase(t *testing.T) {
+	e := newEngineEnv(t, nil)
+	fp := healthtest.New(t, "")
+	e.proxyAt("r", v1alpha1.ProxyModeManaged, fp.Host, fp.Port, v1alpha1.PhaseRunning)
+	stale := &staleLister{Client: testClient}
+	if err := testClient.List(e.ctx, &stale.list, client.InNamespace(e.ns)); err != nil {
+		t.Fatal(err)
+	}
+	px := e.get("r")
+	px.Status.Phase = v1alpha1.PhaseProvisioning
+	px.Status.Message = "replacing the instance"
+	if err := testClient.Status().Update(e.ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := New(stale, testClient, nil, e.engine.opts, e.engine.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Round(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fp.Requests.Load() != 1 {
+		t.Fatalf("the stale Running proxy was not probed")
+	}
+	if s := e.get("r").Status; s.Phase != v1alpha1.PhaseProvisioning || s.Healthy || s.Message != "replacing the instance" {
+		t.Errorf("the engine overwrote the reconciler's write: %+v", s)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

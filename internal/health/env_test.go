@@ -1,0 +1,158 @@
+package health
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
+)
+
+const waitLong = 30 * time.Second
+
+var nsCounter atomic.Int64
+
+// engineEnv is one test's namespace, a running manager (cache, events) and an engine whose
+// probe target is the operator's own /v1/whoami.
+type engineEnv struct {
+	t      testing.TB
+	ctx    context.Context
+	ns     string
+	mgr    ctrl.Manager
+	engine *Engine
+}
+
+func newEngineEnv(t testing.TB, mutate func(*Options)) *engineEnv {
+	t.Helper()
+	ctx := testContext(t)
+	ns := fmt.Sprintf("health-%d-%d", time.Now().UnixNano()%1e6, nsCounter.Add(1))
+	if err := testClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatalf("creating namespace %s: %v", ns, err)
+	}
+	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{
+		Scheme:                 testScheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Logger:                 zap.New(zap.UseDevMode(true), zap.WriteTo(testWriter{t})),
+	})
+	if err != nil {
+		t.Fatalf("creating manager: %v", err)
+	}
+	target := whoamiServer(t)
+	opts := Options{ProbeURL: target + "/v1/whoami", Timeout: 2 * time.Second, FailureThreshold: 3}
+	if mutate != nil {
+		mutate(&opts)
+	}
+	eng, err := New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("proxy-health"), opts, mgr.GetLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	return &engineEnv{t: t, ctx: ctx, ns: ns, mgr: mgr, engine: eng}
+}
+
+// whoamiServer serves the discovery API's probe target on loopback.
+func whoamiServer(t testing.TB) string {
+	s, err := discovery.New(nil, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// proxyAt creates a Proxy whose status says what the reconciler would have published: its
+// address, a phase and the Provisioned condition.
+func (e *engineEnv) proxyAt(name string, mode v1alpha1.ProxyMode, host string, port int32, phase v1alpha1.ProxyPhase) *v1alpha1.Proxy {
+	e.t.Helper()
+	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name},
+		Spec: v1alpha1.ProxySpec{Mode: mode, Port: port}}
+	if mode == v1alpha1.ProxyModeExternal {
+		px.Spec.Address = host
+	} else {
+		px.Spec.Provider = "fake-home"
+	}
+	if err := testClient.Create(e.ctx, px); err != nil {
+		e.t.Fatalf("creating proxy %s: %v", name, err)
+	}
+	px.Status = v1alpha1.ProxyStatus{Phase: phase, IP: host, ProviderID: "fake/" + name,
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionProvisioned, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.ReasonInstanceRunning, Message: "instance running", LastTransitionTime: metav1.Now()}}}
+	if err := testClient.Status().Update(e.ctx, px); err != nil {
+		e.t.Fatalf("setting status of proxy %s: %v", name, err)
+	}
+	return px
+}
+
+func (e *engineEnv) get(name string) *v1alpha1.Proxy {
+	e.t.Helper()
+	px := &v1alpha1.Proxy{}
+	if err := testClient.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
+		e.t.Fatalf("getting proxy %s: %v", name, err)
+	}
+	return px
+}
+
+func (e *engineEnv) round() RoundStats {
+	e.t.Helper()
+	st, err := e.engine.Round(e.ctx)
+	if err != nil {
+		e.t.Fatalf("round: %v", err)
+	}
+	return st
+}
+
+// waitEvent waits for an Event with reason on the named Proxy and returns its note.
+func (e *engineEnv) waitEvent(name, reason string, n int) {
+	e.t.Helper()
+	waitFor(e.t, waitLong, fmt.Sprintf("%d %s event(s) on %s", n, reason, name), func() (bool, error) {
+		return e.countEvents(name, reason) >= n, nil
+	})
+}
+
+func (e *engineEnv) countEvents(name, reason string) int {
+	var list eventsv1.EventList
+	if err := testClient.List(e.ctx, &list, client.InNamespace(e.ns)); err != nil {
+		return 0
+	}
+	n := 0
+	for _, ev := range list.Items {
+		if ev.Regarding.Name == name && ev.Reason == reason {
+			n++
+		}
+	}
+	return n
+}
