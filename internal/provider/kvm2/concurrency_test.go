@@ -1,0 +1,68 @@
+package kvm2
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/digitalocean/go-libvirt"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// A cancelled call kills the pooled connection under it: every other call in flight on
+// that connection fails once with ErrTransient, and its retry succeeds on a new
+// connection. Connections of their own (uploads, checks) are not affected.
+func TestCancelledCallDropsOnlyThePooledConnection(t *testing.T) {
+	e := newSSHEnv(t, 0)
+	ctx := context.Background()
+	fresh, closeFresh, err := e.hs.dialFresh(ctx, e.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFresh()
+	pool := must(must(e.hs.pooled(ctx, e.host)).StoragePoolLookupByName("default"))
+
+	refresh := e.fake.Block("StoragePoolRefresh")
+	list := e.fake.Block("ConnectListAllDomains")
+	defer refresh.Release()
+	defer list.Release()
+
+	cancelCtx, cancel := context.WithCancel(ctx)
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- must(e.hs.pooled(cancelCtx, e.host)).StoragePoolRefresh(pool, 0) }()
+	var wg sync.WaitGroup
+	bystanders := make([]error, 2)
+	for i := range bystanders {
+		wg.Go(func() {
+			_, _, err := must(e.hs.pooled(ctx, e.host)).ConnectListAllDomains(1, libvirt.ConnectListDomainsActive)
+			bystanders[i] = err
+		})
+	}
+	<-refresh.Entered()
+	eventually(t, "both bystanders in flight", func() bool { return list.Waiting() == 2 })
+
+	cancel()
+	wantClass(t, <-cancelled, provider.ErrTransient, context.Canceled)
+	wg.Wait()
+	for i, err := range bystanders {
+		if err == nil {
+			t.Fatalf("bystander %d succeeded on a killed connection", i)
+		}
+		wantClass(t, classify(err), provider.ErrTransient, nil)
+	}
+	refresh.Release()
+	list.Release()
+
+	for i := range bystanders {
+		if _, _, err := must(e.hs.pooled(ctx, e.host)).ConnectListAllDomains(1, libvirt.ConnectListDomainsActive); err != nil {
+			t.Fatalf("bystander %d retry: %v", i, err)
+		}
+	}
+	if _, err := fresh.ConnectGetHostname(); err != nil {
+		t.Fatalf("the dedicated connection was hit too: %v", err)
+	}
+	if n := e.srv.Stats().SSHConns; n != 3 {
+		t.Fatalf("%d SSH connections, want 3: dedicated, pooled, one redial shared by both retries", n)
+	}
+}
