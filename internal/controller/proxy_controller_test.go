@@ -118,7 +118,7 @@ func TestPermanentErrorLatchedUntilSpecChanges(t *testing.T) {
 
 	// A spec change (new generation) lifts the latch.
 	px := e.get("perm")
-	px.Spec.Placement.MachineType = "small"
+	px.Spec.Placement.MachineType = "medium"
 	if err := testClient.Update(e.ctx, px); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,8 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 )
@@ -34,6 +37,12 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run with KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) (or make test-unit)")
 		return 1
 	}
+	// TEST_LOG=1 shows the controllers' log lines.
+	logOut := io.Discard
+	if os.Getenv("TEST_LOG") != "" {
+		logOut = os.Stderr
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
 	if err := clientgoscheme.AddToScheme(testScheme); err != nil {
 		panic(err)
 	}
