@@ -1,0 +1,110 @@
+package kvm2
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+)
+
+// secretsOf returns the pieces of the credential files that must never surface: every
+// base64 line of the private key and the host key in known_hosts.
+func secretsOf(t *testing.T, e *sshEnv) []string {
+	t.Helper()
+	var out []string
+	key, err := os.ReadFile(e.srv.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(key), "\n") {
+		if l != "" && !strings.HasPrefix(l, "-----") {
+			out = append(out, l)
+		}
+	}
+	kh, err := os.ReadFile(e.srv.KnownHostsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(kh)) {
+		if len(f) > 40 { // the hashed host name and the key
+			out = append(out, f)
+		}
+	}
+	if len(out) < 3 {
+		t.Fatalf("found only %d secret pieces; the test would prove nothing", len(out))
+	}
+	return out
+}
+
+// At the most verbose level, across successful calls, uploads, failed dials and a health
+// check, neither the logs, nor the errors, nor the span attributes carry key material,
+// known_hosts content or upload bodies (the seed's cloud-init).
+func TestNeverLogged(t *testing.T) {
+	e := newSSHEnv(t, 2)
+	secrets := secretsOf(t, e)
+	const cloudInit = "#cloud-config\n# marker-7f3a9c-never-logged\nruncmd: [echo hi]\n"
+	secrets = append(secrets, "marker-7f3a9c-never-logged")
+	var errs []string
+	note := func(err error) {
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	ctx := context.Background()
+
+	b := must(e.hs.pooled(ctx, e.host))
+	pool := must(b.StoragePoolLookupByName("default"))
+	vol, err := b.StorageVolCreateXML(pool, rawVolumeXMLForTest("proxy-x-seed.iso", uint64(len(cloudInit))), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	note(b.StorageVolUpload(vol, strings.NewReader(cloudInit), 0, uint64(len(cloudInit)), 0))
+	var back bytes.Buffer
+	note(b.StorageVolDownload(vol, &back, 0, uint64(len(cloudInit)), 0))
+	if back.String() != cloudInit {
+		t.Fatalf("the upload did not arrive: %q", back.String())
+	}
+	must(b.StorageVolGetPath(vol))
+	e.hs.check(ctx)
+
+	// A key file holding the real key's base64 under a header x/crypto does not know.
+	keyBytes := must(os.ReadFile(e.srv.KeyFile))
+	mangled := strings.Replace(string(keyBytes), "OPENSSH PRIVATE KEY", "FANCY PRIVATE KEY", 2)
+	writeFile(t, e.srv.KeyFile, []byte(mangled))
+	_, _, err = e.hs.dialFresh(ctx, e.host)
+	note(err)
+	e.hs.check(ctx)
+	writeFile(t, e.srv.KeyFile, keyBytes)
+	// A changed host key.
+	must(e.srv.RotateHostKey())
+	_, _, err = e.hs.dialFresh(ctx, e.host)
+	note(err)
+	e.hs.check(ctx)
+	if len(errs) < 2 {
+		t.Fatalf("only %d failures happened; the failure paths were not exercised", len(errs))
+	}
+
+	haystacks := append(e.logs.all(), errs...)
+	for _, s := range spansFor(e.host) {
+		for _, a := range s.Attributes() {
+			haystacks = append(haystacks, a.Value.Emit())
+		}
+		for _, ev := range s.Events() {
+			for _, a := range ev.Attributes {
+				haystacks = append(haystacks, a.Value.Emit())
+			}
+		}
+		haystacks = append(haystacks, s.Status().Description)
+	}
+	if len(e.logs.find(`"rpc":"StorageVolUpload"`, `"length":`)) == 0 {
+		t.Fatalf("no upload line at V(2); the search below would prove nothing: %q", e.logs.all())
+	}
+	for _, secret := range secrets {
+		for _, h := range haystacks {
+			if strings.Contains(h, secret) {
+				t.Errorf("%q leaked into %s", secret, h)
+			}
+		}
+	}
+}
