@@ -47,6 +47,7 @@ type healthOptions struct {
 	GCInterval            time.Duration
 	GCGrace               time.Duration
 	DiscoveryBindAddress  string
+	DiscoveryTokenFile    string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -62,7 +63,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.health.ProxyProbeURL, "proxy-probe-url", "http://checkip.amazonaws.com/", "URL fetched through each proxy to probe it; an answer holding the caller's address is recorded as the egress IP.")
 	fs.DurationVar(&o.health.GCInterval, "gc-interval", 10*time.Minute, "How often orphaned instances are collected.")
 	fs.DurationVar(&o.health.GCGrace, "gc-grace", 10*time.Minute, "An instance younger than this (by its creation time) is never collected.")
-	fs.StringVar(&o.health.DiscoveryBindAddress, "discovery-bind-address", ":8082", "Address of the discovery API.")
+	fs.StringVar(&o.health.DiscoveryBindAddress, "discovery-bind-address", ":8082", "Address of the discovery API (0 disables it).")
+	fs.StringVar(&o.health.DiscoveryTokenFile, "discovery-token-file", "", "File holding the bearer token the discovery API requires (re-read every 30s); empty: no auth.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader, so that only one manager replica is active.")
@@ -188,10 +190,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	if err := r.SetupWithManager(mgr, o.maxConcurrentReconciles); err != nil {
 		return fmt.Errorf("proxy reconciler: %w", err)
 	}
-	// The provider health monitor, proxy health engine, orphan GC and discovery API are
-	// added here from o.health.
-	_ = o.health
-	return nil
+	return setupHealth(mgr, providers, o.health)
 }
 
 func closeProviders(providers map[string]provider.Provider, log interface{ Error(error, string, ...any) }) {

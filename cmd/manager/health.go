@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// setupHealth adds the provider health monitor, the proxy health engine and orphan GC
+// (leader only) and the discovery API (every replica) to mgr.
+func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions) error {
+	monitor := &controller.ProviderHealthMonitor{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Providers: providers,
+		Interval:  h.ProviderCheckInterval,
+		Timeout:   h.ProviderCheckTimeout,
+		Log:       ctrl.Log.WithName("providerhealth"),
+	}
+	engine, err := health.New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("proxy-health"),
+		health.Options{ProbeURL: h.ProxyProbeURL, Interval: h.ProxyCheckInterval}, ctrl.Log.WithName("health"))
+	if err != nil {
+		return err
+	}
+	gc := &controller.OrphanGC{
+		Client:    mgr.GetClient(),
+		Providers: providers,
+		Interval:  h.GCInterval,
+		Grace:     h.GCGrace,
+		Log:       ctrl.Log.WithName("gc"),
+	}
+	for _, c := range []struct {
+		name string
+		r    manager.Runnable
+	}{{"provider health monitor", monitor}, {"proxy health engine", engine}, {"orphan gc", gc}} {
+		if err := mgr.Add(c.r); err != nil {
+			return fmt.Errorf("adding the %s: %w", c.name, err)
+		}
+	}
+	if h.DiscoveryBindAddress == "0" || h.DiscoveryBindAddress == "" {
+		return nil
+	}
+	// Registering the informer here makes the cache start and sync it with the others.
+	src, err := discovery.NewCacheSource(context.Background(), mgr.GetCache())
+	if err != nil {
+		return err
+	}
+	srv, err := discovery.New(src, discovery.Options{
+		Addr:      h.DiscoveryBindAddress,
+		TokenFile: h.DiscoveryTokenFile,
+		Log:       ctrl.Log.WithName("discovery"),
+	})
+	if err != nil {
+		return err
+	}
+	return mgr.Add(srv)
+}

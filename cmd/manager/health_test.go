@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health/healthtest"
+)
+
+// The manager binary end to end for the health side: an External Proxy in front of a
+// forward proxy on loopback is probed through it (the probe target being the manager's
+// own /v1/whoami), becomes Ready with its egress IP, and the discovery API, behind a
+// bearer token, hands it out from the cache; the ProviderHealth object appears.
+func TestManagerHealthAndDiscovery(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run with KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) (or make test-unit)")
+	}
+	bin := managerBinary(t)
+	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting envtest: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := healthtest.New(t, "127.0.0.9")
+
+	kubeconfig := writeFile(t, "kubeconfig", string(env.KubeConfig))
+	providers := writeFile(t, "providers.yaml", fmt.Sprintf(goodConfig, t.TempDir()))
+	token := writeFile(t, "token", "t0ken\n")
+	probe, disc := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(bin, "--providers-config", providers, "--kubeconfig", kubeconfig,
+		"--health-probe-bind-address", probe, "--metrics-bind-address", "0",
+		"--discovery-bind-address", disc, "--discovery-token-file", token,
+		"--proxy-probe-url", "http://"+disc+"/v1/whoami", "--proxy-check-interval", "1s",
+		"--provider-check-interval", "1s", "--provider-check-timeout", "500ms")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+		}
+	})
+
+	ctx := context.Background()
+	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: "default", Labels: map[string]string{"pool": "crawl"}},
+		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: fp.Host, Port: fp.Port}}
+	if err := c.Create(ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the External Proxy to be Ready with egress IP 127.0.0.9", &stderr, exited, func() bool {
+		got := &v1alpha1.Proxy{}
+		return c.Get(ctx, client.ObjectKeyFromObject(px), got) == nil && got.Status.Phase == v1alpha1.PhaseReady &&
+			got.Status.Healthy && got.Status.EgressIP == "127.0.0.9"
+	})
+
+	get := func(path, tok string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+disc+path, nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, _ := get("/v1/proxies", ""); code != http.StatusUnauthorized {
+		t.Errorf("no token: %d, want 401", code)
+	}
+	want := fmt.Sprintf("http://%s:%d\n", fp.Host, fp.Port)
+	waitUntil(t, "the discovery API to list the healthy proxy", &stderr, exited, func() bool {
+		code, body := get("/v1/proxies?format=text&labelSelector=pool%3Dcrawl", "t0ken")
+		return code == http.StatusOK && body == want
+	})
+	code, body := get("/v1/proxies/pick?key=session-1", "t0ken")
+	var picked struct{ Name, URL, EgressIP string }
+	if err := json.Unmarshal([]byte(body), &picked); code != http.StatusOK || err != nil || picked.Name != "edge" || picked.EgressIP != "127.0.0.9" {
+		t.Errorf("pick: %d %s", code, body)
+	}
+
+	waitUntil(t, "ProviderHealth kvm2-home with one target per host", &stderr, exited, func() bool {
+		ph := &v1alpha1.ProviderHealth{}
+		return c.Get(ctx, client.ObjectKey{Name: "kvm2-home"}, ph) == nil && ph.Status.TotalTargets >= 1 &&
+			ph.Status.LastChecked != nil && strings.Contains(ph.Status.Ready, "/")
+	})
+
+	// The proxy goes away: after three failed probes discovery stops handing it out.
+	fp.SetMode(healthtest.Fail)
+	waitUntil(t, "discovery to stop listing the failing proxy", &stderr, exited, func() bool {
+		code, body := get("/v1/proxies?format=text", "t0ken")
+		return code == http.StatusOK && body == ""
+	})
+	if code, _ := get("/v1/proxies/pick?key=session-1", "t0ken"); code != http.StatusServiceUnavailable {
+		t.Errorf("pick with nothing healthy: %d, want 503", code)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("manager exited with %v after SIGTERM; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("manager still running 60s after SIGTERM; stderr:\n%s", stderr.String())
+	}
+}
+
