@@ -39,6 +39,8 @@ type proxyEnv struct {
 	ns   string
 	fake *providertest.Fake
 	r    *ProxyReconciler
+	// cached reads through the manager's cache, as the reconciler does.
+	cached client.Reader
 }
 
 type envOption func(*ProxyReconciler, ctrl.Manager)
@@ -62,7 +64,7 @@ func newProxyEnv(t testing.TB, opts ...envOption) *proxyEnv {
 	if err != nil {
 		t.Fatalf("creating manager: %v", err)
 	}
-	e := &proxyEnv{t: t, ctx: ctx, ns: ns, fake: providertest.NewFake()}
+	e := &proxyEnv{t: t, ctx: ctx, ns: ns, fake: providertest.NewFake(), cached: mgr.GetClient()}
 	e.r = &ProxyReconciler{
 		Client:     mgr.GetClient(),
 		Scheme:     mgr.GetScheme(),
@@ -178,8 +180,17 @@ func (e *proxyEnv) events(name string) ([]eventsv1.Event, error) {
 	return out, nil
 }
 
-// reconcileNow runs one reconcile of the Proxy directly, as the controller would.
+// reconcileNow runs one reconcile of the Proxy directly, as the controller would once
+// its cache has seen the latest write.
 func (e *proxyEnv) reconcileNow(name string) (ctrl.Result, error) {
+	e.t.Helper()
+	key := client.ObjectKey{Namespace: e.ns, Name: name}
+	latest := e.get(name).ResourceVersion
+	waitFor(e.t, waitLong, "the manager's cache to see proxy "+name+" at version "+latest, func() (bool, error) {
+		px := &v1alpha1.Proxy{}
+		err := e.cached.Get(e.ctx, key, px)
+		return err == nil && px.ResourceVersion == latest, err
+	})
 	return e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: e.ns, Name: name}})
 }
 
