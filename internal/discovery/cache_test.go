@@ -1,0 +1,155 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+var nsCounter atomic.Int64
+
+func newNamespace(t testing.TB, ctx context.Context) string {
+	t.Helper()
+	ns := fmt.Sprintf("disc-%d-%d", time.Now().UnixNano()%1e6, nsCounter.Add(1))
+	if err := testClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatalf("creating namespace %s: %v", ns, err)
+	}
+	return ns
+}
+
+// cacheSource starts a manager whose cache watches ns and returns a source over it.
+func cacheSource(t testing.TB, ctx context.Context, ns string) *CacheSource {
+	t.Helper()
+	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{
+		Scheme:                 testScheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := NewCacheSource(ctx, mgr.GetCache())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	return src
+}
+
+type proxySpec struct {
+	name, ip, zone string
+	phase          v1alpha1.ProxyPhase
+	healthy        bool
+	labels         map[string]string
+}
+
+// createProxies creates the Proxies with the status the reconciler and health engine
+// would have written, a few at a time.
+func createProxies(t testing.TB, ctx context.Context, ns string, specs []proxySpec) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(specs))
+	sem := make(chan struct{}, 16)
+	for _, s := range specs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: s.name, Labels: s.labels},
+				Spec: v1alpha1.ProxySpec{Provider: "kvm2-home", Placement: v1alpha1.ProxyPlacement{Region: "home", Zone: s.zone}}}
+			if err := testClient.Create(ctx, px); err != nil {
+				errs <- fmt.Errorf("creating proxy %s: %w", s.name, err)
+				return
+			}
+			px.Status = v1alpha1.ProxyStatus{Phase: s.phase, IP: s.ip, Healthy: s.healthy}
+			if err := testClient.Status().Update(ctx, px); err != nil {
+				errs <- fmt.Errorf("status of proxy %s: %w", s.name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func TestCacheSource(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(t, ctx)
+	createProxies(t, ctx, ns, []proxySpec{
+		{name: "a", ip: "192.0.2.1", zone: "z1", phase: v1alpha1.PhaseReady, healthy: true, labels: map[string]string{"tier": "gold"}},
+		{name: "b", ip: "192.0.2.2", zone: "z1", phase: v1alpha1.PhaseRunning},
+		{name: "c", phase: v1alpha1.PhaseProvisioning},
+		// healthy but being replaced: not handed out
+		{name: "d", ip: "192.0.2.4", zone: "z2", phase: v1alpha1.PhaseProvisioning, healthy: true},
+	})
+	h := newTestServer(t, cacheSource(t, ctx, ns), Options{}).Handler()
+	list := func(q string) string {
+		_, body := get(t, h, "/v1/proxies"+q)
+		return names(decodeList(t, body))
+	}
+	waitFor(t, "the cache to show the four proxies", func() bool { return list("?healthy=any") == ns+"/a,"+ns+"/b,"+ns+"/d" })
+	if got := list(""); got != ns+"/a" {
+		t.Errorf("healthy: %q, want only a", got)
+	}
+	_, body := get(t, h, "/v1/proxies?labelSelector=tier=gold")
+	if l := decodeList(t, body); len(l.Proxies) != 1 || l.Proxies[0].URL != "http://192.0.2.1:3128" || l.Proxies[0].Zone != "z1" || l.Proxies[0].Provider != "kvm2-home" {
+		t.Errorf("entry: %+v", l.Proxies)
+	}
+
+	// Requests are answered from memory: no API call per request.
+	before := apiCalls.Load()
+	for i := 0; i < 200; i++ {
+		get(t, h, fmt.Sprintf("/v1/proxies/pick?key=%d", i))
+		get(t, h, "/v1/proxies?zone=z1&healthy=any")
+	}
+	if n := apiCalls.Load() - before; n != 0 {
+		t.Errorf("400 requests made %d API calls", n)
+	}
+
+	// Changes reach the API without a restart: b becomes healthy, a goes away.
+	b := &v1alpha1.Proxy{}
+	if err := testClient.Get(ctx, keyOf(ns, "b"), b); err != nil {
+		t.Fatal(err)
+	}
+	b.Status.Phase, b.Status.Healthy = v1alpha1.PhaseReady, true
+	if err := testClient.Status().Update(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := testClient.Delete(ctx, &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to be listed and a to be gone", func() bool { return list("") == ns+"/b" })
+	_, text := get(t, h, "/v1/proxies?format=text")
+	if !strings.HasPrefix(text, "http://192.0.2.2:3128\n") {
+		t.Errorf("text: %q", text)
+	}
+}
