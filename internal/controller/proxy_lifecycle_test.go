@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,18 +22,33 @@ import (
 )
 
 func TestDeletionRemovesInstanceBeforeFinalizer(t *testing.T) {
-	e := newProxyEnv(t)
+	var deleteFails atomic.Bool
+	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) {
+		r.Providers[testProvider] = &failingDelete{Fake: r.Providers[testProvider].(*providertest.Fake), fail: &deleteFails}
+	})
 	px := e.create(e.newProxy("bye"))
 	got := e.waitPhase("bye", v1alpha1.PhaseRunning)
 	id := got.Status.ProviderID
 
-	// The first Delete fails transiently: the Proxy stays, Deleting, with its finalizer.
-	e.fake.NextDeleteErr(provider.Transient(errors.New("ssh: handshake failed: EOF")))
+	// While Delete fails, the Proxy stays, Deleting, with its finalizer and its instance.
+	deleteFails.Store(true)
 	if err := testClient.Delete(e.ctx, px); err != nil {
 		t.Fatal(err)
 	}
 	e.waitEvent("bye", v1alpha1.ReasonTransientError, "handshake failed")
+	got = e.waitPhase("bye", v1alpha1.PhaseDeleting)
+	if got.DeletionTimestamp.IsZero() || !slices.Contains(got.Finalizers, Finalizer) {
+		t.Errorf("deletionTimestamp %v finalizers %v: want the Proxy held by its finalizer", got.DeletionTimestamp, got.Finalizers)
+	}
+	if _, ok := e.fake.Instance(id); !ok {
+		t.Errorf("instance %s is gone although Delete failed", id)
+	}
+	if c := provisioned(got); c.Reason != v1alpha1.ReasonDeleting {
+		t.Errorf("Provisioned = %+v, want reason Deleting", c)
+	}
 	e.waitEvent("bye", v1alpha1.ReasonDeleting, "deleting instance")
+
+	deleteFails.Store(false)
 	waitFor(t, waitLong, "proxy bye to be gone", func() (bool, error) {
 		err := testClient.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
 		return apierrors.IsNotFound(err), err
@@ -40,10 +56,20 @@ func TestDeletionRemovesInstanceBeforeFinalizer(t *testing.T) {
 	if _, ok := e.fake.Instance(id); ok {
 		t.Errorf("instance %s still exists after its Proxy is gone", id)
 	}
-	if n := e.fake.CountOf(providertest.OpDelete); n < 2 {
-		t.Errorf("%d deletes, want the failed one retried: %v", n, e.ops())
-	}
 	e.waitEvent("bye", EventInstanceDeleted, id)
+}
+
+// failingDelete is the fake provider with a Delete that fails transiently while fail is set.
+type failingDelete struct {
+	*providertest.Fake
+	fail *atomic.Bool
+}
+
+func (f *failingDelete) Delete(ctx context.Context, id string) error {
+	if f.fail.Load() {
+		return provider.Transient(errors.New("ssh: handshake failed: EOF"))
+	}
+	return f.Fake.Delete(ctx, id)
 }
 
 func TestDeletionFindsUnrecordedInstance(t *testing.T) {
