@@ -3,9 +3,11 @@ package discovery
 import (
 	"context"
 	"fmt"
+	"github.com/go-logr/logr"
 	"net/http"
 	"os"
 	"path/filepath"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sync/atomic"
 	"testing"
 
@@ -36,6 +38,7 @@ func runSuite(m *testing.M) int {
 	if err := v1alpha1.AddToScheme(testScheme); err != nil {
 		panic(err)
 	}
+	ctrllog.SetLogger(logr.Discard())
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run with KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) (or make test-unit)")
 		return 1

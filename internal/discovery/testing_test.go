@@ -71,7 +71,7 @@ func entry(ns, name string, healthy bool, provider, region, zone string, lbl map
 		Mode: "Managed", Provider: provider, Region: region, Zone: zone, Healthy: healthy, Labels: lbl}
 }
 
-func newTestServer(t *testing.T, src Source, opts Options) *Server {
+func newTestServer(t testing.TB, src Source, opts Options) *Server {
 	t.Helper()
 	s, err := New(src, opts)
 	if err != nil {

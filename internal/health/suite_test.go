@@ -3,8 +3,10 @@ package health
 import (
 	"context"
 	"fmt"
+	"github.com/go-logr/logr"
 	"os"
 	"path/filepath"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"testing"
 	"time"
 
@@ -33,6 +35,7 @@ func runSuite(m *testing.M) int {
 	if err := v1alpha1.AddToScheme(testScheme); err != nil {
 		panic(err)
 	}
+	ctrllog.SetLogger(logr.Discard())
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run with KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) (or make test-unit)")
 		return 1
