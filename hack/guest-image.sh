@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Builds the guest disk the e2e tier boots: a small Debian bookworm image made offline from
+# Debian's packages, and prints its path. The build is cached by a hash of this script, its
+# helpers and its knobs, so a second run prints the same path at once.
+#
+#   hack/guest-image.sh                 # build if missing; prints .../guest-image/<hash>/guest.qcow2
+#
+# What is in it: systemd, linux-image-amd64 (the -cloud kernel has no AHCI driver, so a SATA
+# seed cdrom would go unseen), cloud-init reading only a NoCloud seed, qemu-guest-agent
+# started as soon as its port appears, and tinyproxy listening on 3128 for loopback only
+# until the seed's user-data configures it. DHCP via systemd-networkd; no resolver.
+#
+# How it is made, with neither loop devices nor mounts: mmdebstrap (minbase) fills a
+# directory; mkfs.ext4 -d turns it into the root filesystem; a FAT ESP filled with mtools
+# carries systemd-boot as \EFI\BOOT\BOOTX64.EFI plus the kernel and initramfs; sfdisk writes
+# a GPT and dd places both filesystems; qemu-img converts to compressed qcow2. UEFI only.
+#
+# Knobs: GUEST_IMAGE_CACHE (${XDG_CACHE_HOME:-~/.cache}/egress-proxies-operator/guest-image),
+# DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR.
+set -euo pipefail
+
+HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+LOG_TAG=guest-image
+# shellcheck source=lib/common.sh
+source "$HACK/lib/common.sh"
+
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+SECURITY_MIRROR=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+SUITE=bookworm
+ESP_MIB=64
+ROOT_SLACK_MIB=256
+CMDLINE="root=LABEL=epo-root ro console=ttyS0,115200 quiet systemd.show_status=auto"
+INCLUDE=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,zstd,cloud-init,cloud-guest-utils,qemu-guest-agent,tinyproxy,systemd-boot-efi,iproute2,netbase
+TOOLS=(mmdebstrap dosfstools mtools fdisk e2fsprogs qemu-utils)
+
+CACHE_ROOT=${GUEST_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies-operator/guest-image}
+key=$(cat "$HACK/guest-image.sh" "$HACK/lib/guest-image-customize.sh" "$HACK/lib/common.sh" |
+  { cat; printf '%s\n' "$MIRROR" "$SECURITY_MIRROR" "$SUITE" "$INCLUDE"; } | sha256sum | cut -c1-16)
+OUT_DIR=$CACHE_ROOT/$key
+IMAGE=$OUT_DIR/guest.qcow2
+
+cached() {
+  [[ -s $IMAGE && -s $IMAGE.sha256 ]]
+}
+
+if cached; then
+  echo "$IMAGE"
+  exit 0
+fi
+mkdir -p "$CACHE_ROOT/debs"
+exec 9>"$CACHE_ROOT/.lock"
+flock -w 1800 9 || die "another build holds $CACHE_ROOT/.lock"
+if cached; then # built by whoever held the lock
+  echo "$IMAGE"
+  exit 0
+fi
+ensure_packages "${TOOLS[@]}"
+
+WORK=$CACHE_ROOT/.build-$key
+rm -rf "$WORK"
+mkdir -p "$WORK"
+# --one-file-system: should mmdebstrap ever leave /proc, /sys or /dev mounted in the tree,
+# the clean-up must not walk into them.
+trap 'rm -rf --one-file-system "$WORK"' EXIT
+log "building $IMAGE"
+
+build_rootfs() {
+  # The .deb cache survives between builds (a changed script rebuilds without downloading).
+  mmdebstrap --mode=root --variant=minbase --include="$INCLUDE" \
+    --aptopt='APT::Install-Recommends "false"' --aptopt='Acquire::Languages "none"' \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+    --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias' \
+    --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='force-unsafe-io' \
+    --setup-hook='mkdir -p "$1/var/cache/apt/archives"' \
+    --setup-hook="sync-in '$CACHE_ROOT/debs' /var/cache/apt/archives/" \
+    --customize-hook="sync-out /var/cache/apt/archives '$CACHE_ROOT/debs'" \
+    --customize-hook="'$HACK/lib/guest-image-customize.sh' \"\$1\"" \
+    --quiet "$SUITE" "$WORK/rootfs" \
+    "deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" "deb $SECURITY_MIRROR $SUITE-security main" \
+    >"$WORK/mmdebstrap.log" 2>&1 || { tail -n 40 "$WORK/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
+  rm -f "$CACHE_ROOT"/debs/*.deb.partial 2>/dev/null || true
+  log "root tree ready ($(du -sm "$WORK/rootfs" | cut -f1) MiB)"
+}
+
+build_esp() {
+  local kver
+  kver=$(ls "$WORK/rootfs/usr/lib/modules" | sort -V | tail -n 1)
+  mkfs.vfat -F 32 -n EPO-ESP -C "$WORK/esp.img" $((ESP_MIB * 1024)) >/dev/null
+  export MTOOLS_SKIP_CHECK=1
+  mmd -i "$WORK/esp.img" ::/EFI ::/EFI/BOOT ::/loader ::/loader/entries
+  mcopy -i "$WORK/esp.img" "$WORK/rootfs/usr/lib/systemd/boot/efi/systemd-bootx64.efi" ::/EFI/BOOT/BOOTX64.EFI
+  mcopy -i "$WORK/esp.img" "$WORK/rootfs/boot/vmlinuz-$kver" ::/vmlinuz
+  mcopy -i "$WORK/esp.img" "$WORK/rootfs/boot/initrd.img-$kver" ::/initrd.img
+  printf 'default debian.conf\ntimeout 0\nconsole-mode keep\n' >"$WORK/loader.conf"
+  printf 'title Debian %s\nlinux /vmlinuz\ninitrd /initrd.img\noptions %s\n' "$kver" "$CMDLINE" >"$WORK/debian.conf"
+  mcopy -i "$WORK/esp.img" "$WORK/loader.conf" ::/loader/loader.conf
+  mcopy -i "$WORK/esp.img" "$WORK/debian.conf" ::/loader/entries/debian.conf
+  log "ESP ready (kernel $kver, initramfs $(du -k "$WORK/rootfs/boot/initrd.img-$kver" | cut -f1) KiB)"
+}
+
+build_disk() {
+  local root_mib esp_sect root_sect
+  root_mib=$(($(du -sm "$WORK/rootfs" | cut -f1) + ROOT_SLACK_MIB))
+  mkfs.ext4 -q -L epo-root -d "$WORK/rootfs" "$WORK/root.img" "${root_mib}M" >&2
+  esp_sect=$((ESP_MIB * 2048))
+  root_sect=$((root_mib * 2048))
+  # 1 MiB before the ESP and after the root for the primary and backup GPT
+  truncate -s $(((2048 + esp_sect + root_sect + 2048) * 512)) "$WORK/disk.raw"
+  sfdisk -q "$WORK/disk.raw" <<EOF
+label: gpt
+start=2048, size=$esp_sect, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name="esp"
+start=$((2048 + esp_sect)), size=$root_sect, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name="root"
+EOF
+  dd if="$WORK/esp.img" of="$WORK/disk.raw" bs=1M seek=1 conv=notrunc,sparse status=none
+  dd if="$WORK/root.img" of="$WORK/disk.raw" bs=1M seek=$((1 + ESP_MIB)) conv=notrunc,sparse status=none
+  mkdir -p "$OUT_DIR"
+  qemu-img convert -f raw -O qcow2 -c "$WORK/disk.raw" "$WORK/guest.qcow2"
+  (cd "$WORK" && sha256sum guest.qcow2 >guest.qcow2.sha256)
+  mv -f "$WORK/guest.qcow2" "$IMAGE"
+  mv -f "$WORK/guest.qcow2.sha256" "$IMAGE.sha256"
+  log "disk ready: root ${root_mib} MiB, qcow2 $(du -m "$IMAGE" | cut -f1) MiB"
+}
+
+build_rootfs
+build_esp
+build_disk
+log "built $IMAGE"
+echo "$IMAGE"

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Turns the Debian tree mmdebstrap built into the test guest's root filesystem. Run by
+# hack/guest-image.sh as mmdebstrap's customize hook, on the host, with the tree as $1.
+set -euo pipefail
+root=$1
+in_root() { chroot "$root" "$@"; }
+put() { # path mode: stdin becomes $root/path
+  mkdir -p "$(dirname "$root/$1")"
+  cat >"$root/$1"
+  chmod "$2" "$root/$1"
+}
+
+echo epo-guest | put /etc/hostname 0644
+printf '127.0.0.1 localhost\n127.0.1.1 epo-guest\n' | put /etc/hosts 0644
+# mmdebstrap copies the build machine's resolver in; a guest must not inherit it.
+: | put /etc/resolv.conf 0644
+echo 'LABEL=epo-root / ext4 defaults,noatime 0 1' | put /etc/fstab 0644
+
+# DHCP on the first NIC by systemd-networkd; cloud-init leaves the network alone.
+put /etc/systemd/network/80-dhcp.network 0644 <<'EOF'
+[Match]
+Name=en* eth*
+
+[Network]
+DHCP=ipv4
+LinkLocalAddressing=no
+IPv6AcceptRA=no
+EOF
+in_root systemctl enable systemd-networkd.service >/dev/null 2>&1
+in_root systemctl mask systemd-networkd-wait-online.service apt-daily.timer \
+  apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer \
+  getty@tty1.service >/dev/null 2>&1
+
+# cloud-init: the NoCloud seed only; its locale module fails without generated locales.
+put /etc/cloud/cloud.cfg.d/90-epo-guest.cfg 0644 <<'EOF'
+datasource_list: [ NoCloud, None ]
+network: {config: disabled}
+locale: false
+EOF
+
+# The agent is how the host learns the guest's address. Started by udev when its virtio
+# port appears, it would still be ordered after sysinit.target and so after cloud-init's
+# first stages; without default dependencies it comes up as soon as its port exists.
+put /etc/systemd/system/qemu-guest-agent.service.d/10-early.conf 0644 <<'EOF'
+[Unit]
+DefaultDependencies=no
+After=local-fs.target
+Conflicts=shutdown.target
+Before=shutdown.target
+EOF
+
+# A closed proxy until cloud-init writes the real configuration: port 3128, loopback only.
+put /etc/tinyproxy/tinyproxy.conf 0644 <<'EOF'
+User tinyproxy
+Group tinyproxy
+Port 3128
+Timeout 600
+DefaultErrorFile "/usr/share/tinyproxy/default.html"
+StatFile "/usr/share/tinyproxy/stats.html"
+Syslog On
+LogLevel Notice
+PidFile "/run/tinyproxy/tinyproxy.pid"
+MaxClients 100
+Allow 127.0.0.1
+Allow ::1
+ViaProxyName "tinyproxy"
+DisableViaHeader Yes
+ConnectPort 443
+EOF
+
+# No password anywhere; the serial console shows the boot, nobody logs in on it.
+in_root passwd -l root >/dev/null
+
+# Keep only the modules a q35 guest with virtio and SATA devices uses (with what they
+# depend on): udev then has little to load under TCG, and the initramfs stays small.
+want="virtio_pci virtio_blk virtio_scsi virtio_net virtio_console virtio_rng ahci sd_mod
+  sr_mod isofs vfat nls_utf8 nls_cp437 nls_ascii ext4 crc32c_generic efivarfs af_packet autofs4"
+for kdir in "$root"/usr/lib/modules/*; do
+  kver=$(basename "$kdir")
+  keep=$(mktemp)
+  all=$(mktemp)
+  for m in $want; do
+    in_root modprobe -S "$kver" --show-depends "$m" 2>/dev/null | awk '$1 == "insmod" { print $2 }'
+  done | sed 's#^/lib/#/usr/lib/#' | sort -u >"$keep"
+  (cd "$root" && find "usr/lib/modules/$kver/kernel" -name '*.ko*' | sed 's#^#/#' | sort) >"$all"
+  comm -23 "$all" "$keep" | sed "s#^#$root#" | xargs -r rm -f
+  find "$kdir/kernel" -type d -empty -delete
+  echo "kernel $kver: kept $(wc -l <"$keep") of $(wc -l <"$all") modules" >&2
+  rm -f "$keep" "$all"
+  in_root depmod "$kver"
+done
+
+printf 'MODULES=list\nCOMPRESS=zstd\nRESUME=none\n' | put /etc/initramfs-tools/conf.d/90-epo-guest 0644
+printf 'virtio_pci\nvirtio_blk\nvirtio_scsi\nahci\nsd_mod\next4\n' >>"$root/etc/initramfs-tools/modules"
+in_root update-initramfs -u -k all >/dev/null 2>&1
+
+# A new machine id on first boot; no apt lists or caches in the image.
+: | put /etc/machine-id 0444
+rm -f "$root/var/lib/dbus/machine-id"
+rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/log/*.log
