@@ -8,6 +8,10 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
@@ -20,7 +24,11 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
+
+// tracerName is the instrumentation scope of the reconciler's spans.
+const tracerName = "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
 
 // Finalizer keeps a Proxy until its instance is gone.
 const Finalizer = "egress.hrajfrisbee.cz/finalizer"
@@ -80,7 +88,19 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) 
 
 // Reconcile brings one Proxy's instance and status in line with its spec. It returns a
 // result or an error, never both.
-func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	// The provider operation spans nest under this one.
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "proxy.reconcile", trace.WithAttributes(
+		attribute.String("proxy.namespace", req.Namespace), attribute.String("proxy.name", req.Name)))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
+	ctx = ctrl.LoggerInto(ctx, tracing.Logger(ctx, ctrl.LoggerFrom(ctx)))
+
 	px := &v1alpha1.Proxy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, px); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -97,7 +117,7 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 
 	s := r.newScope(ctx, px)
-	res, err := r.reconcilePhases(ctx, s)
+	res, err = r.reconcilePhases(ctx, s)
 	if perr := r.patchStatus(ctx, s); perr != nil && !s.gone {
 		if err == nil {
 			err = perr

@@ -61,6 +61,9 @@ func (r *ProxyReconciler) providerError(s *scope, action string, err error, prov
 	st := &s.px.Status
 	switch {
 	case errors.Is(err, provider.ErrPermanent):
+		if st.Phase != v1alpha1.PhaseFailed {
+			s.log.Info("proxy phase changed", "from", st.Phase, "to", v1alpha1.PhaseFailed, "reason", v1alpha1.ReasonPermanentError, "error", err.Error())
+		}
 		st.Phase, st.Message = v1alpha1.PhaseFailed, err.Error()
 		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonPermanentError, err.Error())
 		s.event(corev1.EventTypeWarning, v1alpha1.ReasonPermanentError, action,
@@ -68,6 +71,7 @@ func (r *ProxyReconciler) providerError(s *scope, action string, err error, prov
 		return ctrl.Result{}, nil
 	case errors.Is(err, provider.ErrQuotaExceeded):
 		msg := fmt.Sprintf("%v; retrying in %s", err, r.quotaRetry())
+		s.log.Info("provider out of capacity; waiting", "op", action, "retryIn", r.quotaRetry(), "error", err.Error())
 		st.Phase, st.Message = v1alpha1.PhaseProvisioning, msg
 		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonQuotaExceeded, msg)
 		s.event(corev1.EventTypeWarning, v1alpha1.ReasonQuotaExceeded, action, "%s", msg)

@@ -69,6 +69,7 @@ func (s *scope) setPhase(phase v1alpha1.ProxyPhase, reason, message string) {
 	if st.Phase == phase {
 		return
 	}
+	s.log.Info("proxy phase changed", "from", st.Phase, "to", phase, "reason", reason, "message", message)
 	st.Phase = phase
 	typ := corev1.EventTypeNormal
 	if phase == v1alpha1.PhaseFailed {
