@@ -61,7 +61,9 @@ func parseMetadata(ns, s string) (mark, error) {
 	if err := xml.Unmarshal([]byte(s), &m); err != nil {
 		return mark{}, fmt.Errorf("parsing instance metadata: %w", err)
 	}
-	if m.XMLName.Space != ns || m.XMLName.Local != "instance" {
+	// libvirt (9.0 at least) hands the element back without its namespace: the lookup
+	// already selected it by ns, so no namespace means ns. Another one is not ours.
+	if (m.XMLName.Space != ns && m.XMLName.Space != "") || m.XMLName.Local != "instance" {
 		return mark{}, fmt.Errorf("instance metadata is element {%s}%s, want {%s}instance",
 			m.XMLName.Space, m.XMLName.Local, ns)
 	}

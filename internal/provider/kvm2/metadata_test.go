@@ -37,11 +37,13 @@ func TestMetadataRoundTrip(t *testing.T) {
 func TestParseMetadata(t *testing.T) {
 	ns := metadataURI
 	ok := []struct{ name, in, uid string }{
-		// libvirt returns an element defined with a default namespace as it was...
+		// An element with a default namespace...
 		{"default namespace", `<instance xmlns="` + ns + `"><managed>true</managed><uid>u1</uid><createdAt>2026-09-16T17:42:11Z</createdAt></instance>`, "u1"},
 		// ...and one set through virsh metadata --key with a prefix.
 		{"prefixed", `<k:instance xmlns:k="` + ns + `"><k:managed>true</k:managed><k:uid>u2</k:uid><k:createdAt>2026-09-16T17:42:11Z</k:createdAt></k:instance>`, "u2"},
 		{"empty uid", `<instance xmlns="` + ns + `"><managed>true</managed><uid></uid></instance>`, ""},
+		// What libvirtd 9.0.0 really answers DomainGetMetadata with: the namespace stripped.
+		{"namespace stripped by libvirtd", "<instance>\n  <managed>true</managed>\n  <uid>u3</uid>\n  <createdAt>2026-09-16T17:42:11Z</createdAt>\n</instance>\n", "u3"},
 	}
 	for _, c := range ok {
 		m, err := parseMetadata(ns, c.in)
