@@ -16,13 +16,18 @@ import (
 )
 
 // BenchmarkThousandProxies creates 1,000 Proxies at once against a real API server with
-// the fake provider and the default 3 workers, and reports the time until every one is
-// Running and the process's peak RSS (manager, cache and test client together; the API
-// server and etcd run in processes of their own).
+// the fake provider, with the default 3 workers and with 10, and reports the time until
+// every one is Running and the process's peak RSS so far (manager, cache and test client
+// together; the API server and etcd run in processes of their own).
 func BenchmarkThousandProxies(b *testing.B) {
-	const n = 1000
+	for _, workers := range []int{3, 10} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) { benchmarkProxies(b, 1000, workers) })
+	}
+}
+
+func benchmarkProxies(b *testing.B, n, workers int) {
 	for i := 0; i < b.N; i++ {
-		e := newProxyEnv(b)
+		e := newProxyEnvWorkers(b, workers)
 		start := time.Now()
 		createConcurrently(b, e, n, 16)
 		created := time.Since(start)

@@ -49,6 +49,12 @@ type envOption func(*ProxyReconciler, ctrl.Manager)
 // a fake provider named testProvider.
 func newProxyEnv(t testing.TB, opts ...envOption) *proxyEnv {
 	t.Helper()
+	return newProxyEnvWorkers(t, 3, opts...)
+}
+
+// newProxyEnvWorkers is newProxyEnv with workers concurrent reconciles.
+func newProxyEnvWorkers(t testing.TB, workers int, opts ...envOption) *proxyEnv {
+	t.Helper()
 	ctx := testContext(t)
 	ns := fmt.Sprintf("px-%d-%d", time.Now().UnixNano()%1e6, nsCounter.Add(1))
 	if err := testClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -75,7 +81,7 @@ func newProxyEnv(t testing.TB, opts ...envOption) *proxyEnv {
 	for _, o := range opts {
 		o(e.r, mgr)
 	}
-	if err := e.r.SetupWithManager(mgr, 3); err != nil {
+	if err := e.r.SetupWithManager(mgr, workers); err != nil {
 		t.Fatalf("setting up the reconciler: %v", err)
 	}
 	mctx, cancel := context.WithCancel(ctx)
