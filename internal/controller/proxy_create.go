@@ -88,22 +88,37 @@ func (r *ProxyReconciler) providerError(s *scope, action string, err error, prov
 }
 
 // progress shows what a long Create is doing on the Provisioned condition, patching at
-// most once per ProgressInterval (and at once when the reason changes).
+// most once per ProgressInterval (and at once when the reason changes). Reports only
+// record the latest progress; a goroutine of its own writes it, so a provider reporting
+// never waits for the API server.
 type progress struct {
 	r        *ProxyReconciler
 	ctx      context.Context
 	interval time.Duration
+	wake     chan struct{}
+	done     chan struct{}
 
-	mu      sync.Mutex
-	px      *v1alpha1.Proxy // private copy, advanced by each patch
-	latest  *v1alpha1.Proxy // the object after the last successful patch
-	reason  string
-	last    time.Time
-	stopped bool
+	mu           sync.Mutex
+	reason       string
+	last         time.Time
+	stopped      bool
+	pending      *provider.Progress
+	pendingEvent bool
+
+	// Owned by the writer goroutine until done is closed.
+	px     *v1alpha1.Proxy // private copy, advanced by each patch
+	latest *v1alpha1.Proxy // the object after the last successful patch
 }
 
 func (r *ProxyReconciler) newProgress(ctx context.Context, s *scope) *progress {
-	return &progress{r: r, ctx: ctx, px: s.px.DeepCopy(), interval: orDefault(r.ProgressInterval, DefaultProgressInterval)}
+	p := &progress{
+		r: r, ctx: ctx, px: s.px.DeepCopy(),
+		interval: orDefault(r.ProgressInterval, DefaultProgressInterval),
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	go p.run()
+	return p
 }
 
 // report is installed with provider.WithProgress; providers may call it from any goroutine.
@@ -118,6 +133,27 @@ func (p *progress) report(pr provider.Progress) {
 		return
 	}
 	p.reason, p.last = pr.Reason, time.Now()
+	p.pending, p.pendingEvent = &pr, p.pendingEvent || changed
+	select {
+	case p.wake <- struct{}{}:
+	default: // a write is already due; it will take this report
+	}
+}
+
+func (p *progress) run() {
+	defer close(p.done)
+	for range p.wake {
+		p.mu.Lock()
+		pr, event := p.pending, p.pendingEvent
+		p.pending, p.pendingEvent = nil, false
+		p.mu.Unlock()
+		if pr != nil {
+			p.write(*pr, event)
+		}
+	}
+}
+
+func (p *progress) write(pr provider.Progress, event bool) {
 	msg := pr.Message
 	if pr.Total > 0 {
 		msg = fmt.Sprintf("%s (%d%%)", msg, pr.Done*100/pr.Total)
@@ -125,7 +161,7 @@ func (p *progress) report(pr provider.Progress) {
 	s := &scope{px: p.px.DeepCopy(), base: p.px.DeepCopy(), r: p.r, log: ctrl.LoggerFrom(p.ctx)}
 	s.px.Status.Message = msg
 	s.setProvisioned(metav1.ConditionFalse, pr.Reason, msg)
-	if changed {
+	if event {
 		s.event(corev1.EventTypeNormal, pr.Reason, actionCreate, "%s", msg)
 	}
 	if err := p.r.patchStatus(p.ctx, s); err != nil {
@@ -135,11 +171,13 @@ func (p *progress) report(pr provider.Progress) {
 	p.px, p.latest = s.px, s.px
 }
 
-// stop ends reporting, waiting for a patch in flight, and returns the object as the last
-// progress patch left it (nil when nothing was patched).
+// stop ends reporting, drops what was not written yet, waits for a write in flight, and
+// returns the object as the last progress write left it (nil when nothing was written).
 func (p *progress) stop() *v1alpha1.Proxy {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.stopped = true
+	p.stopped, p.pending = true, nil
+	close(p.wake)
+	p.mu.Unlock()
+	<-p.done
 	return p.latest
 }
