@@ -96,7 +96,11 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 	if err != nil {
 		return provider.Instance{}, fmt.Errorf("looking up pool %s on host %s: %w", h.Pool, h.Name, err)
 	}
-	base, err := p.ensureImage(ctx, b, h, pool, plan.img)
+	cache, err := p.checkPoolSpace(ctx, b, h, pool, plan.img)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	base, err := p.ensureImage(ctx, b, h, pool, plan.img, cache)
 	if err != nil {
 		return provider.Instance{}, err
 	}

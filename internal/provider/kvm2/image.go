@@ -1,16 +1,22 @@
 package kvm2
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"github.com/go-logr/logr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
 
 // image is a resolved placement.image: where the bytes come from, what they are and the
@@ -62,30 +68,203 @@ type baseImage struct {
 	Format string
 }
 
-// ensureImage makes sure img is cached in pool on host h and returns it.
-//
-// This is the seam the image cache fills: the cache checks the pool has room for the
-// image and the VM's own volumes (the quota precheck), validates the marker, and
-// downloads and uploads a missing base on a connection of its own. Until then it only
-// looks the base and its marker up, and a base that is not complete yet is transient.
-func (p *Provider) ensureImage(ctx context.Context, b backend, h provider.KVMHost, pool libvirt.StoragePool, img image) (baseImage, error) {
-	_ = ctx
-	vol, err := b.StorageVolLookupByName(pool, img.baseVol())
+// Defaults of the image cache's own time limits. The whole fetch, from the HTTP request to
+// the marker, runs within the transfer budget (budgets.transfer); the HTTP download itself
+// ends a minute earlier, so a stalled mirror ends through its body and never through the
+// connection the upload budget would otherwise kill.
+const (
+	defaultDownloadMargin = time.Minute
+	defaultHeadBudget     = 30 * time.Second
+	defaultProgressEvery  = 5 * time.Second
+)
+
+// imageCache holds what the provider's image cache keeps between calls: the per-(host,
+// volume) locks that make concurrent Creates share one fetch, the HTTP client and the
+// time limits, which tests shorten.
+type imageCache struct {
+	locks  *nameLocks
+	client *http.Client
+	// download bounds the HTTP download; 0 means the transfer budget less
+	// defaultDownloadMargin (or a tenth of the budget, when that is shorter).
+	download time.Duration
+	// head bounds the length lookup of the pool-space precheck.
+	head time.Duration
+	// progressEvery is the least time between two progress reports of a download.
+	progressEvery time.Duration
+}
+
+func newImageCache() *imageCache {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// An image is fetched once per host; an idle connection kept for a next fetch that
+	// may never come is only a goroutine pair and a socket held open.
+	tr.DisableKeepAlives = true
+	tr.DisableCompression = true
+	return &imageCache{
+		locks:         newNameLocks(),
+		client:        &http.Client{Transport: tr},
+		head:          defaultHeadBudget,
+		progressEvery: defaultProgressEvery,
+	}
+}
+
+// downloadBudget is the deadline of the HTTP download of an image.
+func (p *Provider) downloadBudget() time.Duration {
+	if p.images.download > 0 {
+		return p.images.download
+	}
+	t := p.hosts.budgets.transfer
+	return t - min(defaultDownloadMargin, t/10)
+}
+
+// cacheState is what a host's pool holds of an image: the base volume, its marker and the
+// digest the marker records. reason says why the cached copy cannot be used ("" when it
+// can).
+type cacheState struct {
+	base   *libvirt.StorageVol
+	marker *libvirt.StorageVol
+	digest string
+	reason string
+}
+
+func (s cacheState) complete() bool { return s.reason == "" }
+
+// Reasons a cached base is not used as it is.
+const (
+	cacheNoBase      = "no base volume"
+	cacheNoMarker    = "base volume without marker"
+	cacheBadMarker   = "marker does not hold a sha256 digest"
+	cacheWrongDigest = "marker differs from the configured sha256"
+	markerLen        = 64
+	markerReadLimit  = 4 * markerLen
+)
+
+// inspectCache reads what pool holds of img without changing anything: the precheck and
+// the fast path of ensureImage use it without the image lock.
+func inspectCache(b backend, h provider.KVMHost, pool libvirt.StoragePool, img image) (cacheState, error) {
+	var s cacheState
+	lookup := func(name string) (*libvirt.StorageVol, error) {
+		vol, err := b.StorageVolLookupByName(pool, name)
+		if isCode(err, libvirt.ErrNoStorageVol) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("looking up %s in pool %s on host %s: %w", name, h.Pool, h.Name, err)
+		}
+		return &vol, nil
+	}
+	var err error
+	if s.base, err = lookup(img.baseVol()); err != nil {
+		return s, err
+	}
+	if s.marker, err = lookup(img.markerVol()); err != nil {
+		return s, err
+	}
+	switch {
+	case s.base == nil:
+		s.reason = cacheNoBase
+		return s, nil
+	case s.marker == nil:
+		s.reason = cacheNoMarker
+		return s, nil
+	}
+	var buf bytes.Buffer
+	if err := b.StorageVolDownload(*s.marker, &limitedWriter{w: &buf, n: markerReadLimit}, 0, markerReadLimit, 0); err != nil {
+		return s, fmt.Errorf("reading image marker %s in pool %s on host %s: %w", img.markerVol(), h.Pool, h.Name, err)
+	}
+	s.digest = strings.ToLower(strings.TrimRight(buf.String(), "\x00\n "))
+	switch {
+	case !isDigest(s.digest):
+		s.reason = cacheBadMarker
+	case img.SHA256 != "" && s.digest != img.SHA256:
+		s.reason = cacheWrongDigest
+	}
+	return s, nil
+}
+
+// isDigest reports whether s is a sha256 digest in lowercase hex.
+func isDigest(s string) bool {
+	if len(s) != markerLen {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+// limitedWriter keeps at most n bytes and drops the rest: a marker is 64 bytes, and a
+// volume of that name holding something else must not be read into memory whole.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if keep := min(len(p), l.n); keep > 0 {
+		if _, err := l.w.Write(p[:keep]); err != nil {
+			return 0, err
+		}
+		l.n -= keep
+	}
+	return len(p), nil
+}
+
+// ensureImage makes sure img is cached in pool on host h and returns the base. cache is
+// what the precheck found; when it says the base is complete nothing more is asked.
+// Otherwise the caller queues on the image's per-(host, volume) lock: the first one fetches,
+// and the rest find the marker when their turn comes.
+func (p *Provider) ensureImage(ctx context.Context, b backend, h provider.KVMHost, pool libvirt.StoragePool, img image, cache cacheState) (baseImage, error) {
+	if cache.complete() && cache.base != nil {
+		return basePath(b, h, img, *cache.base)
+	}
+	log := tracing.Logger(ctx, p.log).WithValues("host", h.Name, "volume", img.baseVol())
+	unlock, err := p.images.locks.lock(ctx, h.Name+"/"+h.Pool+"/"+img.baseVol())
 	if err != nil {
-		if code, ok := libvirtCode(err); ok && code == libvirt.ErrNoStorageVol {
-			return baseImage{}, provider.Errorf(provider.ErrTransient,
-				"base image %s is not in pool %s on host %s yet: %w", img.baseVol(), h.Pool, h.Name, err)
-		}
-		return baseImage{}, fmt.Errorf("looking up base image %s in pool %s on host %s: %w", img.baseVol(), h.Pool, h.Name, err)
+		return baseImage{}, provider.Transient(fmt.Errorf("waiting for the fetch of base image %s on host %s: %w",
+			img.baseVol(), h.Name, err))
 	}
-	if _, err := b.StorageVolLookupByName(pool, img.markerVol()); err != nil {
-		if code, ok := libvirtCode(err); ok && code == libvirt.ErrNoStorageVol {
-			return baseImage{}, provider.Errorf(provider.ErrTransient,
-				"base image %s in pool %s on host %s is not complete yet (no %s): %w",
-				img.baseVol(), h.Pool, h.Name, img.markerVol(), err)
-		}
-		return baseImage{}, fmt.Errorf("looking up image marker %s in pool %s on host %s: %w", img.markerVol(), h.Pool, h.Name, err)
+	defer unlock()
+	if base, ok, err := p.cachedImage(log, b, h, pool, img); err != nil || ok {
+		return base, err
 	}
+	vol, err := p.fetchImage(ctx, log, b, h, pool, img)
+	if err != nil {
+		return baseImage{}, err
+	}
+	return basePath(b, h, img, vol)
+}
+
+// cachedImage returns the cached base of img when it is complete. Otherwise it removes
+// what an interrupted or outdated fetch left behind (a base without marker, a marker that
+// is not a digest or differs from the configured sha256) and reports false, so the caller
+// fetches afresh. The caller holds the image lock.
+func (p *Provider) cachedImage(log logr.Logger, b backend, h provider.KVMHost, pool libvirt.StoragePool, img image) (baseImage, bool, error) {
+	s, err := inspectCache(b, h, pool, img)
+	if err != nil {
+		return baseImage{}, false, err
+	}
+	if s.complete() {
+		base, err := basePath(b, h, img, *s.base)
+		return base, err == nil, err
+	}
+	switch s.reason {
+	case cacheBadMarker, cacheWrongDigest:
+		log.V(1).Info("image marker forces a refetch", "marker", img.markerVol(), "reason", s.reason,
+			"configuredSHA256", img.SHA256 != "")
+	case cacheNoMarker:
+		log.V(1).Info("removing a base image left without marker", "reason", s.reason)
+	}
+	// The marker goes first: a base without marker is never used, whatever happens next.
+	for _, v := range []*libvirt.StorageVol{s.marker, s.base} {
+		if v == nil {
+			continue
+		}
+		if err := b.StorageVolDelete(*v, 0); err != nil && !isCode(err, libvirt.ErrNoStorageVol) {
+			return baseImage{}, false, fmt.Errorf("deleting stale %s in pool %s on host %s: %w", v.Name, h.Pool, h.Name, err)
+		}
+	}
+	return baseImage{}, false, nil
+}
+
+func basePath(b backend, h provider.KVMHost, img image, vol libvirt.StorageVol) (baseImage, error) {
 	path, err := b.StorageVolGetPath(vol)
 	if err != nil {
 		return baseImage{}, fmt.Errorf("resolving the path of base image %s on host %s: %w", img.baseVol(), h.Name, err)

@@ -1,8 +1,20 @@
 package kvm2
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
@@ -37,5 +49,298 @@ func TestResolveImage(t *testing.T) {
 		if !errors.Is(err, provider.ErrPermanent) || err.Error() != want {
 			t.Errorf("ref %q: got %v, want permanent %q", ref, err, want)
 		}
+	}
+}
+
+func TestImageFetchedOnFirstCreateThenCached(t *testing.T) {
+	e := newImgEnv(t, nil)
+	if _, err := e.create("vm-a"); err != nil {
+		t.Fatal(err)
+	}
+	e.wantCached(t)
+	if got := e.srv.gets.Load(); got != 1 {
+		t.Fatalf("%d GETs for one fetch, want 1", got)
+	}
+	ups := e.baseUploads()
+	if len(ups) != 1 || ups[0].Received != testImageSize || ups[0].Length != testImageSize || ups[0].Err != nil {
+		t.Fatalf("base uploads %+v, want one clean upload of %d bytes", ups, testImageSize)
+	}
+	for _, enc := range e.srv.acceptEncodings() {
+		if enc != "identity" {
+			t.Fatalf("a request carried Accept-Encoding %q, want identity", enc)
+		}
+	}
+	// The pooled connection plus one dialled for the upload, which is closed again.
+	if n := e.d.dials.Load(); n != 2 {
+		t.Fatalf("%d dials, want the pooled one and one for the upload", n)
+	}
+	if !e.d.conn(1).closed.Load() || e.d.conn(0).closed.Load() {
+		t.Fatal("the upload's connection must be closed after it and the pooled one left open")
+	}
+	fetching := e.logs.find(`"msg":"fetching base image into host pool"`, `"size":`+strconv.Itoa(testImageSize), `"url":"`+e.srv.url())
+	cached := e.logs.find(`"msg":"base image cached"`, `"size":`+strconv.Itoa(testImageSize), `"digest":"`+e.srv.digest, `"duration"`)
+	if len(fetching) != 1 || len(cached) != 1 {
+		t.Fatalf("want one fetching and one cached line, got %q", e.logs.all())
+	}
+	var span sdktrace.ReadOnlySpan
+	for _, s := range spansFor(e.host) {
+		for _, a := range s.Attributes() {
+			if strings.Contains(a.Value.Emit(), "sig=") || strings.Contains(a.Value.Emit(), "/images/") {
+				t.Errorf("span %s attribute %s carries the URL: %s", s.Name(), a.Key, a.Value.Emit())
+			}
+		}
+		if s.Name() == "kvm2.download" {
+			span = s
+		}
+	}
+	if span == nil || span.SpanKind() != trace.SpanKindClient {
+		t.Fatal("no client span kvm2.download")
+	}
+	u := must(url.Parse(e.srv.URL))
+	for key, want := range map[string]string{"kvm2.volume": e.img.baseVol(), "kvm2.url_host": u.Host,
+		"kvm2.sha256_configured": "false", "kvm2.bytes": strconv.Itoa(testImageSize)} {
+		if v, ok := attr(span, key); !ok || v.Emit() != want {
+			t.Errorf("span attribute %s = %q, want %q", key, v.Emit(), want)
+		}
+	}
+
+	// A second VM finds the marker: no request at all, not even the precheck's HEAD.
+	heads := e.srv.heads.Load()
+	if _, err := e.create("vm-b"); err != nil {
+		t.Fatal(err)
+	}
+	if e.srv.gets.Load() != 1 || e.srv.heads.Load() != heads || len(e.baseUploads()) != 1 {
+		t.Fatalf("a cached image was fetched again: %d GETs, %d HEADs", e.srv.gets.Load(), e.srv.heads.Load())
+	}
+	overlay, _ := e.volume(overlayVolName("vm-b"))
+	if overlay.BackingStore != libvirtfake.DefaultPoolPath+"/"+e.img.baseVol() {
+		t.Fatalf("overlay backs onto %q", overlay.BackingStore)
+	}
+}
+
+func TestImageFetchFailures(t *testing.T) {
+	for _, tc := range []struct {
+		mode  string
+		sha   bool // configure a sha256 that differs from the body's
+		class error
+		msg   string
+	}{
+		{mode: serveChunked, class: provider.ErrPermanent, msg: "sent no Content-Length"},
+		{mode: serveZero, class: provider.ErrPermanent, msg: "sent a Content-Length of 0"},
+		{mode: "404", class: provider.ErrPermanent, msg: "answered 404 Not Found"},
+		{mode: "403", class: provider.ErrPermanent, msg: "answered 403 Forbidden"},
+		{mode: "429", class: provider.ErrTransient, msg: "answered 429 Too Many Requests"},
+		{mode: "503", class: provider.ErrTransient, msg: "answered 503 Service Unavailable"},
+		{mode: serveShort, class: provider.ErrTransient, msg: fmt.Sprintf("the body ended after %d of %d bytes", testImageSize/2, testImageSize)},
+		{mode: serveGzip, class: provider.ErrPermanent, msg: "answered 406 Not Acceptable"},
+		{mode: serveOK, sha: true, class: provider.ErrPermanent, msg: "not the configured " + strings.Repeat("ab", 32)},
+	} {
+		t.Run(tc.mode+map[bool]string{true: "-sha"}[tc.sha], func(t *testing.T) {
+			var sha func(string) string
+			if tc.sha {
+				sha = func(string) string { return strings.Repeat("AB", 32) }
+			}
+			e := newImgEnv(t, sha)
+			e.srv.setMode(tc.mode)
+			// Through Create, as a user meets it: the precheck may be what fails.
+			_, err := e.create("vm-a")
+			wantClass(t, err, tc.class, nil)
+			if !strings.Contains(err.Error(), tc.msg) || !strings.Contains(err.Error(), e.srv.URL+"/images/") {
+				t.Fatalf("Create: %q does not name the URL and say %q", err, tc.msg)
+			}
+			e.wantNotCached(t)
+			if _, ok := e.volume(overlayVolName("vm-a")); ok {
+				t.Fatal("an overlay was created although the image is missing")
+			}
+			// And the fetch on its own, without the precheck in front of it.
+			b, h, pool := e.pooled(t)
+			_, err = e.p.fetchImage(context.Background(), discardLog(), b, h, pool, e.img)
+			wantClass(t, err, tc.class, nil)
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("fetchImage: %q does not say %q", err, tc.msg)
+			}
+			e.wantNotCached(t)
+			for _, s := range spansFor(e.host) {
+				if s.Name() == "kvm2.download" && strings.Contains(s.Status().Description, "/images/") {
+					t.Fatalf("span status carries the URL: %s", s.Status().Description)
+				}
+			}
+		})
+	}
+}
+
+func TestImageCrashMidDownloadIsRefetched(t *testing.T) {
+	e := newImgEnv(t, nil)
+	// What a crash leaves: a base volume, part written, and no marker.
+	if err := e.fake.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: e.img.baseVol(),
+		Content: e.srv.body[:1000], Capacity: testImageSize}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.create("vm-a"); err != nil {
+		t.Fatal(err)
+	}
+	e.wantCached(t)
+	if e.srv.gets.Load() != 1 || len(e.logs.find(`"msg":"removing a base image left without marker"`)) != 1 {
+		t.Fatalf("%d GETs, logs %q", e.srv.gets.Load(), e.logs.all())
+	}
+}
+
+func TestImageMarkerForcesRefetch(t *testing.T) {
+	for _, tc := range []struct {
+		name, marker string
+		sha          bool
+		reason       string
+	}{
+		{name: "garbage", marker: "not a digest at all", reason: cacheBadMarker},
+		{name: "short hex", marker: "abcdef", reason: cacheBadMarker},
+		{name: "differs from configured", marker: strings.Repeat("0", 64), sha: true, reason: cacheWrongDigest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sha func(string) string
+			if tc.sha {
+				sha = strings.ToUpper // the configured digest is the body's, in upper case
+			}
+			e := newImgEnv(t, sha)
+			e.putCached(t, tc.marker)
+			if _, err := e.create("vm-a"); err != nil {
+				t.Fatal(err)
+			}
+			e.wantCached(t)
+			lines := e.logs.find(`"msg":"image marker forces a refetch"`, `"reason":"`+tc.reason+`"`, `"level":1`)
+			if e.srv.gets.Load() != 1 || len(lines) != 1 {
+				t.Fatalf("%d GETs and %d refetch lines, want one each", e.srv.gets.Load(), len(lines))
+			}
+		})
+	}
+}
+
+func TestImageValidMarkerIsUsedAsIs(t *testing.T) {
+	// A marker with a digest and no sha256 configured: the cached copy stays, even
+	// though its content is not what the URL serves now.
+	e := newImgEnv(t, nil)
+	e.putCached(t, strings.Repeat("5", 64)+"\n")
+	if _, err := e.create("vm-a"); err != nil {
+		t.Fatal(err)
+	}
+	base, _ := e.volume(e.img.baseVol())
+	if string(base.Content) != "an older copy" || e.srv.gets.Load()+e.srv.heads.Load() != 0 {
+		t.Fatalf("cached base replaced (%q) or URL asked (%d requests)", base.Content, e.srv.gets.Load()+e.srv.heads.Load())
+	}
+}
+
+func TestImageConcurrentCreatesShareOneFetch(t *testing.T) {
+	e := newImgEnv(t, nil)
+	e.srv.setMode(serveGated)
+	errs := make(chan error, 2)
+	for _, name := range []string{"vm-a", "vm-b"} {
+		go func() { _, err := e.create(name); errs <- err }()
+	}
+	select {
+	case <-e.srv.halfSent: // one fetch is half way through
+	case err := <-errs:
+		t.Fatalf("a Create ended before the fetch was half way: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("gave up waiting for a fetch to be half way through")
+	}
+	// Both prechecks asked for the length, so both Creates saw no marker and queue for
+	// the image; only then may the fetch finish.
+	eventually(t, "both prechecks to ask for the image length", func() bool { return e.srv.heads.Load() == 2 })
+	e.srv.release()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.wantCached(t)
+	if e.srv.gets.Load() != 1 || len(e.baseUploads()) != 1 {
+		t.Fatalf("%d GETs and %d base uploads for two concurrent Creates, want one each", e.srv.gets.Load(), len(e.baseUploads()))
+	}
+}
+
+func TestImageHeadRefusedFallsBackToGet(t *testing.T) {
+	e := newImgEnv(t, nil)
+	e.srv.setMode(serveHead405)
+	if _, err := e.create("vm-a"); err != nil {
+		t.Fatal(err)
+	}
+	e.wantCached(t)
+	// The precheck's GET (closed at once) and the fetch's.
+	if e.srv.heads.Load() != 1 || e.srv.gets.Load() != 2 {
+		t.Fatalf("%d HEADs and %d GETs", e.srv.heads.Load(), e.srv.gets.Load())
+	}
+}
+
+func TestImageStalledMirrorEndsByDownloadDeadline(t *testing.T) {
+	e := newImgEnv(t, nil)
+	e.srv.setMode(serveStall)
+	e.p.images.download = 1500 * time.Millisecond
+	start := time.Now()
+	_, err := e.create("vm-a")
+	wantClass(t, err, provider.ErrTransient, context.DeadlineExceeded)
+	if !strings.Contains(err.Error(), fmt.Sprintf("the body ended after %d of %d bytes", testImageSize/2, testImageSize)) {
+		t.Fatalf("error %q does not say where the body ended", err)
+	}
+	if took := time.Since(start); took >= testBudgets.smallUpload {
+		t.Fatalf("took %s, the upload budget would have ended it", took)
+	}
+	// The stream itself ended cleanly with what had arrived: the connection was not
+	// killed under it.
+	ups := e.baseUploads()
+	if len(ups) != 1 || !ups[0].Done || ups[0].Err != nil || ups[0].Received != testImageSize/2 {
+		t.Fatalf("base upload %+v, want a clean end after the half that arrived", ups)
+	}
+	e.wantNotCached(t)
+}
+
+func TestImageProgressReports(t *testing.T) {
+	e := newImgEnv(t, nil)
+	e.srv.setMode(serveDripping)
+	const every = 40 * time.Millisecond
+	e.p.images.progressEvery = every
+	var (
+		mu      sync.Mutex
+		reports []provider.Progress
+		at      []time.Time
+	)
+	ctx := provider.WithProgress(context.Background(), func(p provider.Progress) {
+		mu.Lock()
+		reports, at = append(reports, p), append(at, time.Now())
+		mu.Unlock()
+	})
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(reports) }
+	done := make(chan error, 1)
+	go func() { _, err := e.createCtx(ctx, "vm-a"); done <- err }()
+	e.srv.drip <- 1 << 20 // the first MiB
+	eventually(t, "a report of the first MiB", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(reports) > 0 && reports[len(reports)-1].Done == 1<<20
+	})
+	for _, n := range []int{1 << 20, 1 << 20, 1 << 20} {
+		e.srv.drip <- n
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	n := count()
+	mu.Lock()
+	defer mu.Unlock()
+	first := reports[0]
+	if first.Reason != provider.ReasonImageDownloading || first.Done != 0 || first.Total != testImageSize ||
+		first.Message != "downloading base image debian-13 to host "+e.host+": 0.0 MiB of 3.0 MiB (0%)" {
+		t.Fatalf("first report %+v", first)
+	}
+	var sawMiB bool
+	for i, r := range reports {
+		sawMiB = sawMiB || r.Message == "downloading base image debian-13 to host "+e.host+": 1.0 MiB of 3.0 MiB (33%)"
+		if i > 0 && at[i].Sub(at[i-1]) < every {
+			t.Fatalf("reports %d and %d only %s apart, want at least %s", i-1, i, at[i].Sub(at[i-1]), every)
+		}
+	}
+	if !sawMiB || n < 2 {
+		t.Fatalf("reports %+v", reports)
+	}
+	if lines := e.logs.find(`"msg":"downloading base image"`, `"total":`+strconv.Itoa(testImageSize)); len(lines) != n {
+		t.Fatalf("%d progress lines for %d reports", len(lines), n)
 	}
 }

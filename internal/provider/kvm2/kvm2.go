@@ -28,6 +28,7 @@ type Provider struct {
 	log    logr.Logger
 	hosts  *hosts
 	locks  *nameLocks
+	images *imageCache
 	now    func() time.Time
 
 	runningWait time.Duration
@@ -75,6 +76,7 @@ func NewOfType(pc provider.ProviderConfig, typ string, log logr.Logger) (*Provid
 		log:         log.WithName(typ).WithValues("provider", pc.Name),
 		hosts:       hs,
 		locks:       newNameLocks(),
+		images:      newImageCache(),
 		now:         time.Now,
 		runningWait: defaultRunningWait,
 		runningPoll: defaultRunningPoll,

@@ -1,0 +1,136 @@
+package kvm2
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
+)
+
+// imgEnv is a provider with one in-memory host whose pool starts empty, and an image
+// server behind its catalogue entry debian-13.
+type imgEnv struct {
+	p    *Provider
+	fake *libvirtfake.Fake
+	srv  *imageServer
+	logs *logSink
+	host string
+	d    *memDialer
+	img  image
+}
+
+const testImageSize = 3<<20 + 12345
+
+// newImgEnv builds the env; sha, when set, makes the catalogue's sha256 from the body's
+// digest.
+func newImgEnv(t *testing.T, sha func(digest string) string) *imgEnv {
+	t.Helper()
+	e := &imgEnv{fake: libvirtfake.New(), srv: newImageServer(t, testImageSize),
+		host: "img-" + strings.NewReplacer("/", "-", "#", "-").Replace(t.Name())}
+	cfg := testHostConfig(e.host)
+	entry := provider.KVMImage{URL: e.srv.url()}
+	if sha != nil {
+		entry.SHA256 = sha(e.srv.digest)
+	}
+	cfg.Images = map[string]provider.KVMImage{"debian-13": entry}
+	cfg.MachineTypes = map[string]provider.KVMMachineType{"small": {VCPUs: 1, MemoryMiB: 1024}}
+	sink, log := newLogSink(1)
+	e.logs = sink
+	p, err := New(provider.ProviderConfig{Name: "kvm2-img", Type: provider.TypeKVM2, KVM2: &cfg}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.hosts.budgets = testBudgets
+	p.runningPoll = 5 * time.Millisecond
+	p.runningWait = 2 * time.Second
+	e.d = &memDialer{fake: e.fake}
+	p.hosts.dial = e.d.dial
+	e.p = p
+	e.img = must(resolveImage("kvm2", cfg.Images, "debian-13"))
+	return e
+}
+
+func (e *imgEnv) create(name string) (provider.Instance, error) {
+	return e.createCtx(context.Background(), name)
+}
+
+func (e *imgEnv) createCtx(ctx context.Context, name string) (provider.Instance, error) {
+	req := testRequest(name)
+	req.Placement.Zone = e.host
+	return e.p.Create(ctx, req)
+}
+
+func (e *imgEnv) volume(name string) (libvirtfake.VolumeInfo, bool) {
+	return e.fake.Volume(libvirtfake.DefaultPool, name)
+}
+
+// baseUploads returns the uploads into the base volume.
+func (e *imgEnv) baseUploads() []libvirtfake.Upload {
+	var out []libvirtfake.Upload
+	for _, u := range e.fake.Uploads() {
+		if u.Volume == e.img.baseVol() {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// wantCached fails unless the pool holds the whole image and a marker with its digest.
+func (e *imgEnv) wantCached(t *testing.T) {
+	t.Helper()
+	base, ok := e.volume(e.img.baseVol())
+	if !ok || string(base.Content) != string(e.srv.body) {
+		t.Fatalf("base volume missing or not the served image (found %v, %d bytes)", ok, len(base.Content))
+	}
+	if base.Format != "qcow2" {
+		t.Fatalf("base format after the pool refresh is %q, want qcow2", base.Format)
+	}
+	marker, ok := e.volume(e.img.markerVol())
+	if !ok || string(marker.Content) != e.srv.digest {
+		t.Fatalf("marker %q (found %v), want %s", marker.Content, ok, e.srv.digest)
+	}
+}
+
+// wantNotCached fails when a marker exists, or a base that is not being written.
+func (e *imgEnv) wantNotCached(t *testing.T) {
+	t.Helper()
+	if _, ok := e.volume(e.img.markerVol()); ok {
+		t.Fatal("a marker was written for a failed fetch")
+	}
+	if _, ok := e.volume(e.img.baseVol()); ok {
+		t.Fatal("the base volume of a failed fetch was left in the pool")
+	}
+}
+
+// putMarker places a base volume holding the served image and a marker holding content.
+func (e *imgEnv) putCached(t *testing.T, marker string) {
+	t.Helper()
+	if err := e.fake.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: e.img.baseVol(), Format: "qcow2",
+		Content: []byte("an older copy")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fake.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: e.img.markerVol(), Content: []byte(marker)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pooled is the host's pooled backend and pool, for calling the image functions directly.
+func (e *imgEnv) pooled(t *testing.T) (backend, provider.KVMHost, libvirt.StoragePool) {
+	t.Helper()
+	b, err := e.p.hosts.pooled(context.Background(), e.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := must(e.p.hosts.host(e.host))
+	pool, err := b.StoragePoolLookupByName(h.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, h, pool
+}

@@ -1,0 +1,313 @@
+package kvm2
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// fetchImage downloads img into a new base volume in pool on host h and writes its marker
+// last. The bytes stream from the URL into StorageVolUpload on a connection of their own,
+// hashed on the way; nothing is held in memory beyond one transfer buffer. The whole fetch
+// runs within the transfer budget, under a kvm2.download span. b is the pooled backend:
+// it creates the volume, refreshes the pool and writes the marker.
+func (p *Provider) fetchImage(ctx context.Context, log logr.Logger, b backend, h provider.KVMHost, pool libvirt.StoragePool, img image) (vol libvirt.StorageVol, err error) {
+	ctx, cancel := context.WithTimeout(ctx, p.hosts.budgets.transfer)
+	defer cancel()
+	src := urlForUsers(img.URL)
+	ctx, span := rpcTracer.Start(ctx, "kvm2.download", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("kvm2.host", h.Name), attribute.String("kvm2.volume", img.baseVol()),
+			attribute.String("kvm2.url_host", urlHost(img.URL)), attribute.Bool("kvm2.sha256_configured", img.SHA256 != "")))
+	defer func() {
+		if err != nil {
+			// The error names the URL for the user; the span keeps to its host.
+			msg := strings.ReplaceAll(err.Error(), src, urlHost(img.URL))
+			span.RecordError(errors.New(msg))
+			span.SetStatus(codes.Error, msg)
+		}
+		span.End()
+	}()
+	start := time.Now()
+	dlCtx, dlCancel := context.WithTimeout(ctx, p.downloadBudget())
+	defer dlCancel()
+	resp, err := p.getImage(dlCtx, http.MethodGet, img.URL)
+	if err != nil {
+		return vol, err
+	}
+	defer resp.Body.Close()
+	length := resp.ContentLength
+	span.SetAttributes(attribute.Int64("kvm2.bytes", length))
+	log.V(1).Info("fetching base image into host pool", "url", src, "size", length)
+
+	xml, err := rawVolumeXML(img.baseVol(), uint64(length))
+	if err != nil {
+		return vol, provider.Permanent(err)
+	}
+	if vol, err = b.StorageVolCreateXML(pool, xml, 0); err != nil {
+		return vol, fmt.Errorf("creating base image %s in pool %s on host %s: %w", img.baseVol(), h.Pool, h.Name, err)
+	}
+	digest, err := p.uploadImage(ctx, log, h, img, vol, resp.Body, length)
+	if err == nil && img.SHA256 != "" && digest != img.SHA256 {
+		err = provider.Errorf(provider.ErrPermanent, "image %s has sha256 %s, not the configured %s", src, digest, img.SHA256)
+	}
+	if err != nil {
+		// Without a marker the base is never used; removing it now gives the space back
+		// at once. When that fails the next attempt removes it.
+		if derr := b.StorageVolDelete(vol, 0); derr != nil {
+			log.V(1).Info("could not remove an incomplete base image", "error", derr.Error())
+		}
+		return vol, err
+	}
+	if err := p.writeMarker(b, h, pool, img, digest); err != nil {
+		return vol, err
+	}
+	log.V(1).Info("base image cached", "size", length, "duration", time.Since(start), "digest", digest)
+	return vol, nil
+}
+
+// getImage sends one request for url and returns the response when its status and length
+// make an image of it. The request asks for the body as it is: a transparently compressed
+// body would hide its length.
+func (p *Provider) getImage(ctx context.Context, method, rawURL string) (*http.Response, error) {
+	src := urlForUsers(rawURL)
+	req, err := http.NewRequestWithContext(ctx, method, rawURL, nil)
+	if err != nil {
+		return nil, provider.Permanent(fmt.Errorf("image URL %s: %w", src, err))
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := p.images.client.Do(req)
+	if err != nil {
+		return nil, provider.Transient(fmt.Errorf("fetching image %s: %w", src, err))
+	}
+	if err := checkImageResponse(resp, src); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp, nil
+}
+
+// checkImageResponse sorts an answer from an image URL: any 4xx but 429 is permanent, 429,
+// 5xx and anything else that is not 2xx transient. A 2xx needs a Content-Length, which
+// becomes the capacity of the volume, and a body that is not encoded.
+func checkImageResponse(resp *http.Response, src string) error {
+	switch c := resp.StatusCode; {
+	case c == http.StatusTooManyRequests || c >= 500:
+		return provider.Errorf(provider.ErrTransient, "image URL %s answered %s", src, resp.Status)
+	case c >= 400:
+		return provider.Errorf(provider.ErrPermanent, "image URL %s answered %s", src, resp.Status)
+	case c < 200 || c > 299:
+		return provider.Errorf(provider.ErrTransient, "image URL %s answered %s", src, resp.Status)
+	}
+	if resp.ContentLength < 0 {
+		return provider.Errorf(provider.ErrPermanent,
+			"image URL %s sent no Content-Length; the operator needs the size before it uploads", src)
+	}
+	if resp.ContentLength == 0 {
+		return provider.Errorf(provider.ErrPermanent, "image URL %s sent a Content-Length of 0", src)
+	}
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		return provider.Errorf(provider.ErrPermanent,
+			"image URL %s sent a %s-encoded body although the request asked for identity", src, enc)
+	}
+	return nil
+}
+
+// uploadImage streams body, length bytes, into vol on a connection dialled for the
+// transfer and closed after it, and returns the sha256 of what was read. A body that fails
+// or ends early is reported here, not through the stream: see sourceReader.
+func (p *Provider) uploadImage(ctx context.Context, log logr.Logger, h provider.KVMHost, img image, vol libvirt.StorageVol, body io.Reader, length int64) (string, error) {
+	fb, closeFn, err := p.hosts.dialFresh(ctx, h.Name)
+	if err != nil {
+		return "", err
+	}
+	defer closeFn()
+	src := &sourceReader{r: body, h: sha256.New()}
+	stop := p.reportProgress(ctx, log, h, img, src, length)
+	uerr := fb.StorageVolUpload(vol, src, 0, uint64(length), 0)
+	stop()
+	n, digest, rerr := src.finish()
+	switch {
+	case rerr != nil:
+		// The source's error explains a failed upload better than the stream's.
+		return "", provider.Transient(fmt.Errorf("downloading image %s to host %s: the body ended after %d of %d bytes: %w",
+			urlForUsers(img.URL), h.Name, n, length, rerr))
+	case uerr != nil:
+		return "", fmt.Errorf("uploading base image %s to pool %s on host %s: %w", img.baseVol(), h.Pool, h.Name, uerr)
+	case n != length:
+		return "", provider.Errorf(provider.ErrTransient, "downloading image %s to host %s: the body ended after %d of %d bytes",
+			urlForUsers(img.URL), h.Name, n, length)
+	}
+	return digest, nil
+}
+
+// writeMarker refreshes the pool, so libvirt reads the base's real format, and then
+// records digest in the marker volume: the base is complete from this moment on.
+func (p *Provider) writeMarker(b backend, h provider.KVMHost, pool libvirt.StoragePool, img image, digest string) error {
+	if err := b.StoragePoolRefresh(pool, 0); err != nil {
+		return fmt.Errorf("refreshing pool %s on host %s: %w", h.Pool, h.Name, err)
+	}
+	xml, err := rawVolumeXML(img.markerVol(), markerLen)
+	if err != nil {
+		return provider.Permanent(err)
+	}
+	vol, err := b.StorageVolCreateXML(pool, xml, 0)
+	if err != nil {
+		return fmt.Errorf("creating image marker %s in pool %s on host %s: %w", img.markerVol(), h.Pool, h.Name, err)
+	}
+	if err := b.StorageVolUpload(vol, strings.NewReader(digest), 0, markerLen, 0); err != nil {
+		if derr := b.StorageVolDelete(vol, 0); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		return fmt.Errorf("writing image marker %s in pool %s on host %s: %w", img.markerVol(), h.Pool, h.Name, err)
+	}
+	return nil
+}
+
+// fillSize is how much sourceReader gathers before handing data on, so the stream carries
+// few large packets rather than one per network read.
+const fillSize = 1 << 20
+
+// sourceReader is the reader handed to StorageVolUpload. It hashes and counts what passes,
+// and turns any error of the source into a clean end of stream, keeping the error for
+// finish: go-libvirt answers a reader error by aborting the stream and reporting the
+// daemon's abort rather than the cause. The short upload that results is caught by the
+// length and digest checks.
+//
+// go-libvirt may still be inside Read when StorageVolUpload returns (its sender outlives an
+// abandoned call), so the state is guarded and finish stops all further use of it.
+type sourceReader struct {
+	r io.Reader
+
+	mu       sync.Mutex
+	h        hash.Hash
+	n        int64
+	err      error
+	finished bool
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	s.mu.Lock()
+	stop := s.finished || s.err != nil
+	s.mu.Unlock()
+	if stop {
+		return 0, io.EOF
+	}
+	n, err := fill(s.r, p[:min(len(p), fillSize)])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.finished {
+		return 0, io.EOF
+	}
+	s.h.Write(p[:n])
+	s.n += int64(n)
+	if err == nil {
+		return n, nil
+	}
+	if !errors.Is(err, io.EOF) {
+		s.err = err
+	}
+	if n > 0 {
+		return n, nil
+	}
+	return 0, io.EOF
+}
+
+// fill reads from r until p is full or r fails or ends.
+func fill(r io.Reader, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := r.Read(p[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// done is the number of bytes read so far.
+func (s *sourceReader) done() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+// finish ends the reader and returns the bytes read, their sha256 and the source's error.
+func (s *sourceReader) finish() (int64, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.finished = true
+	return s.n, hex.EncodeToString(s.h.Sum(nil)), s.err
+}
+
+// reportProgress reports the download of img to the caller (provider.ReportProgress) and at
+// V(1): once at the start, then at most every progressEvery while bytes arrive. The
+// returned stop ends the reports; none is made after it returns.
+func (p *Provider) reportProgress(ctx context.Context, log logr.Logger, h provider.KVMHost, img image, src *sourceReader, total int64) (stop func()) {
+	report := func(done int64) {
+		msg := fmt.Sprintf("downloading base image %s to host %s: %s of %s (%d%%)",
+			img.Key, h.Name, mib(done), mib(total), done*100/total)
+		provider.ReportProgress(ctx, provider.Progress{Reason: provider.ReasonImageDownloading, Message: msg,
+			Done: done, Total: total})
+		log.V(1).Info("downloading base image", "done", done, "total", total)
+	}
+	report(0)
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		last := int64(0)
+		t := time.NewTimer(p.images.progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			if done := src.done(); done != last {
+				last = done
+				report(done)
+			}
+			t.Reset(p.images.progressEvery)
+		}
+	}()
+	return func() { close(quit); <-finished }
+}
+
+// mib formats a byte count for people.
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// urlForUsers is rawURL as errors and log lines show it: a password in it is masked.
+func urlForUsers(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	return u.Redacted()
+}
+
+// urlHost is the host of rawURL, the only part of it a span carries.
+func urlHost(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}
