@@ -147,7 +147,7 @@ func TestManagerRunsAndStopsOnSIGTERM(t *testing.T) {
 	providers := writeFile(t, "providers.yaml", fmt.Sprintf(goodConfig, t.TempDir()))
 	probe := freeAddr(t)
 	cmd := exec.Command(bin, "--providers-config", providers, "--kubeconfig", kubeconfig,
-		"--health-probe-bind-address", probe, "--metrics-bind-address", "0",
+		"--health-probe-bind-address", probe, "--metrics-bind-address", "0", "--discovery-bind-address", freeAddr(t),
 		"--leader-elect", "--leader-election-namespace", "default")
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
