@@ -27,6 +27,7 @@ $(CONTROLLER_GEN):
 	GOBIN=$(CACHE)/bin/tmp-cg go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(CACHE)/bin/tmp-cg/controller-gen $@ && rmdir $(CACHE)/bin/tmp-cg
 
+# The types live in api/; every +kubebuilder:rbac marker lives in internal/controller.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/...;./internal/controller/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
