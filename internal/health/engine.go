@@ -113,6 +113,8 @@ func (e *Engine) Start(ctx context.Context) error {
 // RoundStats counts what one round did.
 type RoundStats struct {
 	Probed, Succeeded, Failed, WriteErrors int
+	// Conflicts counts status writes redone on a fresh copy.
+	Conflicts int
 }
 
 // Round probes every eligible Proxy once and records the results.
@@ -125,6 +127,7 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 		wg                     sync.WaitGroup
 		sem                    = make(chan struct{}, e.opts.Concurrency)
 		probed, ok, bad, wfail atomic.Int64
+		conflicts              atomic.Int64
 	)
 	for i := range list.Items {
 		px := &list.Items[i]
@@ -147,14 +150,16 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 			} else {
 				bad.Add(1)
 			}
-			if err := e.record(ctx, px, r); err != nil {
+			n, err := e.record(ctx, px, r)
+			conflicts.Add(int64(n))
+			if err != nil {
 				wfail.Add(1)
 				e.log.Error(err, "recording probe result", "proxy", client.ObjectKeyFromObject(px))
 			}
 		}()
 	}
 	wg.Wait()
-	return RoundStats{Probed: int(probed.Load()), Succeeded: int(ok.Load()), Failed: int(bad.Load()), WriteErrors: int(wfail.Load())}, nil
+	return RoundStats{Probed: int(probed.Load()), Succeeded: int(ok.Load()), Failed: int(bad.Load()), WriteErrors: int(wfail.Load()), Conflicts: int(conflicts.Load())}, nil
 }
 
 // eligible: the health engine looks only at proxies whose instance runs and has an
@@ -188,8 +193,9 @@ func (e *Engine) probeOne(ctx context.Context, px *v1alpha1.Proxy) result {
 // record writes r onto the Proxy's status with a merge patch that carries the version
 // read, so it never overwrites a concurrent write of the reconciler (a new phase, the
 // Provisioned condition); on a conflict the result is laid onto a fresh copy, unless the
-// reconciler has meanwhile moved the Proxy out of Running/Ready.
-func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) error {
+// reconciler has meanwhile moved the Proxy out of Running/Ready. It returns the number of
+// conflicts met.
+func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int, error) {
 	now := e.now()
 	key := client.ObjectKeyFromObject(px)
 	for attempt := 1; ; attempt++ {
@@ -201,21 +207,21 @@ func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) error
 			if tr != nil && e.recorder != nil {
 				e.recorder.Eventf(px, nil, tr.typ, tr.reason, "Probe", "%s", tr.note)
 			}
-			return nil
+			return attempt - 1, nil
 		case apierrors.IsNotFound(err):
-			return nil
+			return attempt - 1, nil
 		case !apierrors.IsConflict(err) || attempt == conflictRetries:
-			return fmt.Errorf("patching health status of proxy %s: %w", key, err)
+			return attempt - 1, fmt.Errorf("patching health status of proxy %s: %w", key, err)
 		}
 		fresh := &v1alpha1.Proxy{}
 		if err := e.apiReader.Get(ctx, key, fresh); err != nil {
 			if apierrors.IsNotFound(err) {
-				return nil
+				return attempt, nil
 			}
-			return fmt.Errorf("re-reading proxy %s after a conflict: %w", key, err)
+			return attempt, fmt.Errorf("re-reading proxy %s after a conflict: %w", key, err)
 		}
 		if !eligible(fresh) {
-			return nil
+			return attempt, nil
 		}
 		px = fresh
 	}

@@ -49,6 +49,7 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
 		return 1
 	}
+	testCfg.QPS, testCfg.Burst = 500, 1000 // the benchmark writes 1,000 statuses per round
 	defer func() {
 		if err := env.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
