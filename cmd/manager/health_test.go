@@ -137,4 +137,3 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 		t.Fatalf("manager still running 60s after SIGTERM; stderr:\n%s", stderr.String())
 	}
 }
-
