@@ -1,0 +1,111 @@
+package kvm2
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/sshtest"
+)
+
+// newImgSSHEnv is an imgEnv whose host is reached as in production: go-libvirt over a
+// forwarded socket of a real SSH server, served by the fake's wire protocol.
+func newImgSSHEnv(t *testing.T) (*imgEnv, *sshtest.Env) {
+	t.Helper()
+	e := newImgEnv(t, nil)
+	srv := sshtest.NewEnv(t, e.fake.ServeConn)
+	cfg := e.p.cfg
+	cfg.SSHKeyFile, cfg.KnownHostsFile = srv.KeyFile, srv.KnownHostsFile
+	cfg.Hosts = []provider.KVMHost{{Name: e.host, Address: srv.Addr, User: srv.User, Socket: srv.Socket, Bridge: "br0"}}
+	cfg = cfg.WithDefaults()
+	p, err := New(provider.ProviderConfig{Name: "kvm2-img-ssh", Type: provider.TypeKVM2, KVM2: &cfg}, e.p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.hosts.budgets = testBudgets
+	p.runningPoll, p.runningWait = e.p.runningPoll, e.p.runningWait
+	e.p = p
+	return e, srv
+}
+
+func TestImageUploadOverSSH(t *testing.T) {
+	e, srv := newImgSSHEnv(t)
+	if _, err := e.create("vm-a"); err != nil {
+		t.Fatal(err)
+	}
+	e.wantCached(t)
+	ups := e.baseUploads()
+	if len(ups) != 1 || ups[0].Received != testImageSize || ups[0].Err != nil {
+		t.Fatalf("base uploads %+v", ups)
+	}
+	// The upload had an SSH connection of its own, closed once it was done; the pooled
+	// one stays.
+	eventually(t, "the upload's SSH connection to close", func() bool {
+		st := srv.Stats()
+		return st.SSHConns == 2 && st.OpenSSHConns == 1
+	})
+	if e.fake.Connections() != 1 {
+		t.Fatalf("%d libvirt connections left open, want the pooled one", e.fake.Connections())
+	}
+}
+
+func TestImageFailingBodyOverSSH(t *testing.T) {
+	for _, tc := range []struct{ mode, msg string }{
+		{mode: serveShort, msg: "unexpected EOF"},
+		{mode: serveStall, msg: "context deadline exceeded"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			e, _ := newImgSSHEnv(t)
+			e.p.images.download = 1500 * time.Millisecond
+			e.srv.setMode(tc.mode)
+			_, err := e.create("vm-a")
+			wantClass(t, err, provider.ErrTransient, nil)
+			want := fmt.Sprintf("the body ended after %d of %d bytes: %s", testImageSize/2, testImageSize, tc.msg)
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("error %q does not say %q", err, want)
+			}
+			// go-libvirt saw a clean end of stream, so its upload returned and its sender
+			// finished: the daemon recorded a finished upload without error.
+			ups := e.baseUploads()
+			if len(ups) != 1 || !ups[0].Done || ups[0].Err != nil || ups[0].Received != testImageSize/2 {
+				t.Fatalf("base uploads %+v", ups)
+			}
+			e.wantNotCached(t)
+			// The next attempt, with the mirror fixed, fetches the image.
+			e.srv.setMode(serveOK)
+			if _, err := e.create("vm-a"); err != nil {
+				t.Fatal(err)
+			}
+			e.wantCached(t)
+			if _, ok := e.fake.Volume(libvirtfake.DefaultPool, overlayVolName("vm-a")); !ok {
+				t.Fatal("no overlay after the retry")
+			}
+		})
+	}
+}
+
+func TestImageCancelledCreateLeavesNoMarker(t *testing.T) {
+	e, _ := newImgSSHEnv(t)
+	e.srv.setMode(serveGated)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := e.createCtx(ctx, "vm-a"); done <- err }()
+	<-e.srv.halfSent
+	cancel()
+	err := <-done
+	wantClass(t, err, provider.ErrTransient, context.Canceled)
+	if _, ok := e.volume(e.img.markerVol()); ok {
+		t.Fatal("a marker was written for a cancelled fetch")
+	}
+	// What the cancelled attempt left is replaced by the next one.
+	e.srv.setMode(serveOK)
+	if _, err := e.create("vm-a"); err != nil {
+		t.Fatal(err)
+	}
+	e.wantCached(t)
+}
