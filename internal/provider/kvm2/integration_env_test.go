@@ -103,7 +103,7 @@ type itEnvOptions struct {
 	typ        string // provider type; kvm2 unless set
 	diskSizeGb int
 	firmware   string
-	format     string // image format; qcow2 unless set
+	format     string             // image format; qcow2 unless set
 	hosts      []provider.KVMHost // extra hosts after the real one
 	imageURL   string             // catalogue URL of names.image(); the env's image server unless set
 }
