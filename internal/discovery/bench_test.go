@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -50,7 +51,11 @@ func BenchmarkDiscovery1000(b *testing.B) {
 		b.Fatal(err)
 	}
 	static := serve(b, ctx, http.FileServer(http.Dir(dir)))
-	b.Logf("list payload: %d bytes, %d healthy proxies", len(payload), 950)
+	var l listBody
+	if err := json.Unmarshal(payload, &l); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("list payload: %d bytes, %d healthy proxies", len(payload), l.Count)
 
 	results := map[string]float64{}
 	for _, tc := range []struct{ name, url string }{
