@@ -3,6 +3,7 @@ package kvm2
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -51,7 +52,12 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 			return inst, nil
 		}
 	}
-	return provider.Instance{}, failed(log, "create", err, classifyInCreate)
+	err = failed(log, "create", err, classifyInCreate)
+	if errors.Is(err, provider.ErrNotFound) {
+		// A step classified elsewhere as NotFound; the contract forbids it from Create.
+		return provider.Instance{}, provider.Transient(fmt.Errorf("creating domain %s on host %s: %s", req.Name, plan.host.Name, err.Error()))
+	}
+	return provider.Instance{}, err
 }
 
 // plan resolves placement: zone, then machine type, then image. Every miss is permanent.

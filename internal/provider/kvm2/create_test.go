@@ -362,6 +362,7 @@ func TestCreateLibvirtErrorClasses(t *testing.T) {
 		{"StoragePoolLookupByName", libvirt.ErrNoStoragePool, provider.ErrPermanent},
 		{"StorageVolCreateXML", libvirt.ErrInvalidArg, provider.ErrPermanent},
 		{"DomainLookupByName", libvirt.ErrAccessDenied, provider.ErrPermanent},
+		{"StorageVolUpload", libvirt.ErrAuthFailed, provider.ErrPermanent},
 		{"DomainCreate", libvirt.ErrOperationInvalid, provider.ErrTransient},
 		{"DomainCreate", libvirt.ErrInternalError, provider.ErrTransient},
 	} {
