@@ -251,14 +251,20 @@ func healthEngineMarksReady(ctx context.Context, t *testing.T, stale *v1alpha1.P
 
 // An API error on the status write comes back from Reconcile as an error, alone.
 func TestStatusWriteErrorReturned(t *testing.T) {
-	e := newProxyEnv(t)
+	var failing atomic.Bool
+	e := newProxyEnv(t, func(r *ProxyReconciler, mgr ctrl.Manager) {
+		r.Client = interceptor.NewClient(noWatch{mgr.GetClient()}, interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if failing.Load() {
+					return apierrors.NewServiceUnavailable("etcd leader changed")
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		})
+	})
 	e.create(e.newProxy("apierr"))
 	e.waitPhase("apierr", v1alpha1.PhaseRunning)
-	e.r.Client = interceptor.NewClient(noWatch{e.r.Client}, interceptor.Funcs{
-		SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
-			return apierrors.NewServiceUnavailable("etcd leader changed")
-		},
-	})
+	failing.Store(true)
 	e.fake.RemoveInstance(e.get("apierr").Status.ProviderID)
 	res, err := e.reconcileNow("apierr")
 	if !apierrors.IsServiceUnavailable(err) || res != (ctrl.Result{}) {
