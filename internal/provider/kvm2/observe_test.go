@@ -121,6 +121,9 @@ func TestObservedSuccessfulCall(t *testing.T) {
 	if span.SpanKind() != trace.SpanKindClient || span.Status().Code == codes.Error {
 		t.Errorf("span kind %v status %v, want a client span without error", span.SpanKind(), span.Status())
 	}
+	if !strings.Contains(lines[0], `"spanID":"`+span.SpanContext().SpanID().String()+`"`) {
+		t.Errorf("the libvirt call line %s does not carry its RPC span's ID", lines[0])
+	}
 	if span.Parent().SpanID() != parent.SpanContext().SpanID() {
 		t.Error("the RPC span is not a child of the operation span")
 	}

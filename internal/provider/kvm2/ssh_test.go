@@ -170,3 +170,40 @@ func TestKnownHostAlgorithms(t *testing.T) {
 		t.Fatalf("a different key for hv1 must be a KeyError, got %v", err)
 	}
 }
+
+func TestNewHostsOnlyWarnsAboutMissingFiles(t *testing.T) {
+	sink, log := newLogSink(0)
+	cfg := testHostConfig("h1")
+	hs, err := newHosts("warn", cfg, log)
+	if err != nil {
+		t.Fatalf("missing credential files must not stop the provider: %v", err)
+	}
+	defer hs.close()
+	for _, path := range []string{cfg.SSHKeyFile, cfg.KnownHostsFile} {
+		if len(sink.find(`WARNING:`, `"path":"`+path+`"`)) != 1 {
+			t.Errorf("no WARNING: line for %s: %q", path, sink.all())
+		}
+	}
+
+	sink, log = newLogSink(0)
+	dir := t.TempDir()
+	key, _ := newOpenSSHKey(t)
+	cfg = testHostConfig("h1")
+	cfg.SSHKeyFile, cfg.KnownHostsFile, cfg.InsecureIgnoreHostKey = filepath.Join(dir, "id"), "", true
+	writeFile(t, cfg.SSHKeyFile, key)
+	hs2, err := newHosts("insecure", cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs2.close()
+	lines := sink.find(`WARNING:`)
+	if len(lines) != 1 || !strings.Contains(lines[0], "insecureIgnoreHostKey") {
+		t.Errorf("want exactly the insecureIgnoreHostKey WARNING: line, got %q", sink.all())
+	}
+}
+
+func TestNewHostsRejectsDuplicateHosts(t *testing.T) {
+	cfg := testHostConfig("h1", "h1")
+	_, err := newHosts("dup", cfg, discardLog())
+	wantClass(t, err, provider.ErrPermanent, nil)
+}
