@@ -1,0 +1,50 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFlagDefaults(t *testing.T) {
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		flag     string
+		got, def any
+	}{
+		{"max-concurrent-reconciles", o.maxConcurrentReconciles, 3},
+		{"quota-retry", o.quotaRetry, 5 * time.Minute},
+		{"provider-check-interval", o.health.ProviderCheckInterval, time.Minute},
+		{"provider-check-timeout", o.health.ProviderCheckTimeout, 15 * time.Second},
+		{"proxy-check-interval", o.health.ProxyCheckInterval, 30 * time.Second},
+		{"gc-interval", o.health.GCInterval, 10 * time.Minute},
+		{"gc-grace", o.health.GCGrace, 10 * time.Minute},
+		{"discovery-bind-address", o.health.DiscoveryBindAddress, ":8082"},
+		{"leader-elect", o.leaderElect, false},
+	} {
+		if c.got != c.def {
+			t.Errorf("--%s defaults to %v, want %v", c.flag, c.got, c.def)
+		}
+	}
+	if o.health.ProxyProbeURL == "" || o.providersConfig == "" || o.metricsAddr == "" || o.probeAddr == "" {
+		t.Errorf("empty defaults: %+v", o)
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	var out strings.Builder
+	if _, err := parseFlags([]string{"--max-concurrent-reconciles=0"}, &out); err == nil || !strings.Contains(err.Error(), "at least 1") {
+		t.Errorf("--max-concurrent-reconciles=0: %v", err)
+	}
+	if _, err := parseFlags([]string{"--quota-retry=soon"}, &out); err == nil || !strings.Contains(out.String(), "quota-retry") {
+		t.Errorf("--quota-retry=soon: %v, output %q", err, out.String())
+	}
+	o, err := parseFlags([]string{"--zap-log-level=debug", "--quota-retry=90s"}, io.Discard)
+	if err != nil || o.quotaRetry != 90*time.Second {
+		t.Errorf("parsing zap and duration flags: %v, %+v", err, o)
+	}
+}
