@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -43,7 +44,10 @@ func newProber(target string) (*prober, error) {
 	}
 	tr := &http.Transport{
 		Proxy: func(r *http.Request) (*url.URL, error) {
-			return r.Context().Value(proxyKey{}).(*url.URL), nil
+			if u, ok := r.Context().Value(proxyKey{}).(*url.URL); ok {
+				return u, nil
+			}
+			return nil, errors.New("probe request without a proxy") // never sent direct
 		},
 		DialContext:            (&net.Dialer{KeepAlive: -1}).DialContext,
 		DisableKeepAlives:      true,
