@@ -98,23 +98,7 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 	if !isCode(err, libvirt.ErrNoDomain) {
 		return provider.Instance{}, fmt.Errorf("looking up domain %s on host %s: %w", req.Name, h.Name, err)
 	}
-	pool, err := b.StoragePoolLookupByName(h.Pool)
-	if err != nil {
-		return provider.Instance{}, fmt.Errorf("looking up pool %s on host %s: %w", h.Pool, h.Name, err)
-	}
-	cache, err := p.checkPoolSpace(ctx, b, h, pool, plan.img)
-	if err != nil {
-		return provider.Instance{}, err
-	}
-	base, err := p.ensureImage(ctx, b, h, pool, plan.img, cache)
-	if err != nil {
-		return provider.Instance{}, err
-	}
-	overlay, err := p.ensureOverlay(log, b, h, pool, req.Name, base)
-	if err != nil {
-		return provider.Instance{}, err
-	}
-	seed, err := p.uploadSeed(log, b, h, pool, req)
+	overlay, seed, err := p.volumes(ctx, log, b, plan)
 	if err != nil {
 		return provider.Instance{}, err
 	}
@@ -143,6 +127,32 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 		return provider.Instance{}, err
 	}
 	return p.instance(h, dom, req.UID, created), nil
+}
+
+// volumes makes the disks of a new domain, after the pool-space precheck: the base image
+// (cached, or fetched now), the overlay over it and a freshly built seed. It returns the
+// overlay's and the seed's paths.
+func (p *Provider) volumes(ctx context.Context, log logr.Logger, b backend, plan createPlan) (overlay, seed string, err error) {
+	h := plan.host
+	pool, err := b.StoragePoolLookupByName(h.Pool)
+	if err != nil {
+		return "", "", fmt.Errorf("looking up pool %s on host %s: %w", h.Pool, h.Name, err)
+	}
+	cache, err := p.checkPoolSpace(ctx, b, h, pool, plan.img)
+	if err != nil {
+		return "", "", err
+	}
+	base, err := p.ensureImage(ctx, b, h, pool, plan.img, cache)
+	if err != nil {
+		return "", "", err
+	}
+	if overlay, err = p.ensureOverlay(log, b, h, pool, plan.req.Name, base); err != nil {
+		return "", "", err
+	}
+	if seed, err = p.uploadSeed(log, b, h, pool, plan.req); err != nil {
+		return "", "", err
+	}
+	return overlay, seed, nil
 }
 
 // adopt takes over an existing domain of the requested name when it is ours, and starts
