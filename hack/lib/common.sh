@@ -35,8 +35,9 @@ wait_until() {
       return 1
     fi
     sleep "$delay"
-    [[ $delay == 0.05 ]] && delay=0.2
+    delay=0.2
   done
+  return 0 # an until loop's status is that of the body's last command
 }
 
 missing_packages() {
