@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -132,6 +133,7 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 	for i := range list.Items {
 		px := &list.Items[i]
 		if !eligible(px) {
+			e.retire(ctx, px)
 			continue
 		}
 		select {
@@ -167,6 +169,25 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 func eligible(px *v1alpha1.Proxy) bool {
 	return px.DeletionTimestamp == nil && px.Status.IP != "" &&
 		(px.Status.Phase == v1alpha1.PhaseRunning || px.Status.Phase == v1alpha1.PhaseReady)
+}
+
+// retire clears the health of a Proxy that left Running/Ready while healthy (the
+// reconciler is replacing its instance, or it failed), so that kubectl does not show a
+// proxy that is not running as healthy. It writes once per such change; a conflict is
+// left for the next round.
+func (e *Engine) retire(ctx context.Context, px *v1alpha1.Proxy) {
+	if !px.Status.Healthy || px.DeletionTimestamp != nil || px.Status.Phase == v1alpha1.PhaseDeleting {
+		return
+	}
+	base := px.DeepCopy()
+	px.Status.Healthy = false
+	px.Status.ConsecutiveProbeFailures = 0
+	setHealthy(px, metav1.ConditionFalse, ReasonNotProbed,
+		fmt.Sprintf("not probed while the proxy is %s; probing resumes when it runs again", px.Status.Phase))
+	err := e.client.Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		e.log.Error(err, "clearing the health of a proxy that is not running", "proxy", client.ObjectKeyFromObject(px))
+	}
 }
 
 func proxyURL(px *v1alpha1.Proxy) *url.URL {

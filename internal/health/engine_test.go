@@ -119,6 +119,40 @@ func TestEngineProbesExternalAndOnlyRunningOrReady(t *testing.T) {
 	}
 }
 
+// A healthy proxy that the reconciler takes back to Provisioning (a replacement) is not
+// probed, and no longer shows as healthy; its phase stays the reconciler's.
+func TestEngineClearsHealthOutsideRunning(t *testing.T) {
+	e := newEngineEnv(t, nil)
+	fp := healthtest.New(t, "")
+	e.proxyAt("re", v1alpha1.ProxyModeManaged, fp.Host, fp.Port, v1alpha1.PhaseRunning)
+	e.round()
+	px := e.get("re")
+	if !px.Status.Healthy {
+		t.Fatalf("not healthy after a good probe: %+v", px.Status)
+	}
+	px.Status.Phase = v1alpha1.PhaseProvisioning
+	if err := testClient.Status().Update(e.ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, waitLong, "the engine's cache to see the proxy Provisioning", func() (bool, error) {
+		cached := &v1alpha1.Proxy{}
+		err := e.mgr.GetClient().Get(e.ctx, client.ObjectKeyFromObject(px), cached)
+		return err == nil && cached.Status.Phase == v1alpha1.PhaseProvisioning, err
+	})
+	e.round()
+	s := e.get("re").Status
+	if s.Healthy {
+		t.Fatalf("still healthy while Provisioning: %+v", s)
+	}
+	c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionHealthy)
+	if s.Phase != v1alpha1.PhaseProvisioning || c.Status != metav1.ConditionFalse || c.Reason != ReasonNotProbed {
+		t.Errorf("phase %s, Healthy %+v", s.Phase, c)
+	}
+	if n := fp.Requests.Load(); n != 1 {
+		t.Errorf("%d probes; the Provisioning proxy must not be probed", n)
+	}
+}
+
 // A probe that hangs ends at the timeout; a round of many proxies runs them concurrently.
 func TestEngineTimeoutAndConcurrency(t *testing.T) {
 	e := newEngineEnv(t, func(o *Options) { o.Timeout = 2 * time.Second; o.Concurrency = 8 })

@@ -119,6 +119,11 @@ func (e *engineEnv) proxyAt(name string, mode v1alpha1.ProxyMode, host string, p
 	if err := testClient.Status().Update(e.ctx, px); err != nil {
 		e.t.Fatalf("setting status of proxy %s: %v", name, err)
 	}
+	waitFor(e.t, waitLong, "the engine's cache to see proxy "+name+" "+string(phase), func() (bool, error) {
+		cached := &v1alpha1.Proxy{}
+		err := e.mgr.GetClient().Get(e.ctx, client.ObjectKeyFromObject(px), cached)
+		return err == nil && cached.Status.Phase == phase, err
+	})
 	return px
 }
 

@@ -15,6 +15,10 @@ import (
 // is marked unhealthy: one lost probe is not enough to take it out of rotation.
 const DefaultFailureThreshold = 3
 
+// ReasonNotProbed is the Healthy condition's reason while a once-healthy Proxy is outside
+// Running/Ready (its instance is being replaced, or it failed).
+const ReasonNotProbed = "NotProbed"
+
 // transition is an Event to record after a status write.
 type transition struct {
 	typ, reason, note string
