@@ -91,7 +91,7 @@ cmd_down() {
   fi
   stop_pidfile dnsmasq "$RUN/dnsmasq.pid"
   stop_sshd
-  stop_pidfile libvirtd "$RUN/libvirtd.pid"
+  stop_pidfile libvirtd "$RUN/libvirtd.pid" 60
   stop_pidfile virtlogd "$RUN/virtlogd.pid"
   remove_guard_rules
   remove_bridge
@@ -117,7 +117,7 @@ status) status ;;
 env) cat "$ENV_FILE" 2>/dev/null || die "no env file at $ENV_FILE; run: $0 up" ;;
 stop-sshd) stop_sshd ;;
 start-sshd) start_sshd ;;
-stop-libvirtd) stop_pidfile libvirtd "$RUN/libvirtd.pid" ;;
+stop-libvirtd) stop_pidfile libvirtd "$RUN/libvirtd.pid" 60 ;;
 start-libvirtd) start_virtlogd && start_libvirtd ;;
 *)
   sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2

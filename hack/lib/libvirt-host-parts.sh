@@ -2,12 +2,12 @@
 # variables come from there). Every daemon is recorded by pid file under $RUN and everything
 # created at run time by a marker there, so that down undoes exactly what up did.
 
-stop_pidfile() { # name pidfile
-  local name=$1 file=$2 pid
+stop_pidfile() { # name pidfile [seconds before SIGKILL]
+  local name=$1 file=$2 grace=${3:-20} pid
   if pid_alive "$file"; then
     pid=$(<"$file")
     kill "$pid"
-    if ! wait_until 20 "$name (pid $pid) to exit" bash -c "! kill -0 $pid"; then
+    if ! wait_until "$grace" "$name (pid $pid) to exit" bash -c "! kill -0 $pid"; then
       kill -9 "$pid" 2>/dev/null || true
     fi
     log "stopped $name (pid $pid)"
