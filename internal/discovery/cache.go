@@ -3,6 +3,7 @@ package discovery
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"strconv"
 	"sync"
@@ -44,7 +45,15 @@ func NewCacheSource(ctx context.Context, c cache.Cache) (*CacheSource, error) {
 	bump := func() { s.gen.Add(1) }
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { bump() },
-		UpdateFunc: func(any, any) { bump() },
+		UpdateFunc: func(o, n any) {
+			// The health engine rewrites every Proxy's status each round (lastProbeTime,
+			// latency); only a change the API shows needs a new snapshot.
+			op, ok1 := o.(*v1alpha1.Proxy)
+			np, ok2 := n.(*v1alpha1.Proxy)
+			if !ok1 || !ok2 || !sameEntry(op, np) {
+				bump()
+			}
+		},
 		DeleteFunc: func(any) { bump() },
 	}); err != nil {
 		return nil, fmt.Errorf("discovery api: watching proxies: %w", err)
@@ -79,6 +88,18 @@ func (s *CacheSource) Snapshot(ctx context.Context) (*Snapshot, error) {
 	b := &built{snap: NewSnapshot(entries), gen: g}
 	s.cur.Store(b)
 	return b.snap, nil
+}
+
+// sameEntry reports whether a and b appear the same in the API.
+func sameEntry(a, b *v1alpha1.Proxy) bool {
+	ea, oka := EntryFor(a)
+	eb, okb := EntryFor(b)
+	if oka != okb {
+		return false
+	}
+	return ea.Name == eb.Name && ea.Namespace == eb.Namespace && ea.URL == eb.URL && ea.Mode == eb.Mode &&
+		ea.Provider == eb.Provider && ea.Region == eb.Region && ea.Zone == eb.Zone &&
+		ea.Healthy == eb.Healthy && ea.EgressIP == eb.EgressIP && maps.Equal(ea.Labels, eb.Labels)
 }
 
 // EntryFor is how a Proxy appears in the API; ok is false for a Proxy without an address.

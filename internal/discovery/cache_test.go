@@ -3,6 +3,7 @@ package discovery
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -135,6 +136,25 @@ func TestCacheSource(t *testing.T) {
 		t.Errorf("400 requests made %d API calls", n)
 	}
 
+	// A status write that changes nothing the API shows, then one that does.
+	a := &v1alpha1.Proxy{}
+	if err := testClient.Get(ctx, keyOf(ns, "a"), a); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	a.Status.LastProbeTime, a.Status.ProbeLatencyMilliseconds = &now, 17
+	if err := testClient.Status().Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	a.Status.EgressIP = "198.51.100.77"
+	if err := testClient.Status().Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the egress IP change to show", func() bool {
+		_, body := get(t, h, "/v1/proxies")
+		return strings.Contains(body, "198.51.100.77")
+	})
+
 	// Changes reach the API without a restart: b becomes healthy, a goes away.
 	b := &v1alpha1.Proxy{}
 	if err := testClient.Get(ctx, keyOf(ns, "b"), b); err != nil {
@@ -151,5 +171,40 @@ func TestCacheSource(t *testing.T) {
 	_, text := get(t, h, "/v1/proxies?format=text")
 	if !strings.HasPrefix(text, "http://192.0.2.2:3128\n") {
 		t.Errorf("text: %q", text)
+	}
+}
+
+// Only changes the API shows rebuild the snapshot: the health engine's per-round writes
+// (lastProbeTime, latency, the condition's message) do not.
+func TestSameEntry(t *testing.T) {
+	if n := reflect.TypeOf(Entry{}).NumField(); n != 10 {
+		t.Fatalf("Entry has %d fields; compare the new ones in sameEntry and count them here", n)
+	}
+	base := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "p", Labels: map[string]string{"a": "b"}},
+		Spec:   v1alpha1.ProxySpec{Provider: "kvm2-home", Port: 3128, Placement: v1alpha1.ProxyPlacement{Zone: "z"}},
+		Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, IP: "192.0.2.1", Healthy: true, EgressIP: "198.51.100.1"}}
+	now := metav1.Now()
+	for name, tc := range map[string]struct {
+		change func(*v1alpha1.Proxy)
+		same   bool
+	}{
+		"lastProbeTime and latency": {func(p *v1alpha1.Proxy) { p.Status.LastProbeTime = &now; p.Status.ProbeLatencyMilliseconds = 9 }, true},
+		"failure counter":           {func(p *v1alpha1.Proxy) { p.Status.ConsecutiveProbeFailures = 2 }, true},
+		"conditions":                {func(p *v1alpha1.Proxy) { p.Status.Conditions = []metav1.Condition{{Type: "Healthy"}} }, true},
+		"healthy":                   {func(p *v1alpha1.Proxy) { p.Status.Healthy = false }, false},
+		"phase":                     {func(p *v1alpha1.Proxy) { p.Status.Phase = v1alpha1.PhaseRunning }, false},
+		"ip":                        {func(p *v1alpha1.Proxy) { p.Status.IP = "192.0.2.2" }, false},
+		"ip cleared":                {func(p *v1alpha1.Proxy) { p.Status.IP = "" }, false},
+		"egress":                    {func(p *v1alpha1.Proxy) { p.Status.EgressIP = "" }, false},
+		"label":                     {func(p *v1alpha1.Proxy) { p.Labels["a"] = "c" }, false},
+		"port":                      {func(p *v1alpha1.Proxy) { p.Spec.Port = 8080 }, false},
+		"zone":                      {func(p *v1alpha1.Proxy) { p.Spec.Placement.Zone = "y" }, false},
+		"deleting":                  {func(p *v1alpha1.Proxy) { p.DeletionTimestamp = &now }, false},
+	} {
+		changed := base.DeepCopy()
+		tc.change(changed)
+		if got := sameEntry(base, changed); got != tc.same {
+			t.Errorf("%s: sameEntry = %v, want %v", name, got, tc.same)
+		}
 	}
 }
