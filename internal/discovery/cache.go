@@ -44,7 +44,7 @@ func NewCacheSource(ctx context.Context, c cache.Cache) (*CacheSource, error) {
 	s.gen.Store(1) // the first request builds the first snapshot
 	bump := func() { s.gen.Add(1) }
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { bump() },
+		AddFunc: func(any) { bump() },
 		UpdateFunc: func(o, n any) {
 			// The health engine rewrites every Proxy's status each round (lastProbeTime,
 			// latency); only a change the API shows needs a new snapshot.
