@@ -38,7 +38,7 @@ func (p *Provider) fetchImage(ctx context.Context, log logr.Logger, b backend, h
 	defer func() {
 		if err != nil {
 			// The error names the URL for the user; the span keeps to its host.
-			msg := strings.ReplaceAll(err.Error(), src, urlHost(img.URL))
+			msg := withoutURL(err.Error(), img.URL)
 			span.RecordError(errors.New(msg))
 			span.SetStatus(codes.Error, msg)
 		}
@@ -94,6 +94,11 @@ func (p *Provider) getImage(ctx context.Context, method, rawURL string) (*http.R
 	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := p.images.client.Do(req)
 	if err != nil {
+		// net/http's error repeats the URL; the message names it once.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
 		return nil, provider.Transient(fmt.Errorf("fetching image %s: %w", src, err))
 	}
 	if err := checkImageResponse(resp, src); err != nil {
@@ -301,6 +306,20 @@ func urlForUsers(rawURL string) string {
 		return rawURL
 	}
 	return u.Redacted()
+}
+
+// withoutURL replaces rawURL in msg, in every form an error may quote it, by its host.
+func withoutURL(msg, rawURL string) string {
+	forms := []string{rawURL, urlForUsers(rawURL)}
+	if u, err := url.Parse(rawURL); err == nil && u.User != nil {
+		if _, has := u.User.Password(); has { // as net/http quotes it
+			forms = append(forms, strings.Replace(u.String(), u.User.String()+"@", u.User.Username()+":***@", 1))
+		}
+	}
+	for _, f := range forms {
+		msg = strings.ReplaceAll(msg, f, urlHost(rawURL))
+	}
+	return msg
 }
 
 // urlHost is the host of rawURL, the only part of it a span carries.

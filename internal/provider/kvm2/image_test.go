@@ -2,13 +2,17 @@ package kvm2
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -342,5 +346,39 @@ func TestImageProgressReports(t *testing.T) {
 	}
 	if lines := e.logs.find(`"msg":"downloading base image"`, `"total":`+strconv.Itoa(testImageSize)); len(lines) != n {
 		t.Fatalf("%d progress lines for %d reports", len(lines), n)
+	}
+}
+
+func TestWithoutURL(t *testing.T) {
+	raw := "https://op:s3cret@mirror.example:8443/img/debian.qcow2?sig=abc"
+	for _, msg := range []string{
+		"image URL " + raw + " answered 404 Not Found",
+		"image URL " + urlForUsers(raw) + " answered 404 Not Found",
+		`Get "https://op:***@mirror.example:8443/img/debian.qcow2?sig=abc": EOF`,
+	} {
+		got := withoutURL(msg, raw)
+		if strings.Contains(got, "/img/") || strings.Contains(got, "s3cret") || !strings.Contains(got, "mirror.example:8443") {
+			t.Errorf("withoutURL(%q) = %q", msg, got)
+		}
+	}
+	if strings.Contains(urlForUsers(raw), "s3cret") {
+		t.Errorf("urlForUsers keeps the password: %s", urlForUsers(raw))
+	}
+}
+
+func TestSourceReaderKeepsTheSourceError(t *testing.T) {
+	boom := errors.New("connection reset by mirror")
+	src := &sourceReader{r: io.MultiReader(strings.NewReader("0123456789"), iotest.ErrReader(boom)), h: sha256.New()}
+	got, err := io.ReadAll(src)
+	if err != nil || string(got) != "0123456789" {
+		t.Fatalf("the reader handed to libvirt must end cleanly: %q, %v", got, err)
+	}
+	n, digest, kept := src.finish()
+	sum := sha256.Sum256([]byte("0123456789"))
+	if n != 10 || digest != hex.EncodeToString(sum[:]) || !errors.Is(kept, boom) {
+		t.Fatalf("finish = %d, %s, %v", n, digest, kept)
+	}
+	if m, err := src.Read(make([]byte, 4)); m != 0 || err != io.EOF {
+		t.Fatalf("a finished reader must read nothing: %d, %v", m, err)
 	}
 }
