@@ -1,0 +1,371 @@
+//go:build e2e
+
+// Package e2e drives the manager binary against a real API server and the local libvirt
+// host (hack/libvirt-host.sh): a Proxy becomes a guest VM that carries traffic, survives
+// the manager being killed mid-create, is replaced on a spec change and leaves nothing
+// behind when deleted. Run it with `make test-e2e`.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// imageKey is the catalogue key of the guest image in the test's providers config; its
+// cached copy in the pool is removed before and after the test, so every run downloads it.
+const imageKey = "e2e-guest"
+
+// samplePath is the Proxy users apply; the test applies it with only the image and the
+// namespace changed.
+var samplePath = filepath.Join(repoRoot, "config", "samples", "proxy_kvm2.yaml")
+
+func sampleProxy(t *testing.T, h hostEnv, namespace string) *v1alpha1.Proxy {
+	t.Helper()
+	data, err := os.ReadFile(samplePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var px v1alpha1.Proxy
+	if err := yaml.UnmarshalStrict(data, &px); err != nil {
+		t.Fatalf("%s: %v", samplePath, err)
+	}
+	if !strings.Contains(px.Spec.CloudInit, "Allow 10.123.0.0/24") {
+		t.Fatalf("%s: the cloud-init no longer allows the bridge subnet 10.123.0.0/24", samplePath)
+	}
+	px.Namespace = namespace
+	px.Spec.Placement.Image = imageKey
+	px.Spec.CloudInit = strings.ReplaceAll(px.Spec.CloudInit, "10.123.0.0/24", h.BridgeSubnet)
+	return &px
+}
+
+// timings are the moments of one incarnation of the VM, for the test log.
+type timings struct {
+	label                  string
+	from, running, ready   time.Time
+	domStart, agentAddress time.Time
+}
+
+func (tm timings) log(t *testing.T) {
+	t.Helper()
+	boot := tm.agentAddress.Sub(tm.domStart)
+	toRunning := tm.running.Sub(tm.from)
+	t.Logf("TIMING %s: ->Running %s, ->Ready %s; guest boot (domain start -> agent address) %s; "+
+		"operator before the domain started %s; agent address -> Running %s; Running -> Ready %s",
+		tm.label, toRunning.Round(time.Second), tm.ready.Sub(tm.from).Round(time.Second), boot.Round(time.Second),
+		tm.domStart.Sub(tm.from).Round(time.Second), tm.running.Sub(tm.agentAddress).Round(time.Second),
+		tm.ready.Sub(tm.running).Round(time.Second))
+}
+
+func TestProxyLifecycle(t *testing.T) {
+	testStart := time.Now()
+	h := loadHostEnv(t)
+	host := dialHost(t, h)
+	c, kubeconfig := controlPlane(t)
+	bin := buildManager(t)
+
+	images := newImageServer(t, h.GuestImage, durationEnv("E2E_IMAGE_SECONDS", 15*time.Second))
+	imageURL := serve(t, h.BridgeIP, images) + "/guest.qcow2"
+	who := &whoami{}
+	whoURL := serve(t, h.BridgeIP, who)
+	sum, err := os.ReadFile(h.GuestImage + ".sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "providers.yaml")
+	if err := os.WriteFile(cfgPath, []byte(providersConfig(h, imageURL, strings.Fields(string(sum))[0])), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	discovery := "http://" + freeAddr(t, "127.0.0.1")
+	mgr := &manager{t: t, bin: bin, logPath: filepath.Join(dir, "manager.log"), args: []string{
+		"--providers-config=" + cfgPath, "--kubeconfig=" + kubeconfig,
+		"--metrics-bind-address=0", "--health-probe-bind-address=" + freeAddr(t, "127.0.0.1"),
+		"--discovery-bind-address=" + strings.TrimPrefix(discovery, "http://"),
+		"--proxy-probe-url=" + whoURL + "/probe", "--proxy-check-interval=5s",
+		"--provider-check-interval=10s", "--provider-check-timeout=30s",
+		// Other tiers share this host: never collect what this cluster does not know.
+		"--gc-interval=1h", "--gc-grace=24h",
+	}}
+
+	ns := fmt.Sprintf("e2e-%d", time.Now().Unix()%100000)
+	px := sampleProxy(t, h, ns)
+	s := &story{t: t, c: c, host: host, mgr: mgr, key: client.ObjectKeyFromObject(px), vm: px.InstanceName()}
+	host.removeInstance(s.vm)
+	host.removeBaseImage(imageKey)
+	t.Cleanup(func() {
+		mgr.kill(syscall.SIGTERM)
+		host.removeInstance(s.vm)
+		host.removeBaseImage(imageKey)
+		t.Logf("manager log: %s (kept with -test.v only while the test runs); total %s", mgr.logPath, time.Since(testStart).Round(time.Second))
+	})
+	t.Logf("instance %s, image %s served at %s (%d MiB at %d MiB/s)", s.vm, h.GuestImage, imageURL, images.size>>20, images.rate>>20)
+
+	ctx := ctxFor(t, time.Hour)
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	mgr.start()
+	watch := watchBoots(host, s.vm)
+	t.Cleanup(watch.close)
+
+	first := s.createSurvivingKills(ctx, px, images)
+	ip, readyAt := s.checkServing(px, who, discovery, whoURL)
+	first.ready = readyAt
+	s.checkProviderHealth()
+	uuid := s.uuid()
+	seen := watch.get(uuid)
+	first.domStart, first.agentAddress = seen.running, seen.address
+	first.log(t)
+
+	second := s.replace(ctx, uuid, watch)
+	_, second.ready = s.checkServing(px, who, discovery, whoURL)
+	second.log(t)
+	t.Logf("first IP %s, after replacement %s", ip, s.mustProxy().Status.IP)
+
+	s.deleteLeavesNothing(ctx, discovery)
+}
+
+func (s *story) mustProxy() *v1alpha1.Proxy {
+	s.t.Helper()
+	px, err := s.proxy()
+	if err != nil {
+		s.t.Fatalf("reading Proxy %s: %v", s.key, err)
+	}
+	return px
+}
+
+func (s *story) uuid() string {
+	s.t.Helper()
+	out, err := s.host.virsh("domuuid " + s.vm)
+	if err != nil {
+		s.t.Fatalf("domain %s: %v", s.vm, err)
+	}
+	return strings.TrimSpace(out)
+}
+
+// createSurvivingKills applies the Proxy, watches the image download's progress on its
+// status, kills the manager with SIGKILL while the image downloads and again once the
+// domain is defined, restarting it each time, and waits for the Proxy to run with an
+// address on exactly one VM.
+func (s *story) createSurvivingKills(ctx context.Context, px *v1alpha1.Proxy, images *imageServer) timings {
+	t := s.t
+	tm := timings{label: "first create (image download, two manager kills)", from: time.Now()}
+	if err := s.c.Create(ctx, px); err != nil {
+		t.Fatalf("creating Proxy %s: %v", s.key, err)
+	}
+	var progress string
+	s.waitFor("the Provisioned condition to show the image download (reason ImageDownloading)", shortDeadline, 200*time.Millisecond, func() (bool, error) {
+		p, err := s.proxy()
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionProvisioned)
+		if c == nil || c.Reason != v1alpha1.ReasonImageDownloading || !strings.Contains(c.Message, "%") {
+			return false, nil
+		}
+		progress = fmt.Sprintf("phase %s, %q", p.Status.Phase, c.Message)
+		return true, nil
+	})
+	if images.complete.Load() != 0 {
+		t.Fatalf("the download progress (%s) was first seen after the image server had sent the whole image", progress)
+	}
+	t.Logf("seen while the image downloads: %s", progress)
+	t.Logf("killing the manager (SIGKILL) mid-download, %d of %d MiB sent", images.sent.Load()>>20, images.size>>20)
+	s.mgr.kill(syscall.SIGKILL)
+	s.mgr.start()
+
+	s.waitFor("domain "+s.vm+" to be defined", bootDeadline, 200*time.Millisecond, func() (bool, error) {
+		doms, err := s.host.domains()
+		for _, d := range doms {
+			if d == s.vm {
+				return true, nil
+			}
+		}
+		return false, err
+	})
+	s.mgr.kill(syscall.SIGKILL)
+	state, _ := s.host.virsh("domstate " + s.vm)
+	t.Logf("killed the manager (SIGKILL) once domain %s was defined (state then: %s); restarting it", s.vm, strings.TrimSpace(state))
+	s.mgr.start()
+
+	s.waitProxy("phase Running with an IP", bootDeadline, isRunning)
+	tm.running = time.Now()
+	s.exactlyOneVM(string(s.mustProxy().UID))
+	t.Logf("image server: %d requests, %d complete downloads", images.requests.Load(), images.complete.Load())
+	return tm
+}
+
+// exactlyOneVM checks that one domain on the host carries the Proxy's UID and that the
+// pool holds exactly its overlay and seed.
+func (s *story) exactlyOneVM(uid string) {
+	s.t.Helper()
+	out, err := s.host.run(fmt.Sprintf(`for d in $(virsh -q -c qemu:///system list --all --name); do `+
+		`virsh -q -c qemu:///system dumpxml "$d" | grep -q %q && echo "$d"; done; true`, uid))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if doms := strings.Fields(out); len(doms) != 1 || doms[0] != s.vm {
+		s.t.Fatalf("domains carrying the Proxy's UID %s: %v, want exactly [%s]", uid, doms, s.vm)
+	}
+	vols, err := s.host.volumes()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var ours []string
+	for _, v := range vols {
+		if strings.HasPrefix(v, s.vm) {
+			ours = append(ours, v)
+		}
+	}
+	if len(ours) != 2 {
+		s.t.Fatalf("volumes of %s: %v, want its overlay and its seed", s.vm, ours)
+	}
+}
+
+// checkServing waits for Ready (the health engine's probe went through the guest's proxy),
+// then checks that the discovery API lists the proxy and that a request through the URL
+// it gives reaches a server on the bridge from the guest's address. It returns the IP and
+// when Ready was seen.
+func (s *story) checkServing(px *v1alpha1.Proxy, who *whoami, discovery, whoURL string) (string, time.Time) {
+	t := s.t
+	ready := s.waitProxy("phase Ready and healthy (a probe through the guest's proxy)", bootDeadline, isReady)
+	readyAt := time.Now()
+	ip := ready.Status.IP
+	if who.from(ip) == 0 {
+		t.Fatalf("the Proxy is Ready but the probe target never saw a request from the guest's address %s", ip)
+	}
+	if ready.Status.EgressIP != ip {
+		t.Errorf("status.egressIP = %q, want the guest's address %s", ready.Status.EgressIP, ip)
+	}
+	want := fmt.Sprintf("http://%s:%d", ip, px.Spec.Port)
+	var listed string
+	s.waitFor("the discovery API to list "+want, shortDeadline, 500*time.Millisecond, func() (bool, error) {
+		body, err := get(http.DefaultClient, discovery+"/v1/proxies?format=text")
+		listed = body
+		return strings.Contains(body, want), err
+	})
+	picked, err := get(http.DefaultClient, discovery+"/v1/proxies/pick?key=crawler-1&format=text")
+	if err != nil || strings.TrimSpace(picked) != want {
+		t.Errorf("pick for key crawler-1 = %q (%v), want %s", picked, err, want)
+	}
+	t.Logf("discovery lists %q", strings.TrimSpace(listed))
+
+	proxyURL, err := url.Parse(strings.TrimSpace(picked))
+	if err != nil {
+		t.Fatalf("the discovery API's URL %q: %v", picked, err)
+	}
+	through := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+	before := who.from(ip)
+	body, err := get(through, whoURL+"/through-the-proxy")
+	if err != nil {
+		t.Fatalf("GET %s through %s: %v", whoURL, proxyURL, err)
+	}
+	if !strings.Contains(body, `"`+ip+`"`) || who.from(ip) <= before {
+		t.Fatalf("GET %s through %s answered %q; want it to come from the guest's address %s", whoURL, proxyURL, body, ip)
+	}
+	t.Logf("a request through %s reached %s from %s", proxyURL, whoURL, ip)
+	return ip, readyAt
+}
+
+func get(c *http.Client, u string) (string, error) {
+	resp, err := c.Get(u)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return string(b), err
+}
+
+// checkProviderHealth waits for the ProviderHealth object to show the host reachable,
+// with the pool's figures.
+func (s *story) checkProviderHealth() {
+	var target v1alpha1.ProviderTargetStatus
+	s.waitFor("ProviderHealth kvm2-home to show host local Reachable with pool figures", shortDeadline, time.Second, func() (bool, error) {
+		var ph v1alpha1.ProviderHealth
+		if err := s.c.Get(context.Background(), types.NamespacedName{Name: "kvm2-home"}, &ph); err != nil {
+			return false, err
+		}
+		if len(ph.Status.Targets) != 1 {
+			return false, fmt.Errorf("targets: %+v", ph.Status.Targets)
+		}
+		target = ph.Status.Targets[0]
+		d := target.Details
+		return target.Name == "local" && target.Ready && target.Reason == "Reachable" && ph.Status.Ready == "1/1" &&
+			d["poolState"] == "running" && d["poolCapacityGiB"] != "" && d["poolAvailableGiB"] != "", nil
+	})
+	s.t.Logf("ProviderHealth kvm2-home: target %s %s, %s, pool %s GiB available of %s GiB, latency %s",
+		target.Name, target.Reason, target.Message, target.Details["poolAvailableGiB"], target.Details["poolCapacityGiB"], target.Latency.Duration)
+}
+
+// replace changes placement.region and waits for the VM to be replaced by a new domain
+// that becomes Ready.
+func (s *story) replace(ctx context.Context, oldUUID string, watch *bootWatch) timings {
+	t := s.t
+	tm := timings{label: "replacement after a spec change", from: time.Now()}
+	px := s.mustProxy()
+	patch := client.MergeFrom(px.DeepCopy())
+	px.Spec.Placement.Region = "e2e-moved"
+	if err := s.c.Patch(ctx, px, patch); err != nil {
+		t.Fatalf("changing placement.region of %s: %v", s.key, err)
+	}
+	var newUUID string
+	s.waitFor("domain "+s.vm+" to be replaced (a new UUID)", bootDeadline, time.Second, func() (bool, error) {
+		out, err := s.host.virsh("domuuid " + s.vm)
+		newUUID = strings.TrimSpace(out)
+		return err == nil && newUUID != "" && newUUID != oldUUID, nil
+	})
+	s.waitProxy("phase Running with an IP on the new VM", bootDeadline, func(p *v1alpha1.Proxy) bool {
+		return isRunning(p) && p.Status.ObservedGeneration == p.Generation
+	})
+	tm.running = time.Now()
+	s.exactlyOneVM(string(px.UID))
+	seen := watch.get(newUUID)
+	tm.domStart, tm.agentAddress = seen.running, seen.address
+	t.Logf("domain %s replaced: UUID %s -> %s", s.vm, oldUUID, newUUID)
+	return tm
+}
+
+// deleteLeavesNothing deletes the Proxy and checks that its domain, volumes, files and
+// NVRAM are gone and that discovery no longer lists it.
+func (s *story) deleteLeavesNothing(ctx context.Context, discovery string) {
+	t := s.t
+	px := s.mustProxy()
+	if err := s.c.Delete(ctx, px); err != nil {
+		t.Fatalf("deleting Proxy %s: %v", s.key, err)
+	}
+	took := s.waitFor("Proxy "+s.key.String()+" to be gone", shortDeadline, 500*time.Millisecond, func() (bool, error) {
+		_, err := s.proxy()
+		return apierrors.IsNotFound(err), nil
+	})
+	t.Logf("Proxy deleted in %s", took.Round(time.Millisecond))
+	if left := s.host.leftovers(s.vm); len(left) != 0 {
+		t.Fatalf("after deleting the Proxy, %s left behind: %v", s.vm, left)
+	}
+	s.waitFor("the discovery API to stop listing the deleted proxy", shortDeadline, 500*time.Millisecond, func() (bool, error) {
+		body, err := get(http.DefaultClient, discovery+"/v1/proxies?format=text")
+		return err == nil && !strings.Contains(body, px.Status.IP+":"), err
+	})
+}

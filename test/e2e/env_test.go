@@ -1,0 +1,237 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// repoRoot is the module's top directory, seen from this package.
+var repoRoot = filepath.Join("..", "..")
+
+// hostEnv is the local libvirt host as hack/libvirt-host.sh describes it in its env file.
+type hostEnv struct {
+	Address, User, Key, KnownHosts, Socket, Pool, PoolPath string
+	Bridge, BridgeIP, BridgeSubnet, DomainType             string
+	GuestImage                                             string
+}
+
+func loadHostEnv(t *testing.T) hostEnv {
+	t.Helper()
+	get := func(name string) string {
+		v := os.Getenv(name)
+		if v == "" {
+			t.Fatalf("%s is not set: run `make test-e2e`, or `hack/libvirt-host.sh up && source $(hack/libvirt-host.sh env)`", name)
+		}
+		return v
+	}
+	h := hostEnv{
+		Address: get("KVM2_TEST_ADDRESS"), User: get("KVM2_TEST_USER"), Key: get("KVM2_TEST_KEY"),
+		KnownHosts: get("KVM2_TEST_KNOWN_HOSTS"), Socket: get("KVM2_TEST_SOCKET"), Pool: get("KVM2_TEST_POOL"),
+		PoolPath: get("KVM2_TEST_POOL_PATH"), Bridge: get("KVM2_TEST_BRIDGE"), BridgeIP: get("KVM2_TEST_BRIDGE_IP"),
+		BridgeSubnet: get("KVM2_TEST_BRIDGE_SUBNET"), DomainType: get("KVM2_TEST_DOMAIN_TYPE"),
+	}
+	h.GuestImage = os.Getenv("E2E_GUEST_IMAGE")
+	if h.GuestImage == "" {
+		out, err := exec.Command(filepath.Join(repoRoot, "hack", "guest-image.sh")).Output()
+		if err != nil {
+			t.Fatalf("hack/guest-image.sh: %v", err)
+		}
+		h.GuestImage = strings.TrimSpace(string(out))
+	}
+	return h
+}
+
+// controlPlane starts kube-apiserver and etcd with the project's CRDs, writes an admin
+// kubeconfig for the manager process and returns a client and the kubeconfig's path.
+func controlPlane(t *testing.T) (client.Client, string) {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run with KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) (or make test-e2e)")
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(repoRoot, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting the control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping the control plane: %v", err)
+		}
+	})
+	user, err := env.AddUser(envtest.User{Name: "e2e-manager", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatalf("adding a user to the control plane: %v", err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatalf("kubeconfig: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatalf("client for the control plane: %v", err)
+	}
+	return c, path
+}
+
+// buildManager builds cmd/manager from this tree into a temporary directory.
+func buildManager(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "manager")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/manager")
+	cmd.Dir = repoRoot
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/manager: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freeAddr returns host:port with a port nobody listens on right now.
+func freeAddr(t *testing.T, host string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// manager is the operator running as a process, restartable with the same arguments.
+// Its output goes to a log file that survives restarts.
+type manager struct {
+	t       *testing.T
+	bin     string
+	args    []string
+	logPath string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	starts int
+}
+
+func (m *manager) start() {
+	m.t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.starts++
+	fmt.Fprintf(f, "===== manager start #%d at %s =====\n", m.starts, time.Now().Format(time.RFC3339))
+	cmd := exec.Command(m.bin, m.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		m.t.Fatalf("starting the manager: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(exited) }()
+	m.cmd, m.exited = cmd, exited
+}
+
+// kill sends sig and waits (up to a minute) for the process to end.
+func (m *manager) kill(sig syscall.Signal) {
+	m.mu.Lock()
+	cmd, exited := m.cmd, m.exited
+	m.cmd = nil
+	m.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// tail returns the last n lines of the manager's log.
+func (m *manager) tail(n int) string {
+	data, err := os.ReadFile(m.logPath)
+	if err != nil {
+		return fmt.Sprintf("(reading %s: %v)", m.logPath, err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// providersConfig is the manager's providers config for the local host.
+func providersConfig(h hostEnv, imageURL, imageSHA string) string {
+	return fmt.Sprintf(`providers:
+  - name: kvm2-home
+    type: kvm2
+    kvm2:
+      sshKeyFile: %s
+      knownHostsFile: %s
+      diskSizeGb: 2
+      images:
+        %s:
+          url: %s
+          sha256: %s
+          format: qcow2
+          firmware: uefi
+      machineTypes:
+        small: {vcpus: 2, memoryMiB: 1024}
+      hosts:
+        - name: local
+          address: %s
+          user: %s
+          socket: %s
+          pool: %s
+          bridge: %s
+          domainType: %s
+`, h.Key, h.KnownHosts, imageKey, imageURL, imageSHA, h.Address, h.User, h.Socket, h.Pool, h.Bridge, h.DomainType)
+}
+
+// ctxFor is a context that ends with the test or after d.
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

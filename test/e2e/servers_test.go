@@ -1,0 +1,137 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// serve runs h on a free port of host until the test ends and returns the base URL.
+func serve(t *testing.T, host string, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatalf("listening on %s: %v", host, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		_ = srv.Close()
+		<-done
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// imageServer serves one file with its Content-Length, paced so that a full download
+// takes about pace, which leaves time to watch the download's progress.
+type imageServer struct {
+	path     string
+	size     int64
+	rate     int64 // bytes per second
+	requests atomic.Int64
+	complete atomic.Int64 // downloads sent to the end
+	sent     atomic.Int64 // bytes written, all requests
+}
+
+func newImageServer(t *testing.T, path string, pace time.Duration) *imageServer {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("guest image: %v", err)
+	}
+	rate := fi.Size() / int64(pace/time.Second)
+	if rate < 1<<20 {
+		rate = 1 << 20
+	}
+	return &imageServer{path: path, size: fi.Size(), rate: rate}
+}
+
+func (s *imageServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.requests.Add(1)
+	f, err := os.Open(s.path)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(s.size, 10))
+	if r.Method == http.MethodHead {
+		return
+	}
+	// Chunks of a tenth of a second's worth, each sent on its own schedule.
+	chunk := s.rate / 10
+	buf := make([]byte, chunk)
+	start := time.Now()
+	var n int64
+	for {
+		m, rerr := io.ReadFull(f, buf)
+		if m > 0 {
+			if _, werr := w.Write(buf[:m]); werr != nil {
+				return
+			}
+			n += int64(m)
+			s.sent.Add(int64(m))
+			if due := start.Add(time.Duration(n * int64(time.Second) / s.rate)); time.Until(due) > 0 {
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(time.Until(due)):
+				}
+			}
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			return
+		}
+	}
+	if n == s.size {
+		s.complete.Add(1)
+	}
+}
+
+// whoami answers every request with the caller's address ({"ip": "..."}) and remembers
+// the callers, so a test can tell that a request came through a guest.
+type whoami struct {
+	mu      sync.Mutex
+	callers map[string]int
+}
+
+func (wh *whoami) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	wh.mu.Lock()
+	if wh.callers == nil {
+		wh.callers = map[string]int{}
+	}
+	wh.callers[host]++
+	wh.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, "{\"ip\":%q}\n", host)
+}
+
+// from reports how many requests came from ip.
+func (wh *whoami) from(ip string) int {
+	wh.mu.Lock()
+	defer wh.mu.Unlock()
+	return wh.callers[ip]
+}

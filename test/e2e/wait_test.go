@@ -1,0 +1,127 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// durationEnv reads a duration in seconds from name, or returns def.
+func durationEnv(name string, def time.Duration) time.Duration {
+	if s, err := strconv.Atoi(os.Getenv(name)); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return def
+}
+
+// Guests boot under TCG here: a minute on a quiet machine, several under load.
+var (
+	bootDeadline  = durationEnv("E2E_BOOT_DEADLINE", 15*time.Minute)
+	shortDeadline = durationEnv("E2E_SHORT_DEADLINE", 3*time.Minute)
+)
+
+// story holds what every step of the end-to-end test uses.
+type story struct {
+	t    *testing.T
+	c    client.Client
+	host *libvirtHost
+	mgr  *manager
+	key  types.NamespacedName
+	vm   string
+}
+
+func (s *story) proxy() (*v1alpha1.Proxy, error) {
+	var px v1alpha1.Proxy
+	err := s.c.Get(context.Background(), s.key, &px)
+	return &px, err
+}
+
+// describe is the Proxy's status as a user would read it, for progress and failure output.
+func (s *story) describe() string {
+	px, err := s.proxy()
+	if err != nil {
+		return fmt.Sprintf("(reading Proxy %s: %v)", s.key, err)
+	}
+	b, _ := yaml.Marshal(px.Status)
+	return string(b)
+}
+
+func (s *story) phaseLine() string {
+	px, err := s.proxy()
+	if err != nil {
+		return err.Error()
+	}
+	line := fmt.Sprintf("phase=%s ip=%s healthy=%t", px.Status.Phase, px.Status.IP, px.Status.Healthy)
+	if c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned); c != nil {
+		line += fmt.Sprintf(" provisioned=%s/%s %q", c.Status, c.Reason, c.Message)
+	}
+	return line
+}
+
+// waitFor polls cond every poll until it holds, logging the Proxy's phase every 30s. When
+// timeout passes it fails the test with what it waited for, the Proxy's status, the
+// manager's last log lines and the host's domains.
+func (s *story) waitFor(what string, timeout, poll time.Duration, cond func() (bool, error)) time.Duration {
+	s.t.Helper()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	nextLog := start.Add(30 * time.Second)
+	var last error
+	for {
+		ok, err := cond()
+		if ok {
+			return time.Since(start)
+		}
+		last = err
+		now := time.Now()
+		if now.After(deadline) {
+			virshList, verr := s.host.virsh("list --all")
+			if verr != nil {
+				virshList += verr.Error()
+			}
+			s.t.Fatalf("gave up after %s waiting for %s (last error: %v)\n--- Proxy %s status:\n%s\n--- manager log (last 40 lines):\n%s\n--- virsh list --all:\n%s",
+				timeout, what, last, s.key, s.describe(), s.mgr.tail(40), virshList)
+		}
+		if now.After(nextLog) {
+			s.t.Logf("still waiting (%s) for %s: %s", now.Sub(start).Round(time.Second), what, s.phaseLine())
+			nextLog = now.Add(30 * time.Second)
+		}
+		time.Sleep(poll)
+	}
+}
+
+// waitPhase waits until the Proxy satisfies ok and returns it.
+func (s *story) waitProxy(what string, timeout time.Duration, ok func(*v1alpha1.Proxy) bool) *v1alpha1.Proxy {
+	s.t.Helper()
+	var got *v1alpha1.Proxy
+	s.waitFor(what, timeout, 500*time.Millisecond, func() (bool, error) {
+		px, err := s.proxy()
+		if err != nil {
+			return false, err
+		}
+		got = px
+		return ok(px), nil
+	})
+	return got
+}
+
+func isReady(px *v1alpha1.Proxy) bool {
+	return px.Status.Phase == v1alpha1.PhaseReady && px.Status.Healthy &&
+		meta.IsStatusConditionTrue(px.Status.Conditions, v1alpha1.ConditionHealthy)
+}
+
+func isRunning(px *v1alpha1.Proxy) bool {
+	return (px.Status.Phase == v1alpha1.PhaseRunning || px.Status.Phase == v1alpha1.PhaseReady) && px.Status.IP != ""
+}
