@@ -146,6 +146,9 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			r := e.probeOne(ctx, px)
+			if ctx.Err() != nil {
+				return // shutting down or lost the lease: not the proxy's failure
+			}
 			probed.Add(1)
 			if r.err == nil {
 				ok.Add(1)
@@ -161,7 +164,8 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 		}()
 	}
 	wg.Wait()
-	return RoundStats{Probed: int(probed.Load()), Succeeded: int(ok.Load()), Failed: int(bad.Load()), WriteErrors: int(wfail.Load()), Conflicts: int(conflicts.Load())}, nil
+	return RoundStats{Probed: int(probed.Load()), Succeeded: int(ok.Load()), Failed: int(bad.Load()),
+		WriteErrors: int(wfail.Load()), Conflicts: int(conflicts.Load())}, ctx.Err()
 }
 
 // eligible: the health engine looks only at proxies whose instance runs and has an
@@ -200,6 +204,9 @@ func proxyURL(px *v1alpha1.Proxy) *url.URL {
 
 func (e *Engine) probeOne(ctx context.Context, px *v1alpha1.Proxy) result {
 	r := e.prober.probe(ctx, proxyURL(px), e.opts.Timeout)
+	if ctx.Err() != nil {
+		return r
+	}
 	outcome := "success"
 	if r.err != nil {
 		outcome = "failure"

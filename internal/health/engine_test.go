@@ -221,3 +221,29 @@ func TestEngineDoesNotOverwriteReconcilerPhase(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// A round cut short by shutdown (or a lost lease) does not count the cancelled probes
+// as the proxies' failures.
+func TestEngineShutdownIsNotAFailure(t *testing.T) {
+	e := newEngineEnv(t, nil)
+	fp := healthtest.New(t, "")
+	fp.SetMode(healthtest.Hang)
+	e.proxyAt("s", v1alpha1.ProxyModeManaged, fp.Host, fp.Port, v1alpha1.PhaseReady)
+	failuresBefore := testutil.ToFloat64(probesTotal.WithLabelValues("failure"))
+	ctx, cancel := context.WithCancel(e.ctx)
+	go func() {
+		for fp.Requests.Load() == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+	}()
+	if _, err := e.engine.Round(ctx); err == nil {
+		t.Error("a cancelled round reported no error")
+	}
+	if s := e.get("s").Status; s.ConsecutiveProbeFailures != 0 || s.LastProbeTime != nil {
+		t.Errorf("the cancelled probe was recorded: %+v", s)
+	}
+	if d := testutil.ToFloat64(probesTotal.WithLabelValues("failure")) - failuresBefore; d != 0 {
+		t.Errorf("the cancelled probe counted as %v failure(s) in proxy_operator_proxy_probes_total", d)
+	}
+}
