@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,7 +156,8 @@ func (p *progress) run() {
 
 func (p *progress) write(pr provider.Progress, event bool) {
 	msg := pr.Message
-	if pr.Total > 0 {
+	// Providers that already state the percentage (kvm2 does) do not get it twice.
+	if pr.Total > 0 && !strings.HasSuffix(msg, "%)") {
 		msg = fmt.Sprintf("%s (%d%%)", msg, pr.Done*100/pr.Total)
 	}
 	s := &scope{px: p.px.DeepCopy(), base: p.px.DeepCopy(), r: p.r, log: ctrl.LoggerFrom(p.ctx)}
