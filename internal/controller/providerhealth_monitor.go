@@ -116,6 +116,9 @@ func (m *ProviderHealthMonitor) checkOne(ctx context.Context, name string, p pro
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	statuses := p.Check(cctx)
 	cancel()
+	if ctx.Err() != nil {
+		return nil // shutting down or lost the lease: the targets did not fail
+	}
 	now := m.clock()
 
 	st := statusFor(statuses, now)
