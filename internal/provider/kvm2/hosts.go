@@ -31,7 +31,10 @@ const (
 // libvirt connection per host, dialled lazily on first use and shared by every operation
 // on that host, and fresh dedicated connections for the callers that must not share it.
 type hosts struct {
-	name    string
+	name string
+	// typ is the provider type (kvm2 or kvm): the logger's name and the block that
+	// messages name.
+	typ     string
 	cfg     provider.KVMConfig
 	log     logr.Logger
 	budgets budgets
@@ -62,10 +65,17 @@ type dialAttempt struct {
 // dialled: the credential files are only checked for existence, with a WARNING: line for
 // each that is missing, so a manager starts before the kvm-ssh Secret lands.
 func newHosts(name string, cfg provider.KVMConfig, log logr.Logger) (*hosts, error) {
+	return newHostsOfType(name, provider.TypeKVM2, cfg, log)
+}
+
+// newHostsOfType is newHosts for a provider of type typ, whose logger it names and whose
+// block (typ.hosts) its messages name.
+func newHostsOfType(name, typ string, cfg provider.KVMConfig, log logr.Logger) (*hosts, error) {
 	hs := &hosts{
 		name:    name,
+		typ:     typ,
 		cfg:     cfg,
-		log:     log.WithName("kvm2").WithValues("provider", name),
+		log:     log.WithName(typ).WithValues("provider", name),
 		budgets: defaultBudgets,
 		rpcs:    newRPCCounter(),
 		slots:   make(map[string]*slot, len(cfg.Hosts)),
@@ -73,7 +83,7 @@ func newHosts(name string, cfg provider.KVMConfig, log logr.Logger) (*hosts, err
 	hs.dial = hs.dialSSH
 	for _, h := range cfg.Hosts {
 		if _, dup := hs.slots[h.Name]; dup {
-			return nil, provider.Permanent(fmt.Errorf("host %q is listed twice in kvm2.hosts", h.Name))
+			return nil, provider.Permanent(fmt.Errorf("host %q is listed twice in %s.hosts", h.Name, typ))
 		}
 		hs.slots[h.Name] = &slot{}
 	}
@@ -88,7 +98,7 @@ func (hs *hosts) host(name string) (provider.KVMHost, error) {
 			return h, nil
 		}
 	}
-	return provider.KVMHost{}, provider.Permanent(fmt.Errorf("host %q is not in kvm2.hosts", name))
+	return provider.KVMHost{}, provider.Permanent(fmt.Errorf("host %q is not in %s.hosts", name, hs.typ))
 }
 
 // pooled returns the backend of host's shared connection, dialling it when there is none
@@ -111,7 +121,7 @@ func (hs *hosts) shared(ctx context.Context, h provider.KVMHost) (*conn, error) 
 	hs.mu.Lock()
 	if hs.closed {
 		hs.mu.Unlock()
-		return nil, provider.Transient(fmt.Errorf("kvm2 provider %s is shut down", hs.name))
+		return nil, provider.Transient(fmt.Errorf("%s provider %s is shut down", hs.typ, hs.name))
 	}
 	s := hs.slots[h.Name]
 	if s.conn != nil && s.conn.alive() {
@@ -151,7 +161,7 @@ func (hs *hosts) runDial(ctx context.Context, h provider.KVMHost, s *slot, a *di
 	s.dialing = nil
 	if err == nil && hs.closed {
 		orphan, c = c, nil
-		err = provider.Transient(fmt.Errorf("kvm2 provider %s is shut down", hs.name))
+		err = provider.Transient(fmt.Errorf("%s provider %s is shut down", hs.typ, hs.name))
 	}
 	if c != nil {
 		s.conn = c

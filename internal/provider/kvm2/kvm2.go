@@ -64,7 +64,7 @@ func NewOfType(pc provider.ProviderConfig, typ string, log logr.Logger) (*Provid
 	if len(cfg.Hosts) == 0 {
 		return nil, fmt.Errorf("provider %s: %s.hosts lists no host", pc.Name, typ)
 	}
-	hs, err := newHosts(pc.Name, cfg, log)
+	hs, err := newHostsOfType(pc.Name, typ, cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("provider %s: %w", pc.Name, err)
 	}
