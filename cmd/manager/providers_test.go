@@ -1,0 +1,55 @@
+package main
+
+import (
+	"io"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// TestRegistryBuildsKVMAndKVM2FromOneFile: one providers file holding a kvm entry and a
+// kvm2 entry on the same host and the same kvm-ssh Secret builds both, and each answers
+// with its own block's name, so each entry really runs as its own type.
+func TestRegistryBuildsKVMAndKVM2FromOneFile(t *testing.T) {
+	const block = `
+    sshKeyFile: /etc/kvm-ssh/id_ed25519
+    knownHostsFile: /etc/kvm-ssh/known_hosts
+    images: {debian-13: {url: 'https://cloud.debian.org/images/cloud/trixie/latest/debian-13-generic-amd64.qcow2'}}
+    machineTypes: {small: {vcpus: 1, memoryMiB: 1024}}
+    hosts: [{name: beelink, address: 'beelink:22', user: novakj, bridge: br0}]
+`
+	path := writeFile(t, "providers.yaml", "providers:\n"+
+		"- name: kvm-home\n  type: kvm\n  kvm:"+block+
+		"- name: kvm2-home\n  type: kvm2\n  kvm2:"+block)
+	cfg, err := provider.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	providers, err := provider.Build(cfg, registry(), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, p := range providers {
+			p.(io.Closer).Close()
+		}
+	})
+	if len(providers) != 2 {
+		t.Fatalf("built %d providers, want kvm-home and kvm2-home", len(providers))
+	}
+	for name, typ := range map[string]string{"kvm-home": "kvm", "kvm2-home": "kvm2"} {
+		p := providers[name]
+		if p == nil {
+			t.Fatalf("no provider %s", name)
+		}
+		// Placement is checked before any host is dialled.
+		_, err := p.Create(t.Context(), provider.CreateRequest{Name: "proxy-0123456789abcdef", UID: "u",
+			Placement: provider.Placement{Zone: "nowhere", MachineType: "small", Image: "debian-13"}})
+		want := `placement.zone "nowhere" is not in ` + typ + `.hosts`
+		if err == nil || err.Error() != want || provider.Class(err) != provider.ErrPermanent {
+			t.Errorf("%s: create in an unknown zone: %v, want permanent %q", name, err, want)
+		}
+	}
+}
