@@ -97,6 +97,27 @@ func TestCreateAdoptionGuard(t *testing.T) {
 	}
 }
 
+// A domain libvirt is still starting (paused, reason starting up) is what a Create cut off
+// during DomainCreate leaves: the retry waits for it instead of failing the Proxy.
+func TestCreateWaitsForDomainStartingUp(t *testing.T) {
+	env := newProviderEnv(t)
+	req := testRequest("proxy-1111111111111111")
+	if _, err := env.p.Create(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.fake().SetDomainStateReason(req.Name, libvirt.DomainPaused, int32(libvirt.DomainPausedStartingUp)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := env.p.Create(t.Context(), req)
+	want := "domain proxy-1111111111111111 on host h1 is starting up; waiting for it to settle"
+	if provider.Class(err) != provider.ErrTransient || err.Error() != want {
+		t.Fatalf("got %v (%s), want transient %q", err, provider.ClassName(err), want)
+	}
+	if s := stateOf(env.fake(), req.Name); s != libvirt.DomainPaused {
+		t.Fatalf("the operator changed the starting domain's state to %v", s)
+	}
+}
+
 func TestCreateRefusesPausedDomain(t *testing.T) {
 	for _, st := range []libvirt.DomainState{libvirt.DomainPaused, libvirt.DomainPmsuspended} {
 		t.Run(st.String(), func(t *testing.T) {

@@ -167,14 +167,25 @@ func (p *Provider) adopt(ctx context.Context, log logr.Logger, b backend, plan c
 	if err := p.checkAdoption(h.Name, req.Name, req.UID, m, found); err != nil {
 		return provider.Instance{}, err
 	}
-	state, _, err := b.DomainGetState(dom, 0)
+	state, reason, err := b.DomainGetState(dom, 0)
 	if err != nil {
 		return provider.Instance{}, fmt.Errorf("reading the state of domain %s on host %s: %w", req.Name, h.Name, err)
 	}
 	switch s := libvirt.DomainState(state); s {
 	case libvirt.DomainRunning, libvirt.DomainBlocked:
 		log.V(1).Info("kvm2 domain ensured running", "id", domainID(dom))
-	case libvirt.DomainPaused, libvirt.DomainPmsuspended:
+	case libvirt.DomainPaused:
+		// libvirt starts QEMU paused and resumes it once the start completes. A Create
+		// cut off during DomainCreate (the operator killed) meets that state on retry;
+		// nobody paused it, so wait rather than fail.
+		if libvirt.DomainPausedReason(reason) == libvirt.DomainPausedStartingUp {
+			return provider.Instance{}, provider.Errorf(provider.ErrTransient,
+				"domain %s on host %s is starting up; waiting for it to settle", req.Name, h.Name)
+		}
+		return provider.Instance{}, provider.Errorf(provider.ErrPermanent,
+			"domain %s on host %s is %s and cannot be started by the operator; resume or destroy it on the host",
+			req.Name, h.Name, s)
+	case libvirt.DomainPmsuspended:
 		return provider.Instance{}, provider.Errorf(provider.ErrPermanent,
 			"domain %s on host %s is %s and cannot be started by the operator; resume or destroy it on the host",
 			req.Name, h.Name, s)

@@ -214,6 +214,20 @@ func (f *Fake) SetDomainState(name string, state libvirt.DomainState) error {
 	return nil
 }
 
+// SetDomainStateReason is SetDomainState with libvirt's reason for the state, for
+// example a domain paused with DomainPausedStartingUp while libvirt still starts it.
+func (f *Fake) SetDomainStateReason(name string, state libvirt.DomainState, reason int32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, ok := f.domains[name]
+	if !ok {
+		return fmt.Errorf("libvirtfake: no domain %q", name)
+	}
+	f.setState(d, state)
+	d.reason = reason
+	return nil
+}
+
 // SetInterfaceAddresses sets what DomainInterfaceAddresses answers for one
 // source of the named domain: ifaces, or err when it is not nil.
 func (f *Fake) SetInterfaceAddresses(name string, source libvirt.DomainInterfaceAddressesSource,
