@@ -34,7 +34,7 @@ INCLUDE=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,zstd,cloud-init
 TOOLS=(mmdebstrap dosfstools mtools fdisk e2fsprogs qemu-utils)
 
 CACHE_ROOT=${GUEST_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies-operator/guest-image}
-key=$(cat "$HACK/guest-image.sh" "$HACK/lib/guest-image-customize.sh" "$HACK/lib/common.sh" |
+key=$(cat "$HACK/guest-image.sh" "$HACK/lib/guest-image-customize.sh" |
   { cat; printf '%s\n' "$MIRROR" "$SECURITY_MIRROR" "$SUITE" "$INCLUDE"; } | sha256sum | cut -c1-16)
 OUT_DIR=$CACHE_ROOT/$key
 IMAGE=$OUT_DIR/guest.qcow2
@@ -66,7 +66,10 @@ log "building $IMAGE"
 
 build_rootfs() {
   # The .deb cache survives between builds (a changed script rebuilds without downloading).
-  mmdebstrap --mode=root --variant=minbase --include="$INCLUDE" \
+  # In a mount namespace of its own, the /proc, /sys and /dev mmdebstrap mounts into the
+  # tree vanish with it, even when the build is killed half way.
+  unshare --mount --propagation private -- \
+    mmdebstrap --mode=root --variant=minbase --include="$INCLUDE" \
     --aptopt='APT::Install-Recommends "false"' --aptopt='Acquire::Languages "none"' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-include=/usr/share/doc/*/copyright' \
@@ -80,6 +83,8 @@ build_rootfs() {
     "deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" "deb $SECURITY_MIRROR $SUITE-security main" \
     >"$WORK/mmdebstrap.log" 2>&1 || { tail -n 40 "$WORK/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
   rm -f "$CACHE_ROOT"/debs/*.deb.partial 2>/dev/null || true
+  local line
+  grep -h '^kernel .* kept ' "$WORK/mmdebstrap.log" | while read -r line; do log "$line"; done
   log "root tree ready ($(du -sm "$WORK/rootfs" | cut -f1) MiB)"
 }
 
