@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
@@ -360,4 +362,38 @@ func TestContractKVMType(t *testing.T) {
 			Timeout:     30 * time.Second,
 		}
 	})
+}
+
+// TestKVMTypeSpans: wrapped as the manager wraps it, a kvm entry's operation spans carry
+// provider.type=kvm and its name, and its libvirt RPC spans are their children.
+func TestKVMTypeSpans(t *testing.T) {
+	const host = "h-kvm-spans"
+	env := newTypedProviderEnv(t, provider.TypeKVM, host)
+	p := provider.Observe("old-spans", provider.TypeKVM, env.p)
+	req := testRequest("proxy-s1s1s1s1s1s1s1s1")
+	if _, err := p.Create(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	var op sdktrace.ReadOnlySpan
+	for _, s := range testSpans.Ended() {
+		attrs := attribute.NewSet(s.Attributes()...)
+		if v, _ := attrs.Value(provider.AttrProvider); s.Name() == "provider.create" && v.AsString() == "old-spans" {
+			op = s
+			if typ, _ := attrs.Value(provider.AttrType); typ.AsString() != provider.TypeKVM {
+				t.Errorf("provider.create span has provider.type %q, want kvm", typ.AsString())
+			}
+		}
+	}
+	if op == nil {
+		t.Fatal("no provider.create span for old-spans")
+	}
+	var children int
+	for _, s := range spansFor(host) {
+		if s.Parent().SpanID() == op.SpanContext().SpanID() {
+			children++
+		}
+	}
+	if children == 0 {
+		t.Fatalf("none of the %d libvirt spans on %s is a child of the provider.create span", len(spansFor(host)), host)
+	}
 }
