@@ -22,6 +22,19 @@ all: build
 build: ## Build the manager binary into bin/manager.
 	go build -o bin/manager ./cmd/manager
 
+# The image config/manager/manager.yaml runs; override both for a registry of your own
+# (kustomize edit set image, or edit the Deployment).
+IMG ?= egress-proxies-operator:latest
+CONTAINER_TOOL ?= docker
+
+.PHONY: docker-build
+docker-build: ## Build the manager image $(IMG) from the Dockerfile.
+	$(CONTAINER_TOOL) build -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the manager image $(IMG).
+	$(CONTAINER_TOOL) push $(IMG)
+
 $(CONTROLLER_GEN):
 	mkdir -p $(CACHE)/bin
 	GOBIN=$(CACHE)/bin/tmp-cg go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
