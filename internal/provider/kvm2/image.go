@@ -93,6 +93,17 @@ type imageCache struct {
 	progressEvery time.Duration
 }
 
+// imageLocks are the fetch locks of every provider in the process: entries of either type
+// that name the same host share the base volumes in its pool, so they must share the
+// locks too, or one would take the other's half-written base for an interrupted fetch.
+var imageLocks = newNameLocks()
+
+// imageLockKey names the base volume of img in h's pool by where the pool is reached (the
+// address and socket), not by the host's name, which each providers-config entry picks.
+func imageLockKey(h provider.KVMHost, img image) string {
+	return h.Address + "|" + h.Socket + "|" + h.Pool + "/" + img.baseVol()
+}
+
 func newImageCache() *imageCache {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// An image is fetched once per host; an idle connection kept for a next fetch that
@@ -100,7 +111,7 @@ func newImageCache() *imageCache {
 	tr.DisableKeepAlives = true
 	tr.DisableCompression = true
 	return &imageCache{
-		locks:         newNameLocks(),
+		locks:         imageLocks,
 		client:        &http.Client{Transport: tr},
 		head:          defaultHeadBudget,
 		progressEvery: defaultProgressEvery,
@@ -216,7 +227,7 @@ func (p *Provider) ensureImage(ctx context.Context, b backend, h provider.KVMHos
 		return basePath(b, h, img, *cache.base)
 	}
 	log := tracing.Logger(ctx, p.log).WithValues("host", h.Name, "volume", img.baseVol())
-	unlock, err := p.images.locks.lock(ctx, h.Name+"/"+h.Pool+"/"+img.baseVol())
+	unlock, err := p.images.locks.lock(ctx, imageLockKey(h, img))
 	if err != nil {
 		return baseImage{}, provider.Transient(fmt.Errorf("waiting for the fetch of base image %s on host %s: %w",
 			img.baseVol(), h.Name, err))

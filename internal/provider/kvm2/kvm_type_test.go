@@ -397,3 +397,47 @@ func TestKVMTypeSpans(t *testing.T) {
 		t.Fatalf("none of the %d libvirt spans on %s is a child of the provider.create span", len(spansFor(host)), host)
 	}
 }
+
+// TestKVMAndKVM2ShareOneImageFetch: a kvm and a kvm2 entry naming the same host use the
+// same base volume in its pool. Creates on both while the image is not cached yet fetch
+// it once, and neither takes the other's half-written base for a stale one.
+func TestKVMAndKVM2ShareOneImageFetch(t *testing.T) {
+	e := newImgEnv(t, nil)
+	cfg := e.p.cfg
+	kvm, err := NewOfType(provider.ProviderConfig{Name: "old", Type: provider.TypeKVM, KVM: &cfg}, provider.TypeKVM, discardLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kvm.Close() })
+	kvm.hosts.budgets, kvm.hosts.dial = testBudgets, e.d.dial
+	kvm.runningPoll, kvm.runningWait = e.p.runningPoll, e.p.runningWait
+
+	e.srv.setMode(serveGated)
+	errs := make(chan error, 2)
+	for _, p := range []*Provider{e.p, kvm} {
+		go func() {
+			req := testRequest("proxy-" + p.typ + "-img")
+			req.Placement.Zone = e.host
+			_, err := p.Create(t.Context(), req)
+			errs <- err
+		}()
+	}
+	select {
+	case <-e.srv.halfSent:
+	case err := <-errs:
+		t.Fatalf("a Create ended before the fetch was half way: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("gave up waiting for a fetch to be half way through")
+	}
+	eventually(t, "both prechecks to ask for the image length", func() bool { return e.srv.heads.Load() == 2 })
+	e.srv.release()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.wantCached(t)
+	if e.srv.gets.Load() != 1 || len(e.baseUploads()) != 1 {
+		t.Fatalf("%d GETs and %d base uploads for a kvm and a kvm2 Create, want one each", e.srv.gets.Load(), len(e.baseUploads()))
+	}
+}
