@@ -17,7 +17,8 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
 
-// Provider is the kvm2 provider: one per providers-config entry of type kvm2.
+// Provider is the kvm2 provider: one per providers-config entry of type kvm2, or of type
+// kvm, which runs on the same code (see NewOfType).
 type Provider struct {
 	name string
 	// typ is the config block (kvm2, or kvm for the first-generation type built on this
