@@ -181,26 +181,7 @@ func TestKVM2BesideKVM_realHost(t *testing.T) {
 		t.Fatalf("kvm2 create: %v", err)
 	}
 
-	kvmList, err := kvm.ListByTag(itCtxFor(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kvm2List, err := kvm2.ListByTag(itCtxFor(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := itListed(kvmList, old.Name); !ok {
-		t.Errorf("kvm's listing misses its own %s", old.Name)
-	}
-	if _, ok := itListed(kvmList, cur.Name); ok {
-		t.Errorf("kvm's listing holds kvm2's %s", cur.Name)
-	}
-	if _, ok := itListed(kvm2List, cur.Name); !ok {
-		t.Errorf("kvm2's listing misses its own %s", cur.Name)
-	}
-	if _, ok := itListed(kvm2List, old.Name); ok {
-		t.Errorf("kvm2's listing holds kvm's %s", old.Name)
-	}
+	checkOwnListings(t, kvm, kvm2, old.Name, cur.Name)
 
 	// The same Proxy recreated under the kvm2 entry gets the same name: refused, not adopted.
 	_, err = kvm2.Create(itCtxFor(t), old)
@@ -224,7 +205,7 @@ func TestKVM2BesideKVM_realHost(t *testing.T) {
 	if err := kvm2.Delete(itCtxFor(t), curInst.ProviderID); err != nil {
 		t.Fatalf("kvm2 delete: %v", err)
 	}
-	kvm2List, err = kvm2.ListByTag(itCtxFor(t))
+	kvm2List, err := kvm2.ListByTag(itCtxFor(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,5 +215,30 @@ func TestKVM2BesideKVM_realHost(t *testing.T) {
 	cleanup := e.newProvider(itEnvOptions{typ: provider.TypeKVM})
 	if err := cleanup.Delete(itCtxFor(t), oldInst.ProviderID); err != nil {
 		t.Fatalf("kvm delete of its own domain: %v", err)
+	}
+}
+
+// checkOwnListings lists with both providers: each holds its own domain only.
+func checkOwnListings(t *testing.T, kvm, kvm2 *Provider, kvmName, kvm2Name string) {
+	t.Helper()
+	kvmList, err := kvm.ListByTag(itCtxFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvm2List, err := kvm2.ListByTag(itCtxFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := itListed(kvmList, kvmName); !ok {
+		t.Errorf("kvm's listing misses its own %s", kvmName)
+	}
+	if _, ok := itListed(kvmList, kvm2Name); ok {
+		t.Errorf("kvm's listing holds kvm2's %s", kvm2Name)
+	}
+	if _, ok := itListed(kvm2List, kvm2Name); !ok {
+		t.Errorf("kvm2's listing misses its own %s", kvm2Name)
+	}
+	if _, ok := itListed(kvm2List, kvmName); ok {
+		t.Errorf("kvm2's listing holds kvm's %s", kvmName)
 	}
 }

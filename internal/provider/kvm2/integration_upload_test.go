@@ -92,8 +92,15 @@ func testUploadKilled(t *testing.T, short string, all bool) {
 		t.Fatalf("goroutines left after the failed upload: %v", err)
 	}
 
-	p2 := e.newProvider(opts)
-	inst, err := p2.Create(itCtxFor(t), req)
+	e.checkRefetch(t, e.newProvider(opts), req, srv, size)
+}
+
+// checkRefetch runs the Create after a cut upload: it fetches the image whole (the
+// second download), records its digest and completes.
+func (e *itRealEnv) checkRefetch(t *testing.T, p *Provider, req provider.CreateRequest, srv *itImageServer, size int64) {
+	t.Helper()
+	base := filepath.Join(e.host.poolPath, baseVolName(e.names.image(), "raw"))
+	inst, err := p.Create(itCtxFor(t), req)
 	if err != nil {
 		t.Fatalf("create after the cut upload: %v", err)
 	}
@@ -110,7 +117,7 @@ func testUploadKilled(t *testing.T, short string, all bool) {
 	if fi, err := os.Stat(base); err != nil || fi.Size() != size {
 		t.Errorf("base %s after the refetch: %v, size want %d", base, err, size)
 	}
-	if err := p2.Delete(itCtxFor(t), inst.ProviderID); err != nil {
+	if err := p.Delete(itCtxFor(t), inst.ProviderID); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
 }
