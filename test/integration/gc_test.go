@@ -40,28 +40,7 @@ func TestOrphanGC_realHost(t *testing.T) {
 	imgKey := token + "-img"
 	t.Cleanup(func() { sweep(t, env, token) })
 
-	img := tinyImage(t)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", strconv.Itoa(len(img)))
-		if r.Method != http.MethodHead {
-			_, _ = w.Write(img)
-		}
-	}))
-	t.Cleanup(srv.Close)
-
-	cfg := provider.KVMConfig{
-		SSHKeyFile: env["KVM2_TEST_KEY"], KnownHostsFile: env["KVM2_TEST_KNOWN_HOSTS"], DiskSizeGb: 1,
-		Images:       map[string]provider.KVMImage{imgKey: {URL: srv.URL + "/tiny.qcow2", Firmware: "bios"}},
-		MachineTypes: map[string]provider.KVMMachineType{"tiny": {VCPUs: 1, MemoryMiB: 128}},
-		Hosts: []provider.KVMHost{{Name: "local", Address: env["KVM2_TEST_ADDRESS"], User: env["KVM2_TEST_USER"],
-			Socket: env["KVM2_TEST_SOCKET"], Pool: env["KVM2_TEST_POOL"], Bridge: env["KVM2_TEST_BRIDGE"],
-			DomainType: env["KVM2_TEST_DOMAIN_TYPE"]}},
-	}
-	p, err := kvm2.New(provider.ProviderConfig{Name: "kvm2-it", Type: provider.TypeKVM2, KVM2: &cfg}, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := newProvider(t, env, imgKey)
 
 	owned := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "owned", UID: types.UID(token + "-owned")}}
 	create := func(name, uid string) provider.Instance {
@@ -117,6 +96,35 @@ func TestOrphanGC_realHost(t *testing.T) {
 			t.Errorf("volume %s left in the pool", v)
 		}
 	}
+}
+
+// newProvider is a kvm2 provider on the real host whose catalogue serves a tiny image
+// under imgKey from a loopback server.
+func newProvider(t *testing.T, env map[string]string, imgKey string) *kvm2.Provider {
+	t.Helper()
+	img := tinyImage(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(img)))
+		if r.Method != http.MethodHead {
+			_, _ = w.Write(img)
+		}
+	}))
+	t.Cleanup(srv.Close)
+
+	cfg := provider.KVMConfig{
+		SSHKeyFile: env["KVM2_TEST_KEY"], KnownHostsFile: env["KVM2_TEST_KNOWN_HOSTS"], DiskSizeGb: 1,
+		Images:       map[string]provider.KVMImage{imgKey: {URL: srv.URL + "/tiny.qcow2", Firmware: "bios"}},
+		MachineTypes: map[string]provider.KVMMachineType{"tiny": {VCPUs: 1, MemoryMiB: 128}},
+		Hosts: []provider.KVMHost{{Name: "local", Address: env["KVM2_TEST_ADDRESS"], User: env["KVM2_TEST_USER"],
+			Socket: env["KVM2_TEST_SOCKET"], Pool: env["KVM2_TEST_POOL"], Bridge: env["KVM2_TEST_BRIDGE"],
+			DomainType: env["KVM2_TEST_DOMAIN_TYPE"]}},
+	}
+	p, err := kvm2.New(provider.ProviderConfig{Name: "kvm2-it", Type: provider.TypeKVM2, KVM2: &cfg}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
 
 // proxyLister is the cache the GC reads Proxies from, holding a fixed list. The GC only
