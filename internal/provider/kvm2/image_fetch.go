@@ -2,16 +2,12 @@ package kvm2
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -143,7 +139,7 @@ func (p *Provider) uploadImage(ctx context.Context, log logr.Logger, h provider.
 		return "", err
 	}
 	defer closeFn()
-	src := &sourceReader{r: body, h: sha256.New()}
+	src := newSourceReader(body)
 	stop := p.reportProgress(ctx, log, h, img, src, length)
 	uerr := fb.StorageVolUpload(vol, src, 0, uint64(length), 0)
 	stop()
@@ -183,83 +179,6 @@ func (p *Provider) writeMarker(b backend, h provider.KVMHost, pool libvirt.Stora
 		return fmt.Errorf("writing image marker %s in pool %s on host %s: %w", img.markerVol(), h.Pool, h.Name, err)
 	}
 	return nil
-}
-
-// fillSize is how much sourceReader gathers before handing data on, so the stream carries
-// few large packets rather than one per network read.
-const fillSize = 1 << 20
-
-// sourceReader is the reader handed to StorageVolUpload. It hashes and counts what passes,
-// and turns any error of the source into a clean end of stream, keeping the error for
-// finish: go-libvirt answers a reader error by aborting the stream and reporting the
-// daemon's abort rather than the cause. The short upload that results is caught by the
-// length and digest checks.
-//
-// go-libvirt may still be inside Read when StorageVolUpload returns (its sender outlives an
-// abandoned call), so the state is guarded and finish stops all further use of it.
-type sourceReader struct {
-	r io.Reader
-
-	mu       sync.Mutex
-	h        hash.Hash
-	n        int64
-	err      error
-	finished bool
-}
-
-func (s *sourceReader) Read(p []byte) (int, error) {
-	s.mu.Lock()
-	stop := s.finished || s.err != nil
-	s.mu.Unlock()
-	if stop {
-		return 0, io.EOF
-	}
-	n, err := fill(s.r, p[:min(len(p), fillSize)])
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.finished {
-		return 0, io.EOF
-	}
-	s.h.Write(p[:n])
-	s.n += int64(n)
-	if err == nil {
-		return n, nil
-	}
-	if !errors.Is(err, io.EOF) {
-		s.err = err
-	}
-	if n > 0 {
-		return n, nil
-	}
-	return 0, io.EOF
-}
-
-// fill reads from r until p is full or r fails or ends.
-func fill(r io.Reader, p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		m, err := r.Read(p[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
-// done is the number of bytes read so far.
-func (s *sourceReader) done() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n
-}
-
-// finish ends the reader and returns the bytes read, their sha256 and the source's error.
-func (s *sourceReader) finish() (int64, string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.finished = true
-	return s.n, hex.EncodeToString(s.h.Sum(nil)), s.err
 }
 
 // reportProgress reports the download of img to the caller (provider.ReportProgress) and at

@@ -368,7 +368,7 @@ func TestWithoutURL(t *testing.T) {
 
 func TestSourceReaderKeepsTheSourceError(t *testing.T) {
 	boom := errors.New("connection reset by mirror")
-	src := &sourceReader{r: io.MultiReader(strings.NewReader("0123456789"), iotest.ErrReader(boom)), h: sha256.New()}
+	src := newSourceReader(io.MultiReader(strings.NewReader("0123456789"), iotest.ErrReader(boom)))
 	got, err := io.ReadAll(src)
 	if err != nil || string(got) != "0123456789" {
 		t.Fatalf("the reader handed to libvirt must end cleanly: %q, %v", got, err)
