@@ -104,14 +104,19 @@ var addressSources = []struct {
 }
 
 // address returns the first IPv4 address of a running domain, or "" while no source
-// knows one yet. Only when every source fails is it an error (transient).
+// knows one yet. Only when every source fails is it an error (transient). A guest agent
+// that is not connected yet has not failed: it is what every guest shows while it boots,
+// and counting it as a failure would turn each boot on a host whose ARP table libvirt
+// cannot read into a run of errors (and the caller's growing back-off).
 func (p *Provider) address(log logr.Logger, b backend, h provider.KVMHost, dom libvirt.Domain) (string, error) {
 	var errs []error
+	booting := false
 	for _, s := range addressSources {
 		ifaces, err := b.DomainInterfaceAddresses(dom, uint32(s.src), 0)
 		if err != nil {
 			log.V(2).Info("no addresses from source", "source", s.name, "error", err.Error())
 			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+			booting = booting || (s.src == libvirt.DomainInterfaceAddressesSrcAgent && isCode(err, libvirt.ErrAgentUnresponsive))
 			continue
 		}
 		if log.V(2).Enabled() {
@@ -121,7 +126,7 @@ func (p *Provider) address(log logr.Logger, b backend, h provider.KVMHost, dom l
 			return ip, nil
 		}
 	}
-	if len(errs) == len(addressSources) {
+	if len(errs) == len(addressSources) && !booting {
 		return "", provider.Transient(fmt.Errorf("no address source answered for domain %s on host %s: %w",
 			dom.Name, h.Name, errors.Join(errs...)))
 	}

@@ -22,6 +22,7 @@ func createOne(t *testing.T, env *providerEnv, name string) provider.Instance {
 
 func TestGetAddressSources(t *testing.T) {
 	agentErr := libvirtfake.Errorf(libvirt.ErrAgentUnresponsive, "QEMU guest agent is not connected")
+	agentBroken := libvirtfake.Errorf(libvirt.ErrAgentCommandFailed, "guest-network-get-interfaces failed")
 	arpErr := libvirtfake.Errorf(libvirt.ErrInternalError, "arp table unreadable")
 	lo := libvirtfake.Interface("lo", "00:00:00:00:00:00", "127.0.0.1/8", "::1/128")
 	eth := libvirtfake.Interface("eth0", "52:54:00:12:34:56", "fe80::5054:ff:fe12:3456/64", "192.168.1.73/24")
@@ -38,7 +39,8 @@ func TestGetAddressSources(t *testing.T) {
 		{"agent down, arp answers", nil, agentErr, []libvirt.DomainInterface{libvirtfake.Interface("vnet0", "52:54:00:12:34:56", "192.168.1.74/0")}, nil, "192.168.1.74", false},
 		{"agent only loopback, arp answers", []libvirt.DomainInterface{lo}, nil, []libvirt.DomainInterface{libvirtfake.Interface("vnet0", "", "10.0.0.9/0")}, nil, "10.0.0.9", false},
 		{"booting: agent down, arp empty", nil, agentErr, nil, nil, "", false},
-		{"every source fails", nil, agentErr, nil, arpErr, "", true},
+		{"booting on a host whose arp table is unreadable", nil, agentErr, nil, arpErr, "", false},
+		{"every source fails", nil, agentBroken, nil, arpErr, "", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
