@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -42,8 +43,8 @@ func init() { metrics.Registry.MustRegister(providerTargetUp) }
 type ProviderHealthMonitor struct {
 	Client client.Client
 	// APIReader reads the ProviderHealth before it is written, so a lagging cache never
-	// causes a conflict (the manager's API reader; Client when nil). One read per
-	// provider per interval.
+	// causes a conflict, and lists them once at start (the manager's API reader; Client
+	// when nil). One read per provider per interval.
 	APIReader client.Reader
 	Providers map[string]provider.Provider
 	// Interval between rounds (DefaultProviderCheckInterval).
@@ -62,7 +63,8 @@ type ProviderHealthMonitor struct {
 // NeedLeaderElection is true: one replica writes ProviderHealth.
 func (m *ProviderHealthMonitor) NeedLeaderElection() bool { return true }
 
-// Start checks at once and then every Interval until ctx ends.
+// Start removes the ProviderHealth objects of providers no longer configured (see
+// RemoveUnconfigured), then checks at once and every Interval until ctx ends.
 func (m *ProviderHealthMonitor) Start(ctx context.Context) error {
 	interval := m.Interval
 	if interval <= 0 {
@@ -70,7 +72,15 @@ func (m *ProviderHealthMonitor) Start(ctx context.Context) error {
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	removed := false
 	for {
+		if !removed {
+			err := m.RemoveUnconfigured(ctx)
+			removed = err == nil
+			if err != nil && ctx.Err() == nil {
+				m.Log.Error(err, "removing providerhealth objects of providers no longer configured; trying again next round")
+			}
+		}
 		m.CheckAll(ctx)
 		select {
 		case <-ctx.Done():
@@ -136,6 +146,39 @@ func (m *ProviderHealthMonitor) checkOne(ctx context.Context, name string, p pro
 	return nil
 }
 
+// RemoveUnconfigured deletes every ProviderHealth whose name is not a configured
+// provider: what is left of a provider taken out of the providers config. The config is
+// read once per process, so Start does this once, when it begins (on winning the lease),
+// and again on each round only until it has succeeded once.
+func (m *ProviderHealthMonitor) RemoveUnconfigured(ctx context.Context) error {
+	var list v1alpha1.ProviderHealthList
+	if err := m.reader().List(ctx, &list); err != nil {
+		return fmt.Errorf("listing providerhealth objects: %w", err)
+	}
+	var errs []error
+	for i := range list.Items {
+		ph := &list.Items[i]
+		if _, ok := m.Providers[ph.Name]; ok {
+			continue
+		}
+		// The UID precondition spares an object recreated under the same name meanwhile.
+		err := m.Client.Delete(ctx, ph, client.Preconditions{UID: &ph.UID})
+		if client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("deleting providerhealth %s: %w", ph.Name, err))
+			continue
+		}
+		m.Log.Info("removed the providerhealth of a provider no longer configured", "provider", ph.Name)
+	}
+	return errors.Join(errs...)
+}
+
+func (m *ProviderHealthMonitor) reader() client.Reader {
+	if m.APIReader != nil {
+		return m.APIReader
+	}
+	return m.Client
+}
+
 // statusFor turns the provider's statuses, in the order returned (config order), into
 // the ProviderHealth status.
 func statusFor(statuses []provider.TargetStatus, now time.Time) v1alpha1.ProviderHealthStatus {
@@ -158,10 +201,7 @@ func statusFor(statuses []provider.TargetStatus, now time.Time) v1alpha1.Provide
 // publish writes st to the ProviderHealth named name, creating the object if missing.
 // The monitor is the object's only writer, so an update of a fresh copy does not conflict.
 func (m *ProviderHealthMonitor) publish(ctx context.Context, name string, st v1alpha1.ProviderHealthStatus) error {
-	reader := m.APIReader
-	if reader == nil {
-		reader = m.Client
-	}
+	reader := m.reader()
 	ph := &v1alpha1.ProviderHealth{}
 	err := reader.Get(ctx, client.ObjectKey{Name: name}, ph)
 	if apierrors.IsNotFound(err) {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -137,5 +140,81 @@ func TestProviderHealthRecreated(t *testing.T) {
 	m.CheckAll(ctx)
 	if st := getPH(t, ctx, "ph-re").Status; st.Ready != "1/1" || st.Targets[0].Name != "fake" {
 		t.Errorf("recreated: %+v", st)
+	}
+}
+
+// A provider taken out of the providers config leaves its ProviderHealth behind until
+// the monitor starts again: Start removes it (trying again on the next round when the
+// listing fails), and leaves the configured providers' objects in place.
+func TestProviderHealthOfRemovedProviderDeleted(t *testing.T) {
+	ctx := testContext(t)
+	uids := map[string]types.UID{}
+	for _, n := range []string{"ph-kept", "ph-removed-1", "ph-removed-2"} {
+		_ = testClient.Delete(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		waitFor(t, waitLong, "providerhealth "+n+" to be gone before the test", func() (bool, error) {
+			err := testClient.Create(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: n}})
+			return err == nil, err
+		})
+		uids[n] = getPH(t, ctx, n).UID
+	}
+
+	var lists atomic.Int32
+	c := interceptor.NewClient(noWatch{testClient}, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*v1alpha1.ProviderHealthList); ok && lists.Add(1) == 1 {
+				return apierrors.NewServiceUnavailable("the first listing fails")
+			}
+			return c.List(ctx, list, opts...)
+		},
+	})
+	fake := providertest.NewFake()
+	m := &ProviderHealthMonitor{Client: c, Providers: map[string]provider.Provider{"ph-kept": fake},
+		Interval: 50 * time.Millisecond, Log: logr.Discard()}
+	mctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- m.Start(mctx) }()
+	defer func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Start returned %v", err)
+			}
+		case <-time.After(waitLong):
+			t.Errorf("Start still running %v after its context ended", waitLong)
+		}
+	}()
+
+	for _, n := range []string{"ph-removed-1", "ph-removed-2"} {
+		waitFor(t, waitLong, "providerhealth "+n+" of an unconfigured provider to be deleted", func() (bool, error) {
+			err := testClient.Get(ctx, client.ObjectKey{Name: n}, &v1alpha1.ProviderHealth{})
+			return apierrors.IsNotFound(err), err
+		})
+	}
+	if n := lists.Load(); n != 2 {
+		t.Errorf("%d listings, want 2: the failed one and its retry on the next round", n)
+	}
+	waitFor(t, waitLong, "ph-kept to be checked", func() (bool, error) {
+		return getPH(t, ctx, "ph-kept").Status.Ready == "1/1", nil
+	})
+	if ph := getPH(t, ctx, "ph-kept"); ph.UID != uids["ph-kept"] {
+		t.Errorf("ph-kept was deleted and recreated (uid %s, was %s)", ph.UID, uids["ph-kept"])
+	}
+
+	// Once removed, the monitor does not look again while it runs: the config cannot
+	// change under a running process, so a later object is not its to remove.
+	if err := testClient.Create(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "ph-removed-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	checks := fake.CountOf(providertest.OpCheck)
+	waitFor(t, waitLong, "two more rounds", func() (bool, error) {
+		return fake.CountOf(providertest.OpCheck) >= checks+2, nil
+	})
+	getPH(t, ctx, "ph-removed-1")
+	if n := lists.Load(); n != 2 {
+		t.Errorf("%d listings after the removal succeeded, want no more than 2", n)
+	}
+	if err := testClient.Delete(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "ph-removed-1"}}); err != nil {
+		t.Error(err)
 	}
 }
