@@ -153,7 +153,11 @@ func (e *itRealEnv) newProvider(o itEnvOptions) *Provider {
 	} else {
 		pc.KVM2 = &block
 	}
-	p, err := NewOfType(pc, o.typ, itTestLogger(e.t))
+	log := logr.Discard() // a benchmark prints its log whether it fails or not
+	if _, bench := e.t.(*testing.B); !bench {
+		log = itTestLogger(e.t)
+	}
+	p, err := NewOfType(pc, o.typ, log)
 	if err != nil {
 		e.t.Fatal(err)
 	}
