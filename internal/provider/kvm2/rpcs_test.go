@@ -56,6 +56,18 @@ func TestRPCsPerOperation(t *testing.T) {
 	get := rpcs.total()
 	t.Logf("Get (running, agent answers): %d RPCs: %s", get, rpcBreakdown(rpcs.methods()))
 
+	must(0, env.fake().SetDomainState(req.Name, libvirt.DomainShutoff))
+	rpcs.reset()
+	if _, err := env.p.Get(t.Context(), inst.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	getOff := rpcs.total()
+	t.Logf("Get (shut off): %d RPCs: %s", getOff, rpcBreakdown(rpcs.methods()))
+	if getOff >= get {
+		t.Errorf("a Get of a shut-off domain took %d RPCs, a running one %d: it should skip the address lookup", getOff, get)
+	}
+	must(0, env.fake().SetDomainState(req.Name, libvirt.DomainRunning))
+
 	rpcs.reset()
 	if err := env.p.Delete(t.Context(), inst.ProviderID); err != nil {
 		t.Fatal(err)
