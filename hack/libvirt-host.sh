@@ -9,6 +9,8 @@
 #   hack/libvirt-host.sh purge     down, then delete the test user and the state directory
 #   hack/libvirt-host.sh status    one line per part; exit 0 when everything is up
 #   hack/libvirt-host.sh env       print the env file (source it, or eval this)
+#   hack/libvirt-host.sh check-guard  a stand-in guest on the bridge reaches the host's bridge
+#                                  address and no other address of the host
 #   hack/libvirt-host.sh stop-sshd|start-sshd|stop-libvirtd|start-libvirtd
 #                                  fault injection for tests; stop-sshd also drops open sessions
 #
@@ -115,6 +117,7 @@ down) cmd_down ;;
 purge) cmd_purge ;;
 status) status ;;
 env) cat "$ENV_FILE" 2>/dev/null || die "no env file at $ENV_FILE; run: $0 up" ;;
+check-guard) check_guard ;;
 stop-sshd) stop_sshd ;;
 start-sshd) start_sshd ;;
 stop-libvirtd) stop_pidfile libvirtd "$RUN/libvirtd.pid" 60 ;;

@@ -364,3 +364,31 @@ EOF
   chmod 0644 "$tmp"
   mv -f "$tmp" "$ENV_FILE"
 }
+
+# Plays a guest: a network namespace on the bridge with an address and a default route via
+# the host. The host's bridge address must answer (a refused connection counts), every
+# other address of the host must stay silent.
+check_guard() {
+  local ns=epo-guard-check host_ips ip ok=0
+  ip netns del "$ns" 2>/dev/null || true
+  ip link del epo-gc0 2>/dev/null || true
+  ip netns add "$ns"
+  ip link add epo-gc0 type veth peer name epo-gc1
+  ip link set epo-gc1 netns "$ns"
+  ip link set epo-gc0 master "$BRIDGE" up
+  ip -n "$ns" addr add "${BRIDGE_IP%.*}.250/24" dev epo-gc1
+  ip -n "$ns" link set epo-gc1 up
+  ip -n "$ns" route add default via "$BRIDGE_IP"
+  # exit 1 = refused (the host's stack answered), 124 = dropped
+  probe() { ip netns exec "$ns" timeout 3 bash -c "exec 3<>/dev/tcp/$1/9" 2>/dev/null; }
+  probe "$BRIDGE_IP" && true
+  if (($? == 124)); then echo "FAIL: $BRIDGE_IP does not answer from the bridge"; ok=1; else echo "ok: $BRIDGE_IP answers"; fi
+  host_ips=$(ip -4 -o addr show | awk -v br="$BRIDGE" '$2 != br && $2 != "lo" { split($4, a, "/"); print a[1] }')
+  for ip in $host_ips; do
+    probe "$ip" && true
+    if (($? == 124)); then echo "ok: $ip unreachable"; else echo "FAIL: $ip reachable from the bridge"; ok=1; fi
+  done
+  ip link del epo-gc0 2>/dev/null || true
+  ip netns del "$ns"
+  return $ok
+}
