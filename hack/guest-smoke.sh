@@ -8,7 +8,8 @@
 #
 # Knobs: SMOKE_NAME (epo-smoke), SMOKE_HTTP_PORT (18080), SMOKE_DEADLINE (seconds per wait,
 # 900: TCG on a busy machine is slow), SMOKE_IMAGE (a qcow2 to boot instead of
-# hack/guest-image.sh's), KEEP.
+# hack/guest-image.sh's), SMOKE_CLOSED=1 (a seed that leaves the proxy alone: it must
+# refuse the bridge subnet), KEEP.
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -19,6 +20,7 @@ source "$HACK/lib/common.sh"
 NAME=${SMOKE_NAME:-epo-smoke}
 HTTP_PORT=${SMOKE_HTTP_PORT:-18080}
 DEADLINE=${SMOKE_DEADLINE:-900}
+CLOSED=${SMOKE_CLOSED:-0}
 VIRSH=(virsh -q -c qemu:///system)
 
 "$HACK/libvirt-host.sh" up
@@ -55,7 +57,18 @@ make_seed() {
 instance-id: $NAME
 local-hostname: $NAME
 EOF
-  cat >"$WORK/user-data" <<EOF
+  if [[ $CLOSED == 1 ]]; then
+    printf '#cloud-config\n{}\n' >"$WORK/user-data"
+  else
+    open_user_data >"$WORK/user-data"
+  fi
+  : >"$WORK/vendor-data"
+  genisoimage -quiet -output "$WORK/seed.iso" -volid cidata -joliet -rock \
+    "$WORK/user-data" "$WORK/meta-data" "$WORK/vendor-data"
+}
+
+open_user_data() {
+  cat <<EOF
 #cloud-config
 write_files:
   - path: /etc/tinyproxy/tinyproxy.conf
@@ -73,9 +86,6 @@ write_files:
 runcmd:
   - [systemctl, restart, tinyproxy]
 EOF
-  : >"$WORK/vendor-data"
-  genisoimage -quiet -output "$WORK/seed.iso" -volid cidata -joliet -rock \
-    "$WORK/user-data" "$WORK/meta-data" "$WORK/vendor-data"
 }
 
 domain_xml() { # overlay-path seed-path
@@ -132,6 +142,11 @@ through_proxy() {
   curl -fsS --max-time 10 -x "http://$1:3128" "http://$KVM2_TEST_BRIDGE_IP:$HTTP_PORT/" | grep -q "$NAME-ok"
 }
 
+# tinyproxy itself answering 403: listening, and refusing a client it was not told to allow
+proxy_refuses() {
+  [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -x "http://$1:3128" "http://$KVM2_TEST_BRIDGE_IP:$HTTP_PORT/") == 403 ]]
+}
+
 "${VIRSH[@]}" destroy "$NAME" >/dev/null 2>&1 || true # leftovers of an interrupted run
 "${VIRSH[@]}" undefine --nvram "$NAME" >/dev/null 2>&1 || true
 for v in "$NAME.qcow2" "$NAME-seed.iso" "$NAME-base.qcow2"; do
@@ -165,6 +180,12 @@ ip=$(agent_ip)
 t1=$SECONDS
 log "agent reports $ip after $((t1 - t0))s"
 
+if [[ $CLOSED == 1 ]]; then
+  wait_until "$DEADLINE" "the proxy on $ip:3128 to answer 403" proxy_refuses "$ip" ||
+    die "the proxy on $ip:3128 never refused (is it open, or not running?)"
+  log "with no proxy configuration in the seed, $ip:3128 refuses the bridge subnet (403) after $((SECONDS - t0))s"
+  exit 0
+fi
 wait_until "$DEADLINE" "a request through http://$ip:3128 to reach $KVM2_TEST_BRIDGE_IP:$HTTP_PORT" through_proxy "$ip" ||
   die "the proxy on $ip:3128 never answered"
 t2=$SECONDS

@@ -52,6 +52,7 @@ PACKAGES=(libvirt-daemon-system libvirt-daemon-system-sysv libvirt-clients qemu-
   mmdebstrap dosfstools mtools fdisk e2fsprogs)
 
 source "$HACK/lib/libvirt-host-parts.sh"
+source "$HACK/lib/libvirt-host-net.sh"
 
 # Serialises concurrent ups and downs. Daemons are started with fd 8 closed so that none of
 # them holds the lock after this script exits.
