@@ -32,20 +32,36 @@ func (e *itRealEnv) reachable(t *testing.T, p *Provider, when string) {
 	}
 }
 
-// TestKVM2Credentials_realHost: a key the host refuses and a changed host key are
-// Unauthorized and permanent, each call dials once and gives up, and writing the right
-// files makes the next call work without a restart.
+// TestKVM2Credentials_realHost: a missing key file is CredentialsUnavailable and
+// transient, a public key in its place permanent; a key the host refuses and a changed
+// host key are Unauthorized and permanent, each call dials once and gives up; writing the
+// right files makes the next call work without a restart.
 func TestKVM2Credentials_realHost(t *testing.T) {
 	e := itNewRealEnv(t, "creds")
-	itWriteFile(t, e.key, itStrangerKey(t))
 	p := e.newProvider(itEnvOptions{})
+
+	// The Secret has not landed: transient, and the check says where to look.
+	if err := os.Remove(e.key); err != nil {
+		t.Fatal(err)
+	}
+	if st := itCheckOne(t, p); st.Ready || st.Reason != reasonCredentialsUnavailable || !strings.Contains(st.Message, e.key) {
+		t.Fatalf("check without the key file: %+v, want CredentialsUnavailable naming %s", st, e.key)
+	}
+	_, err := p.Get(itCtxFor(t), e.missingID())
+	itWantErr(t, err, provider.ErrTransient, "reading ssh key file "+e.key)
+	// The public key in place of the private one: permanent.
+	itCopyFile(t, e.host.key+".pub", e.key)
+	_, err = p.Get(itCtxFor(t), e.missingID())
+	itWantErr(t, err, provider.ErrPermanent, "parsing ssh key file "+e.key)
+
+	itWriteFile(t, e.key, itStrangerKey(t))
 
 	st := itCheckOne(t, p)
 	if st.Ready || st.Reason != reasonUnauthorized || !itContainsAll(st.Message, "unable to authenticate", e.host.addr) {
 		t.Fatalf("check with a key the host does not know: %+v, want Unauthorized", st)
 	}
 	dials := e.dials.Load()
-	_, err := p.Create(itCtxFor(t), e.request(e.names.vm(1), "uid-creds"))
+	_, err = p.Create(itCtxFor(t), e.request(e.names.vm(1), "uid-creds"))
 	itWantErr(t, err, provider.ErrPermanent, "unable to authenticate", "connecting to libvirt host "+integrationHost)
 	_, err = p.Get(itCtxFor(t), e.missingID())
 	itWantErr(t, err, provider.ErrPermanent, "unable to authenticate")
