@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,6 +34,9 @@ import (
 // imageKey is the catalogue key of the guest image in the test's providers config; its
 // cached copy in the pool is removed before and after the test, so every run downloads it.
 const imageKey = "e2e-guest"
+
+// percent finds the percentage in a progress message such as "... 12.0 MiB of 121.2 MiB (10%)".
+var percent = regexp.MustCompile(`\((\d+)%\)$`)
 
 // samplePath is the Proxy users apply; the test applies it with only the image and the
 // namespace changed.
@@ -115,7 +119,13 @@ func TestProxyLifecycle(t *testing.T) {
 		mgr.kill(syscall.SIGTERM)
 		host.removeInstance(s.vm)
 		host.removeBaseImage(imageKey)
-		t.Logf("manager log: %s (kept with -test.v only while the test runs); total %s", mgr.logPath, time.Since(testStart).Round(time.Second))
+		if t.Failed() {
+			keep := filepath.Join(os.TempDir(), fmt.Sprintf("e2e-manager-%s.log", time.Now().Format("20060102-150405")))
+			if data, err := os.ReadFile(mgr.logPath); err == nil && os.WriteFile(keep, data, 0o644) == nil {
+				t.Logf("the manager's whole log is kept in %s", keep)
+			}
+		}
+		t.Logf("total %s", time.Since(testStart).Round(time.Second))
 	})
 	t.Logf("instance %s, image %s served at %s (%d MiB at %d MiB/s)", s.vm, h.GuestImage, imageURL, images.size>>20, images.rate>>20)
 
@@ -172,23 +182,26 @@ func (s *story) createSurvivingKills(ctx context.Context, px *v1alpha1.Proxy, im
 	if err := s.c.Create(ctx, px); err != nil {
 		t.Fatalf("creating Proxy %s: %v", s.key, err)
 	}
-	var progress string
-	s.waitFor("the Provisioned condition to show the image download (reason ImageDownloading)", shortDeadline, 200*time.Millisecond, func() (bool, error) {
+	var progress []string
+	s.waitFor("the Provisioned condition to show the image download moving (reason ImageDownloading, above 0%)", shortDeadline, 200*time.Millisecond, func() (bool, error) {
 		p, err := s.proxy()
 		if err != nil {
 			return false, err
 		}
 		c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionProvisioned)
-		if c == nil || c.Reason != v1alpha1.ReasonImageDownloading || !strings.Contains(c.Message, "%") {
+		if c == nil || c.Reason != v1alpha1.ReasonImageDownloading {
 			return false, nil
 		}
-		progress = fmt.Sprintf("phase %s, %q", p.Status.Phase, c.Message)
-		return true, nil
+		if line := fmt.Sprintf("phase %s, %q", p.Status.Phase, c.Message); len(progress) == 0 || progress[len(progress)-1] != line {
+			progress = append(progress, line)
+		}
+		m := percent.FindStringSubmatch(c.Message)
+		return m != nil && m[1] != "0", nil
 	})
 	if images.complete.Load() != 0 {
-		t.Fatalf("the download progress (%s) was first seen after the image server had sent the whole image", progress)
+		t.Fatalf("the download progress (%s) was seen only after the image server had sent the whole image", progress)
 	}
-	t.Logf("seen while the image downloads: %s", progress)
+	t.Logf("seen while the image downloads: %s", strings.Join(progress, "; "))
 	t.Logf("killing the manager (SIGKILL) mid-download, %d of %d MiB sent", images.sent.Load()>>20, images.size>>20)
 	s.mgr.kill(syscall.SIGKILL)
 	s.mgr.start()
