@@ -3,14 +3,12 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -32,11 +30,7 @@ func (m *markedOnly) ListByTag(ctx context.Context) ([]provider.Instance, error)
 
 func gcNamespace(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	ns := fmt.Sprintf("gc-%d-%d", time.Now().UnixNano()%1e6, nsCounter.Add(1))
-	if err := testClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatalf("creating namespace %s: %v", ns, err)
-	}
-	return ns
+	return testEnv.Namespace(t, ctx, "gc")
 }
 
 // newProxyObject creates a Proxy with an empty status: what a Proxy looks like while its

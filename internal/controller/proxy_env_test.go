@@ -9,28 +9,22 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
 const (
 	testProvider = "fake-home"
 	waitLong     = 30 * time.Second
 )
-
-var nsCounter atomic.Int64
 
 // proxyEnv is one test's namespace, fake provider and running manager.
 type proxyEnv struct {
@@ -56,20 +50,8 @@ func newProxyEnv(t testing.TB, opts ...envOption) *proxyEnv {
 func newProxyEnvWorkers(t testing.TB, workers int, opts ...envOption) *proxyEnv {
 	t.Helper()
 	ctx := testContext(t)
-	ns := fmt.Sprintf("px-%d-%d", time.Now().UnixNano()%1e6, nsCounter.Add(1))
-	if err := testClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatalf("creating namespace %s: %v", ns, err)
-	}
-	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{
-		Scheme:                 testScheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatalf("creating manager: %v", err)
-	}
+	ns := testEnv.Namespace(t, ctx, "px")
+	mgr := testEnv.NewManager(t, ns, nil)
 	e := &proxyEnv{t: t, ctx: ctx, ns: ns, fake: providertest.NewFake(), cached: mgr.GetClient()}
 	e.r = &ProxyReconciler{
 		Client:     mgr.GetClient(),
@@ -84,15 +66,7 @@ func newProxyEnvWorkers(t testing.TB, workers int, opts ...envOption) *proxyEnv 
 	if err := e.r.SetupWithManager(mgr, workers); err != nil {
 		t.Fatalf("setting up the reconciler: %v", err)
 	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	testenv.StartManager(t, ctx, mgr)
 	return e
 }
 

@@ -1,97 +1,37 @@
 package controller
 
 import (
-	"context"
-	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
 // One real kube-apiserver and etcd for the whole package, with the CRDs from
 // config/crd/bases. Tests isolate themselves with a namespace (and a manager) of their own.
 var (
-	testCfg    *rest.Config
-	testScheme = runtime.NewScheme()
+	testEnv    *testenv.Env
 	testClient client.Client // uncached, for setting up and reading back
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run with KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) (or make test-unit)")
-		return 1
-	}
 	// TEST_LOG=1 shows the controllers' log lines.
 	logOut := io.Discard
 	if os.Getenv("TEST_LOG") != "" {
 		logOut = os.Stderr
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
-	if err := clientgoscheme.AddToScheme(testScheme); err != nil {
-		panic(err)
-	}
-	if err := v1alpha1.AddToScheme(testScheme); err != nil {
-		panic(err)
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	var err error
-	if testCfg, err = env.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
-		}
-	}()
-	if testClient, err = client.New(testCfg, client.Options{Scheme: testScheme}); err != nil {
-		fmt.Fprintf(os.Stderr, "client for envtest: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testenv.Main(m, func(e *testenv.Env) { testEnv, testClient = e, e.Client }))
 }
 
 // waitFor polls cond until it returns true, failing the test with what it was waiting
 // for (and cond's last error) after timeout.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		last = err
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s (last error: %v)", timeout, what, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+var waitFor = testenv.WaitFor
 
 // testContext is a context cancelled at the end of the test.
-func testContext(t testing.TB) context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	return ctx
-}
+var testContext = testenv.Context

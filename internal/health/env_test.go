@@ -5,28 +5,21 @@ import (
 	"fmt"
 	"github.com/go-logr/logr"
 	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
 const waitLong = 30 * time.Second
-
-var nsCounter atomic.Int64
 
 // engineEnv is one test's namespace, a running manager (cache, events) and an engine whose
 // probe target is the operator's own /v1/whoami.
@@ -41,21 +34,10 @@ type engineEnv struct {
 func newEngineEnv(t testing.TB, mutate func(*Options)) *engineEnv {
 	t.Helper()
 	ctx := testContext(t)
-	ns := fmt.Sprintf("health-%d-%d", time.Now().UnixNano()%1e6, nsCounter.Add(1))
-	if err := testClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatalf("creating namespace %s: %v", ns, err)
-	}
-	mgr, err := ctrl.NewManager(testCfg, ctrl.Options{
-		Scheme:                 testScheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		Logger:                 zap.New(zap.UseDevMode(true), zap.WriteTo(testWriter{t})),
+	ns := testEnv.Namespace(t, ctx, "health")
+	mgr := testEnv.NewManager(t, ns, func(o *ctrl.Options) {
+		o.Logger = zap.New(zap.UseDevMode(true), zap.WriteTo(testWriter{t}))
 	})
-	if err != nil {
-		t.Fatalf("creating manager: %v", err)
-	}
 	target := whoamiServer(t)
 	opts := Options{ProbeURL: target + "/v1/whoami", Timeout: 2 * time.Second, FailureThreshold: 3}
 	if mutate != nil {
@@ -69,15 +51,7 @@ func newEngineEnv(t testing.TB, mutate func(*Options)) *engineEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	testenv.StartManager(t, ctx, mgr)
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		t.Fatal("cache did not sync")
 	}

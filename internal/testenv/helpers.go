@@ -1,0 +1,93 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// Context is a context cancelled at the end of the test.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// WaitFor polls cond until it returns true, failing the test with what it was waiting
+// for (and cond's last error) after timeout.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		last = err
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after %s waiting for %s (last error: %v)", timeout, what, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var nsCounter atomic.Int64
+
+// Namespace creates a namespace of the test's own, named prefix-<n>-<m>, and returns its
+// name. Tests sharing one API server isolate themselves this way.
+func (e *Env) Namespace(t testing.TB, ctx context.Context, prefix string) string {
+	t.Helper()
+	ns := fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano()%1e6, nsCounter.Add(1))
+	if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatalf("creating namespace %s: %v", ns, err)
+	}
+	return ns
+}
+
+// NewManager returns a manager whose cache watches only ns, with its metrics and probe
+// servers off and controller names free to repeat across tests; mutate, when not nil,
+// adjusts the options first. Start it with StartManager.
+func (e *Env) NewManager(t testing.TB, ns string, mutate func(*ctrl.Options)) ctrl.Manager {
+	t.Helper()
+	opts := ctrl.Options{
+		Scheme:                 e.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+	if mutate != nil {
+		mutate(&opts)
+	}
+	mgr, err := ctrl.NewManager(e.Config, opts)
+	if err != nil {
+		t.Fatalf("creating manager: %v", err)
+	}
+	return mgr
+}
+
+// StartManager runs mgr until the test ends, then stops it and fails the test if it
+// returned an error.
+func StartManager(t testing.TB, ctx context.Context, mgr ctrl.Manager) {
+	t.Helper()
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+}
