@@ -35,7 +35,8 @@ sed '/^After=/s/ network-pre.target//' "$root/lib/systemd/system/systemd-network
   put /etc/systemd/system/systemd-networkd.service 0644
 in_root systemctl mask systemd-networkd-wait-online.service apt-daily.timer \
   apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer \
-  getty@tty1.service >/dev/null 2>&1
+  getty@tty1.service proc-sys-fs-binfmt_misc.automount proc-sys-fs-binfmt_misc.mount \
+  systemd-binfmt.service >/dev/null 2>&1
 
 # cloud-init: the NoCloud seed only; its locale module fails without generated locales.
 put /etc/cloud/cloud.cfg.d/90-epo-guest.cfg 0644 <<'EOF'
