@@ -6,21 +6,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health/healthtest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
 // The manager binary end to end for the health side: an External Proxy in front of a
@@ -28,24 +25,9 @@ import (
 // own /v1/whoami), becomes Ready with its egress IP, and the discovery API, behind a
 // bearer token, hands it out from the cache; the ProviderHealth object appears.
 func TestManagerHealthAndDiscovery(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run with KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) (or make test-unit)")
-	}
+	env := testenv.StartT(t)
 	bin := managerBinary(t)
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting envtest: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := env.Client
 	fp := healthtest.New(t, "127.0.0.9")
 
 	kubeconfig := writeFile(t, "kubeconfig", string(env.KubeConfig))
