@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,31 +23,17 @@ import (
 // bearer token, hands it out from the cache; the ProviderHealth object appears.
 func TestManagerHealthAndDiscovery(t *testing.T) {
 	env := testenv.StartT(t)
-	bin := managerBinary(t)
 	c := env.Client
 	fp := healthtest.New(t, "127.0.0.9")
 
-	kubeconfig := writeFile(t, "kubeconfig", string(env.KubeConfig))
 	providers := writeFile(t, "providers.yaml", fmt.Sprintf(goodConfig, t.TempDir()))
 	token := writeFile(t, "token", "t0ken\n")
 	probe, disc := freeAddr(t), freeAddr(t)
-	cmd := exec.Command(bin, "--providers-config", providers, "--kubeconfig", kubeconfig,
+	mgr := startManager(t, env, "--providers-config", providers,
 		"--health-probe-bind-address", probe, "--metrics-bind-address", "0",
 		"--discovery-bind-address", disc, "--discovery-token-file", token,
 		"--proxy-probe-url", "http://"+disc+"/v1/whoami", "--proxy-check-interval", "1s",
 		"--provider-check-interval", "1s", "--provider-check-timeout", "500ms")
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-		}
-	})
 
 	ctx := context.Background()
 	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: "default", Labels: map[string]string{"pool": "crawl"}},
@@ -58,7 +41,7 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 	if err := c.Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the External Proxy to be Ready with egress IP 127.0.0.9", &stderr, exited, func() bool {
+	mgr.waitUntil("the External Proxy to be Ready with egress IP 127.0.0.9", func() bool {
 		got := &v1alpha1.Proxy{}
 		return c.Get(ctx, client.ObjectKeyFromObject(px), got) == nil && got.Status.Phase == v1alpha1.PhaseReady &&
 			got.Status.Healthy && got.Status.EgressIP == "127.0.0.9"
@@ -81,7 +64,7 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 		t.Errorf("no token: %d, want 401", code)
 	}
 	want := fmt.Sprintf("http://%s:%d\n", fp.Host, fp.Port)
-	waitUntil(t, "the discovery API to list the healthy proxy", &stderr, exited, func() bool {
+	mgr.waitUntil("the discovery API to list the healthy proxy", func() bool {
 		code, body := get("/v1/proxies?format=text&labelSelector=pool%3Dcrawl", "t0ken")
 		return code == http.StatusOK && body == want
 	})
@@ -91,7 +74,7 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 		t.Errorf("pick: %d %s", code, body)
 	}
 
-	waitUntil(t, "ProviderHealth kvm2-home with one target per host", &stderr, exited, func() bool {
+	mgr.waitUntil("ProviderHealth kvm2-home with one target per host", func() bool {
 		ph := &v1alpha1.ProviderHealth{}
 		return c.Get(ctx, client.ObjectKey{Name: "kvm2-home"}, ph) == nil && ph.Status.TotalTargets >= 1 &&
 			ph.Status.LastChecked != nil && strings.Contains(ph.Status.Ready, "/")
@@ -99,7 +82,7 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 
 	// The proxy goes away: after three failed probes discovery stops handing it out.
 	fp.SetMode(healthtest.Fail)
-	waitUntil(t, "discovery to stop listing the failing proxy", &stderr, exited, func() bool {
+	mgr.waitUntil("discovery to stop listing the failing proxy", func() bool {
 		code, body := get("/v1/proxies?format=text", "t0ken")
 		return code == http.StatusOK && body == ""
 	})
@@ -107,15 +90,5 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 		t.Errorf("pick with nothing healthy: %d, want 503", code)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("manager exited with %v after SIGTERM; stderr:\n%s", err, stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("manager still running 60s after SIGTERM; stderr:\n%s", stderr.String())
-	}
+	mgr.stop()
 }
