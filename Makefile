@@ -28,11 +28,11 @@ IMG ?= egress-proxies-operator:latest
 CONTAINER_TOOL ?= docker
 
 .PHONY: docker-build
-docker-build: ## Build the manager image $(IMG) from the Dockerfile.
+docker-build: ## Build the manager image IMG (egress-proxies-operator:latest) from the Dockerfile.
 	$(CONTAINER_TOOL) build -t $(IMG) .
 
 .PHONY: docker-push
-docker-push: ## Push the manager image $(IMG).
+docker-push: ## Push the manager image IMG.
 	$(CONTAINER_TOOL) push $(IMG)
 
 $(CONTROLLER_GEN):
