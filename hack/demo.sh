@@ -117,7 +117,7 @@ EOF
 
 start_manager() {
   if pid_alive "$STATE/manager.pid"; then
-    log "manager already running (pid $(<"$STATE/manager.pid"))"
+    log "manager already running (pid $(<"$STATE/manager.pid")); make demo-down first to run a rebuilt one"
     return 0
   fi
   write_providers_config
