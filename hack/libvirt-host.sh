@@ -86,7 +86,7 @@ cmd_up() {
 cmd_down() {
   [[ -d $RUN ]] || { log "nothing to stop ($RUN absent)"; return 0; }
   lock
-  if pid_alive "$RUN/libvirtd.pid"; then
+  if pid_alive "$RUN/libvirtd.pid" libvirtd; then
     destroy_our_domains
     remove_pool
   elif [[ -f $RUN/created-pool ]]; then

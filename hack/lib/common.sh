@@ -3,7 +3,7 @@
 #   log MSG...             one line on stderr, prefixed with the script's tag and the seconds
 #                          elapsed since the script started
 #   die MSG...             log and exit 1
-#   pid_alive FILE         the pid recorded in FILE is a running process
+#   pid_alive FILE [NAME]  the pid recorded in FILE is a running process (named NAME)
 #   wait_until SECS WHAT CMD...
 #                          run CMD until it succeeds; give up after SECS naming WHAT
 #   ensure_packages PKG... apt-get install --no-install-recommends whatever is missing, with
@@ -21,7 +21,9 @@ log() { printf '[%s +%ss] %s\n' "$LOG_TAG" "$(_elapsed)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 pid_alive() {
-  [[ -s $1 ]] && kill -0 "$(<"$1")" 2>/dev/null
+  [[ -s $1 ]] && kill -0 "$(<"$1")" 2>/dev/null || return 1
+  # with a name: a stale pid file whose pid now belongs to another program is not alive
+  [[ -z ${2:-} || $(cat "/proc/$(<"$1")/comm" 2>/dev/null) == "$2" ]]
 }
 
 # Polls with a short back-off; the deadline is what bounds it, not the number of tries.

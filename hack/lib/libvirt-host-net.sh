@@ -80,7 +80,7 @@ remove_guard_rules() {
 # DHCP only: --port=0 turns DNS off, and the empty router and dns-server options keep
 # guests from learning a gateway or resolver.
 start_dnsmasq() {
-  pid_alive "$RUN/dnsmasq.pid" && return 0
+  pid_alive "$RUN/dnsmasq.pid" dnsmasq && return 0
   local pfx=${BRIDGE_IP%.*}
   dnsmasq --conf-file=/dev/null --port=0 --no-resolv --no-hosts \
     --interface="$BRIDGE" --bind-interfaces --except-interface=lo \
@@ -88,7 +88,7 @@ start_dnsmasq() {
     --dhcp-option=option:router --dhcp-option=option:dns-server \
     --dhcp-leasefile="$STATE/dnsmasq/leases" --pid-file="$RUN/dnsmasq.pid" \
     --log-facility="$STATE/log/dnsmasq.log" --log-dhcp 8>&-
-  wait_until 20 "dnsmasq pid file" pid_alive "$RUN/dnsmasq.pid" || die "dnsmasq did not start (see $STATE/log/dnsmasq.log)"
+  wait_until 20 "dnsmasq pid file" pid_alive "$RUN/dnsmasq.pid" dnsmasq || die "dnsmasq did not start (see $STATE/log/dnsmasq.log)"
   log "dnsmasq started (pid $(<"$RUN/dnsmasq.pid"), DHCP $pfx.100-199 on $BRIDGE)"
 }
 

@@ -4,7 +4,7 @@
 
 stop_pidfile() { # name pidfile [seconds before SIGKILL]
   local name=$1 file=$2 grace=${3:-20} pid
-  if pid_alive "$file"; then
+  if pid_alive "$file" "$name"; then
     pid=$(<"$file")
     kill "$pid"
     if ! wait_until "$grace" "$name (pid $pid) to exit" bash -c "! kill -0 $pid"; then
@@ -27,14 +27,14 @@ libvirt_answers() {
 status() {
   local ok=0 part
   for part in virtlogd libvirtd sshd dnsmasq; do
-    if pid_alive "$RUN/$part.pid"; then
+    if pid_alive "$RUN/$part.pid" "$part"; then
       echo "$part: running (pid $(<"$RUN/$part.pid"))"
     else
       echo "$part: stopped"
       ok=1
     fi
   done
-  if pid_alive "$RUN/libvirtd.pid" && libvirt_answers; then
+  if pid_alive "$RUN/libvirtd.pid" libvirtd && libvirt_answers; then
     echo "libvirt: answering on $SOCKET"
     if [[ $("${VIRSH[@]}" pool-info default 2>/dev/null | awk '$1 == "State:" { print $2 }') == running ]]; then
       echo "pool default: running"
@@ -84,14 +84,14 @@ ensure_user() {
 }
 
 start_virtlogd() {
-  pid_alive "$RUN/virtlogd.pid" && return 0
+  pid_alive "$RUN/virtlogd.pid" virtlogd && return 0
   virtlogd -d -p "$RUN/virtlogd.pid" 8>&-
-  wait_until 20 "virtlogd pid file" pid_alive "$RUN/virtlogd.pid" || die "virtlogd did not start"
+  wait_until 20 "virtlogd pid file" pid_alive "$RUN/virtlogd.pid" virtlogd || die "virtlogd did not start"
   log "virtlogd started (pid $(<"$RUN/virtlogd.pid"))"
 }
 
 start_libvirtd() {
-  pid_alive "$RUN/libvirtd.pid" && return 0
+  pid_alive "$RUN/libvirtd.pid" libvirtd && return 0
   cat >"$STATE/etc/libvirtd.conf" <<EOF
 unix_sock_group = "libvirt"
 unix_sock_ro_perms = "0777"
@@ -179,7 +179,7 @@ destroy_our_domains() {
 }
 
 start_sshd() {
-  if pid_alive "$RUN/sshd.pid" && sshd_answers; then return 0; fi
+  if pid_alive "$RUN/sshd.pid" sshd && sshd_answers; then return 0; fi
   [[ -f $STATE/etc/ssh_host_ed25519_key ]] || ssh-keygen -q -t ed25519 -N '' -f "$STATE/etc/ssh_host_ed25519_key"
   cat >"$STATE/etc/sshd_config" <<EOF
 Port $SSH_PORT
@@ -215,7 +215,7 @@ EOF
 # would when a hypervisor's sshd goes away.
 stop_sshd() {
   local pid kids
-  if pid_alive "$RUN/sshd.pid"; then
+  if pid_alive "$RUN/sshd.pid" sshd; then
     pid=$(<"$RUN/sshd.pid")
     kids=$(pgrep -P "$pid" || true)
     [[ -n $kids ]] && kill $kids 2>/dev/null || true
