@@ -180,6 +180,31 @@ func TestCreateProgressShownAndRateLimited(t *testing.T) {
 	}
 }
 
+// kvm2 states the percentage in its own message; the status must not repeat it.
+func TestCreateProgressPercentNotRepeated(t *testing.T) {
+	release := make(chan struct{})
+	e := newProxyEnv(t)
+	e.fake.SetCreateHook(func(ctx context.Context, _ provider.CreateRequest) error {
+		provider.ReportProgress(ctx, provider.Progress{Reason: provider.ReasonImageDownloading,
+			Message: "downloading base image debian-12 to host h1: 4.0 MiB of 10.0 MiB (40%)", Done: 4 << 20, Total: 10 << 20})
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return provider.Transient(ctx.Err())
+		}
+	})
+	e.create(e.newProxy("pct"))
+	got := e.waitProxy("pct", "Provisioned reason ImageDownloading", func(px *v1alpha1.Proxy) bool {
+		return provisioned(px).Reason == v1alpha1.ReasonImageDownloading
+	})
+	if want := "downloading base image debian-12 to host h1: 4.0 MiB of 10.0 MiB (40%)"; provisioned(got).Message != want {
+		t.Errorf("Provisioned message %q, want %q", provisioned(got).Message, want)
+	}
+	close(release)
+	e.waitPhase("pct", v1alpha1.PhaseRunning)
+}
+
 func TestInstanceWithoutAddressStaysProvisioning(t *testing.T) {
 	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.PollInterval = 200e6 })
 	e.fake.SetIPFunc(func(provider.CreateRequest) string { return "" })
