@@ -156,6 +156,7 @@ EOF
 
 cmd_up() {
   mkdir -p "$STATE/controlplane"
+  ensure_packages curl # the readiness checks below, and the command the demo ends with
   "$HACK/libvirt-host.sh" up
   # shellcheck disable=SC1091
   source "$CACHE/libvirt-host/env"
