@@ -156,6 +156,8 @@ func (m *manager) start() {
 	fmt.Fprintf(f, "===== manager start #%d at %s =====\n", m.starts, time.Now().Format(time.RFC3339))
 	cmd := exec.Command(m.bin, m.args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	// Should the test binary die without its clean-ups (a go test timeout), so does the manager.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		m.t.Fatalf("starting the manager: %v", err)
