@@ -283,7 +283,8 @@ func (x *bound) DomainUndefineFlags(dom libvirt.Domain, flags libvirt.DomainUnde
 
 // forwardedSocket hands go-libvirt the libvirt socket already forwarded over SSH. A
 // connection is dialled once and never reconnected in place: a dead one is replaced by a
-// new dial, so a second Dial is an error.
+// new dial, so a second Dial is an error. go-libvirt gets the socket through
+// streamOrderConn, which puts a stream call's reply ahead of data libvirtd sent early.
 type forwardedSocket struct {
 	conn net.Conn
 	used atomic.Bool
@@ -293,7 +294,7 @@ func (f *forwardedSocket) Dial() (net.Conn, error) {
 	if f.used.Swap(true) {
 		return nil, errors.New("forwarded libvirt socket already used")
 	}
-	return f.conn, nil
+	return newStreamOrderConn(f.conn), nil
 }
 
 // connectCloser is the part of go-libvirt used to say goodbye before a connection closes.

@@ -41,7 +41,14 @@ type serverState struct {
 	mu    sync.Mutex
 	conns map[*serverConn]struct{}
 	drops map[string]int
+	// streamFirst makes downloads send their data and end before the call's reply.
+	streamFirst atomic.Bool
 }
+
+// SendStreamBeforeReply makes every StorageVolDownload served from now on send its data
+// packets and the empty packet that ends them before the call's reply, as libvirtd 9.0
+// sometimes does, instead of the reply first.
+func (f *Fake) SendStreamBeforeReply(on bool) { f.srv.streamFirst.Store(on) }
 
 // ServeConn speaks libvirt's remote protocol on conn, as libvirtd does on its
 // unix socket, until the client closes it, it breaks or KillConnections

@@ -121,7 +121,7 @@ func (sc *serverConn) upload(h header, payload []byte, in *inStream) {
 
 // download answers a StorageVolDownload: the call's reply, the data in
 // stream packets, and an empty data packet marking the end, as libvirtd
-// sends it. A client that then sends its own finish gets no confirmation:
+// sends it; with SendStreamBeforeReply the reply comes last. A client that then sends its own finish gets no confirmation:
 // go-libvirt sends none.
 func (sc *serverConn) download(h header, payload []byte) {
 	const m = "StorageVolDownload"
@@ -141,18 +141,24 @@ func (sc *serverConn) download(h header, payload []byte) {
 		_ = sc.replyError(h, err)
 		return
 	}
-	err = sc.replyOK(h, nil)
-	h.Type, h.Status = typeStream, statusContinue
+	early := f.srv.streamFirst.Load()
+	if !early {
+		err = sc.replyOK(h, nil)
+	}
+	sh := h
+	sh.Type, sh.Status = typeStream, statusContinue
 	for err == nil {
 		var b []byte
 		if b, err = t.read(); err == nil {
-			err = sc.send(h, b)
+			err = sc.send(sh, b)
 		}
 	}
 	t.finish(nil)
 	f.leave(m)
 	if err == io.EOF {
 		// libvirtd marks the end of the data with an empty data packet.
-		_ = sc.send(h, []byte{})
+		if err = sc.send(sh, []byte{}); err == nil && early {
+			_ = sc.replyOK(h, nil)
+		}
 	}
 }
