@@ -71,7 +71,8 @@
 //     ErrOperationInvalid "cannot undefine domain with nvram".
 //   - <metadata>: children without a namespace are dropped and only the
 //     first element per namespace is kept. DomainGetMetadata with
-//     DomainMetadataElement returns the element serialised as libxml2's
+//     DomainMetadataElement returns the element without its namespace
+//     declaration or prefix, as libvirtd 9.0 does, serialised as libxml2's
 //     xmlNodeDump does: self-closing empty elements, double-quoted
 //     attributes, and a compact element re-indented by two spaces per level,
 //     while one written with its own whitespace keeps it. No element for the

@@ -182,7 +182,8 @@ func (f *Fake) DomainGetState(h libvirt.Domain, flags uint32) (int32, int32, err
 
 // DomainGetMetadata implements the backend method. For
 // DomainMetadataElement it returns the <metadata> child in namespace uri as
-// libvirt serialises it (see dump), or ErrNoDomainMetadata. The live and the
+// libvirtd 9.0 serialises it, without its namespace (see dropNamespace and
+// dump), or ErrNoDomainMetadata. The live and the
 // persistent definition are the same here; asking for the live one of an
 // inactive domain fails as in libvirt.
 func (f *Fake) DomainGetMetadata(h libvirt.Domain, typ int32, uri libvirt.OptString, flags libvirt.DomainModificationImpact) (string, error) {

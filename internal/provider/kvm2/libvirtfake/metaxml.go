@@ -119,11 +119,43 @@ func extractMetadata(doc string) ([]metaElem, error) {
 			continue
 		}
 		seen[uri] = true
+		c.dropNamespace(uri)
 		var b strings.Builder
 		c.dump(&b, 0, true)
 		out = append(out, metaElem{uri: uri, xml: b.String()})
 	}
 	return out, nil
+}
+
+// dropNamespace removes the element's declarations of uri and the prefixes bound by them
+// from the element and its subtree: libvirtd (9.0) hands a metadata element back without
+// its namespace, as <instance><managed>true</managed></instance>.
+func (n *node) dropNamespace(uri string) {
+	prefixes := map[string]bool{}
+	kept := n.nsDecls[:0]
+	for _, d := range n.nsDecls {
+		if d.Value != uri {
+			kept = append(kept, d)
+			continue
+		}
+		if d.Name.Space == "xmlns" {
+			prefixes[d.Name.Local] = true
+		}
+	}
+	n.nsDecls = kept
+	var walk func(*node)
+	walk = func(e *node) {
+		if !e.isElement() {
+			return
+		}
+		if prefixes[e.name.Space] {
+			e.name.Space = ""
+		}
+		for _, c := range e.children {
+			walk(c)
+		}
+	}
+	walk(n)
 }
 
 func qname(n xml.Name) string {
