@@ -12,15 +12,18 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -81,9 +84,23 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) 
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.Proxy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent, RateLimiter: errorBackoff()}).
 		Named("proxy").
 		Complete(r)
+}
+
+// maxErrorBackoff caps the retry delay after transient errors. controller-runtime's
+// default curve grows to about 17 minutes, which would leave a Proxy idle long after a
+// brief outage (a hypervisor reboot, a booting guest) has passed.
+const maxErrorBackoff = 2 * time.Minute
+
+// errorBackoff is the per-Proxy retry curve for transient errors (5 ms doubling up to
+// maxErrorBackoff) under an overall bucket limit, as in controller-runtime's default.
+func errorBackoff() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxErrorBackoff),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
 
 // Reconcile brings one Proxy's instance and status in line with its spec. It returns a
