@@ -40,6 +40,9 @@ func getPH(t *testing.T, ctx context.Context, name string) *v1alpha1.ProviderHea
 
 func TestProviderHealthMonitor(t *testing.T) {
 	ctx := testContext(t)
+	// The gauge is process-wide: start from no series, so a repeated run (-count) or an
+	// earlier test's targets do not count here.
+	providerTargetUp.Reset()
 	fake := providertest.NewFake()
 	fake.SetCheckResult([]provider.TargetStatus{
 		{Target: "hv-b", Ready: true, Reason: "Reachable", Latency: 42 * time.Millisecond,

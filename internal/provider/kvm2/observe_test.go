@@ -2,8 +2,10 @@ package kvm2
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/digitalocean/go-libvirt"
@@ -67,6 +69,12 @@ func spansFor(host string) []sdktrace.ReadOnlySpan {
 	return out
 }
 
+// hostSeq makes host names unique per test run: the span recorder is shared by the
+// package, so a repeated test (-count) would otherwise see its earlier runs' spans.
+var hostSeq atomic.Int64
+
+func uniqueHost(prefix string) string { return fmt.Sprintf("%s-%d", prefix, hostSeq.Add(1)) }
+
 func attr(s sdktrace.ReadOnlySpan, key string) (attribute.Value, bool) {
 	for _, a := range s.Attributes() {
 		if string(a.Key) == key {
@@ -92,9 +100,10 @@ func newObservedHosts(t *testing.T, f *libvirtfake.Fake, host string, verbosity 
 
 func TestObservedSuccessfulCall(t *testing.T) {
 	f := libvirtfake.New()
-	hs, sink := newObservedHosts(t, f, "obs-ok", 2)
+	host := uniqueHost("obs-ok")
+	hs, sink := newObservedHosts(t, f, host, 2)
 	ctx, parent := rpcTracer.Start(context.Background(), "provider.create")
-	b := must(hs.pooled(ctx, "obs-ok"))
+	b := must(hs.pooled(ctx, host))
 	if _, err := b.DomainDefineXMLFlags(minimalDomainXML("proxy-obs"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -104,13 +113,13 @@ func TestObservedSuccessfulCall(t *testing.T) {
 	if len(lines) != 1 {
 		t.Fatalf("want one libvirt call line, got %q", sink.all())
 	}
-	for _, want := range []string{`"logger":"kvm2"`, `"provider":"obs"`, `"host":"obs-ok"`, `"duration"`, `<name>proxy-obs</name>`} {
+	for _, want := range []string{`"logger":"kvm2"`, `"provider":"obs"`, `"host":"` + host + `"`, `"duration"`, `<name>proxy-obs</name>`} {
 		if !strings.Contains(lines[0], want) {
 			t.Errorf("line %s lacks %s", lines[0], want)
 		}
 	}
 	var span sdktrace.ReadOnlySpan
-	for _, s := range spansFor("obs-ok") {
+	for _, s := range spansFor(host) {
 		if s.Name() == "kvm2.DomainDefineXMLFlags" {
 			span = s
 		}
@@ -134,8 +143,9 @@ func TestObservedSuccessfulCall(t *testing.T) {
 
 func TestObservedFailedCall(t *testing.T) {
 	f := libvirtfake.New()
-	hs, sink := newObservedHosts(t, f, "obs-fail", 1)
-	b := must(hs.pooled(context.Background(), "obs-fail"))
+	host := uniqueHost("obs-fail")
+	hs, sink := newObservedHosts(t, f, host, 1)
+	b := must(hs.pooled(context.Background(), host))
 	if _, err := b.DomainLookupByName("proxy-missing"); err == nil {
 		t.Fatal("lookup of a missing domain succeeded")
 	}
@@ -148,7 +158,7 @@ func TestObservedFailedCall(t *testing.T) {
 			t.Errorf("line %s lacks %s", lines[0], want)
 		}
 	}
-	spans := spansFor("obs-fail")
+	spans := spansFor(host)
 	if len(spans) != 1 || spans[0].Name() != "kvm2.DomainLookupByName" {
 		t.Fatalf("want one kvm2.DomainLookupByName span, got %d", len(spans))
 	}
