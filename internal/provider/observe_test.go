@@ -3,9 +3,11 @@ package provider_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/funcr"
 	dto "github.com/prometheus/client_model/go"
@@ -193,7 +195,10 @@ func TestObserveSpanPerOperation(t *testing.T) {
 
 func TestObserveMetrics(t *testing.T) {
 	fake := providertest.NewFake()
-	p := provider.Observe("obs-metrics", "fake", fake)
+	// The metrics are process-wide: a name of this run's own keeps a repeated run (-count)
+	// from counting the earlier runs' operations.
+	name := fmt.Sprintf("obs-metrics-%d", time.Now().UnixNano())
+	p := provider.Observe(name, "fake", fake)
 	ctx := t.Context()
 	inst, _ := p.Create(ctx, provider.CreateRequest{Name: "a", UID: "u"})
 	_, _ = p.Create(ctx, provider.CreateRequest{Name: "a", UID: "u"})
@@ -215,16 +220,16 @@ func TestObserveMetrics(t *testing.T) {
 		{"delete", "none", 1}, {"get", "notfound", 1}, {"list", "permanent", 1},
 	}
 	for _, c := range cases {
-		got := metricValue(t, total, map[string]string{"provider": "obs-metrics", "op": c.op, "class": c.class})
+		got := metricValue(t, total, map[string]string{"provider": name, "op": c.op, "class": c.class})
 		if got != c.want {
 			t.Errorf("%s{op=%s,class=%s} = %v, want %v", total, c.op, c.class, got, c.want)
 		}
 	}
 	const hist = "proxy_operator_provider_operation_duration_seconds"
-	if got := metricValue(t, hist, map[string]string{"provider": "obs-metrics", "op": "create"}); got != 4 {
+	if got := metricValue(t, hist, map[string]string{"provider": name, "op": "create"}); got != 4 {
 		t.Errorf("%s{op=create} count = %v, want 4", hist, got)
 	}
-	if got := metricValue(t, hist, map[string]string{"provider": "obs-metrics", "op": "list"}); got != 1 {
+	if got := metricValue(t, hist, map[string]string{"provider": name, "op": "list"}); got != 1 {
 		t.Errorf("%s{op=list} count = %v, want 1", hist, got)
 	}
 }

@@ -63,6 +63,7 @@ func (e *sshEnv) dialErr(t *testing.T, ctx context.Context) (*dialError, error) 
 }
 
 func TestDialOverSSH(t *testing.T) {
+	start := time.Now() // the span recorder is shared: earlier runs' dial spans are older
 	e := newSSHEnv(t, 1)
 	b, err := e.hs.pooled(context.Background(), e.host)
 	if err != nil {
@@ -83,7 +84,7 @@ func TestDialOverSSH(t *testing.T) {
 	}
 	var found bool
 	for _, s := range spansFor(e.host) {
-		if s.Name() != "kvm2.dial" {
+		if s.Name() != "kvm2.dial" || s.StartTime().Before(start) {
 			continue
 		}
 		found = true
