@@ -134,3 +134,31 @@ func (e *imgEnv) pooled(t *testing.T) (backend, provider.KVMHost, libvirt.Storag
 	}
 	return b, h, pool
 }
+
+// wantOneSharedFetch takes two Creates that were started against the gated image server
+// (their results arrive on errs) and checks they shared one fetch: both wait while the
+// first download is half way, both prechecks asked for the length, and once the server
+// lets the download finish both succeed with one GET and one base upload between them.
+func (e *imgEnv) wantOneSharedFetch(t *testing.T, errs <-chan error, what string) {
+	t.Helper()
+	select {
+	case <-e.srv.halfSent: // one fetch is half way through
+	case err := <-errs:
+		t.Fatalf("a Create ended before the fetch was half way: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("gave up waiting for a fetch to be half way through")
+	}
+	// Both prechecks asked for the length, so both Creates saw no marker and queue for
+	// the image; only then may the fetch finish.
+	eventually(t, "both prechecks to ask for the image length", func() bool { return e.srv.heads.Load() == 2 })
+	e.srv.release()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.wantCached(t)
+	if e.srv.gets.Load() != 1 || len(e.baseUploads()) != 1 {
+		t.Fatalf("%d GETs and %d base uploads for %s, want one each", e.srv.gets.Load(), len(e.baseUploads()), what)
+	}
+}

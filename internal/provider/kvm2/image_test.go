@@ -239,26 +239,7 @@ func TestImageConcurrentCreatesShareOneFetch(t *testing.T) {
 	for _, name := range []string{"vm-a", "vm-b"} {
 		go func() { _, err := e.create(name); errs <- err }()
 	}
-	select {
-	case <-e.srv.halfSent: // one fetch is half way through
-	case err := <-errs:
-		t.Fatalf("a Create ended before the fetch was half way: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("gave up waiting for a fetch to be half way through")
-	}
-	// Both prechecks asked for the length, so both Creates saw no marker and queue for
-	// the image; only then may the fetch finish.
-	eventually(t, "both prechecks to ask for the image length", func() bool { return e.srv.heads.Load() == 2 })
-	e.srv.release()
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.wantCached(t)
-	if e.srv.gets.Load() != 1 || len(e.baseUploads()) != 1 {
-		t.Fatalf("%d GETs and %d base uploads for two concurrent Creates, want one each", e.srv.gets.Load(), len(e.baseUploads()))
-	}
+	e.wantOneSharedFetch(t, errs, "two concurrent Creates")
 }
 
 func TestImageHeadRefusedFallsBackToGet(t *testing.T) {

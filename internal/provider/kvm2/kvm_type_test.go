@@ -422,22 +422,5 @@ func TestKVMAndKVM2ShareOneImageFetch(t *testing.T) {
 			errs <- err
 		}()
 	}
-	select {
-	case <-e.srv.halfSent:
-	case err := <-errs:
-		t.Fatalf("a Create ended before the fetch was half way: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("gave up waiting for a fetch to be half way through")
-	}
-	eventually(t, "both prechecks to ask for the image length", func() bool { return e.srv.heads.Load() == 2 })
-	e.srv.release()
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.wantCached(t)
-	if e.srv.gets.Load() != 1 || len(e.baseUploads()) != 1 {
-		t.Fatalf("%d GETs and %d base uploads for a kvm and a kvm2 Create, want one each", e.srv.gets.Load(), len(e.baseUploads()))
-	}
+	e.wantOneSharedFetch(t, errs, "a kvm and a kvm2 Create")
 }
