@@ -20,6 +20,12 @@ var (
 	ErrTransient = errors.New("transient")
 )
 
+// ErrLeftBehind is not a class: Delete wraps it (with ErrPermanent) when it cannot reach
+// or even name the place the instance lives in any more (a kvm2 host removed from the
+// providers config), so the instance may still run there. The reconciler lets the Proxy
+// finish deleting, but says so with a Warning event instead of a "deleted" one.
+var ErrLeftBehind = errors.New("instance left behind")
+
 // classError carries a class next to the underlying error, so that errors.Is finds both
 // the class and whatever the cause wraps, while Error() shows only the cause.
 type classError struct {

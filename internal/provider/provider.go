@@ -62,6 +62,10 @@ type CreateRequest struct {
 	CloudInit []byte
 	// Port is the proxy port the instance serves on.
 	Port int32
+	// SpecHash is the hash of the Proxy spec the instance is built from. A provider
+	// records it on the instance, so that a repeat Create finding an instance built from
+	// another spec replaces it instead of adopting it. Empty means unknown.
+	SpecHash string
 }
 
 // Instance states shared by providers.
