@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -26,8 +27,15 @@ type KVMConfig struct {
 	// InstallGuestAgent adds the vendor-data script that installs qemu-guest-agent
 	// (default true).
 	InstallGuestAgent *bool `json:"installGuestAgent,omitempty"`
-	// Images is the image catalogue, keyed by the name placement.image uses.
+	// Images is the image catalogue, keyed by the name placement.image uses. Its URLs are
+	// the cluster admin's and are fetched as they are.
 	Images map[string]KVMImage `json:"images,omitempty"`
+	// AllowedImageURLPrefixes fences the URLs a Proxy gives in placement.image, which are
+	// the tenant's: when set, only URLs under one of these prefixes are fetched (an empty
+	// list admits none, so placement.image must be a catalogue key); when absent, any
+	// http(s) URL is, but never from a loopback, link-local, unspecified or cloud metadata
+	// address. A pointer, so that absent and empty differ.
+	AllowedImageURLPrefixes *[]string `json:"allowedImageURLPrefixes,omitempty"`
 	// MachineTypes are the size profiles, keyed by the name placement.machineType uses.
 	MachineTypes map[string]KVMMachineType `json:"machineTypes,omitempty"`
 	// Hosts are the hypervisors; hosts[].name is what placement.zone selects.
@@ -71,8 +79,8 @@ const (
 	DefaultDomainType  = "kvm"
 )
 
-// WithDefaults returns a copy of c with every unset field at its default. The maps and
-// the hosts slice are copied, so the result can be changed without touching c.
+// WithDefaults returns a copy of c with every unset field at its default. The maps, the
+// prefix list and the hosts slice are copied, so the result can be changed without touching c.
 func (c KVMConfig) WithDefaults() KVMConfig {
 	out := c
 	if out.DiskSizeGb == 0 {
@@ -94,6 +102,13 @@ func (c KVMConfig) WithDefaults() KVMConfig {
 		img.SHA256 = strings.ToLower(img.SHA256)
 		out.Images[k] = img
 	}
+	if c.AllowedImageURLPrefixes != nil {
+		prefixes := slices.Clone(*c.AllowedImageURLPrefixes)
+		if prefixes == nil {
+			prefixes = []string{}
+		}
+		out.AllowedImageURLPrefixes = &prefixes
+	}
 	out.MachineTypes = make(map[string]KVMMachineType, len(c.MachineTypes))
 	for k, mt := range c.MachineTypes {
 		out.MachineTypes[k] = mt
@@ -114,13 +129,22 @@ func (c KVMConfig) WithDefaults() KVMConfig {
 	return out
 }
 
+// ImageURLPrefixes is the allowedImageURLPrefixes list; nil when it is absent. Whether it
+// is set at all is AllowedImageURLPrefixes != nil.
+func (c KVMConfig) ImageURLPrefixes() []string {
+	if c.AllowedImageURLPrefixes == nil {
+		return nil
+	}
+	return *c.AllowedImageURLPrefixes
+}
+
 // GuestAgent reports whether the guest-agent vendor-data script is to be added.
 func (c KVMConfig) GuestAgent() bool { return c.InstallGuestAgent == nil || *c.InstallGuestAgent }
 
 // Validate checks the block against every field rule and returns all problems in a stable
-// order (top-level fields, images by key, machine types by key, hosts in order). block is
-// the name the entry used (kvm2 or kvm); every message starts with it and the path inside,
-// for example `kvm2.hosts[0]: bridge is required`.
+// order (top-level fields, images by key, allowedImageURLPrefixes in order, machine types
+// by key, hosts in order). block is the name the entry used (kvm2 or kvm); every message
+// starts with it and the path inside, for example `kvm2.hosts[0]: bridge is required`.
 func (c KVMConfig) Validate(block string) []error {
 	var problems []error
 	add := func(path, format string, args ...any) {
@@ -142,6 +166,11 @@ func (c KVMConfig) Validate(block string) []error {
 		}
 		for _, msg := range c.Images[key].problems() {
 			add(block+".images."+key, "%s", msg)
+		}
+	}
+	for i, prefix := range c.ImageURLPrefixes() {
+		if _, err := ParseImageURLPrefix(prefix); err != nil {
+			add(fmt.Sprintf("%s.allowedImageURLPrefixes[%d]", block, i), "%s", err)
 		}
 	}
 	if len(c.MachineTypes) == 0 {
@@ -203,7 +232,7 @@ func (img KVMImage) problems() []string {
 		// The url.Error would repeat the URL, which may carry credentials.
 		out = append(out, "url is not a valid URL")
 	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		out = append(out, fmt.Sprintf("url %q must be an http or https URL with a host", u.Redacted()))
+		out = append(out, fmt.Sprintf("url %q must be an http or https URL with a host", RedactURL(img.URL)))
 	}
 	if img.SHA256 != "" && !isHex64(img.SHA256) {
 		out = append(out, fmt.Sprintf("sha256 must be exactly 64 hex characters, got %d characters", len(img.SHA256)))

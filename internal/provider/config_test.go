@@ -47,6 +47,9 @@ func equalMessages(t *testing.T, err error, want []string) {
 
 func TestParseConfigFieldRules(t *testing.T) {
 	const p = `provider "kvm2-home": `
+	setPrefixes := func(prefixes ...string) func(c *KVMConfig) {
+		return func(c *KVMConfig) { c.AllowedImageURLPrefixes = &prefixes }
+	}
 	cases := []struct {
 		name   string
 		mutate func(c *KVMConfig)
@@ -118,6 +121,19 @@ func TestParseConfigFieldRules(t *testing.T) {
 		{"host domainType", func(c *KVMConfig) { c.Hosts[0].DomainType = "xen" },
 			[]string{p + `kvm2.hosts[0]: domainType must be kvm or qemu, got "xen"`}},
 		{"host domainType qemu", func(c *KVMConfig) { c.Hosts[0].DomainType = "qemu" }, nil},
+		{"allowedImageURLPrefixes", setPrefixes("https://images.example.com/cloud/", "http://10.0.0.5:8080"), nil},
+		{"allowedImageURLPrefixes empty", setPrefixes(), nil},
+		{"allowedImageURLPrefixes problems, in order", setPrefixes("https://ok.example/", "ftp://host/x", "images/x", "https:///x", "%zz://x",
+			"https://u:s3cret@host/x", "https://host/x?sig=t0ken", "https://host/x#f", "https://host/a/../b"), []string{
+			p + `kvm2.allowedImageURLPrefixes[1]: "ftp://host/x" must be an http or https URL with a host`,
+			p + `kvm2.allowedImageURLPrefixes[2]: "images/x" must be an http or https URL with a host`,
+			p + `kvm2.allowedImageURLPrefixes[3]: "https:///x" must be an http or https URL with a host`,
+			p + `kvm2.allowedImageURLPrefixes[4]: is not a valid URL`,
+			p + `kvm2.allowedImageURLPrefixes[5]: "https://host/x" must not carry userinfo, a query or a fragment`,
+			p + `kvm2.allowedImageURLPrefixes[6]: "https://host/x" must not carry userinfo, a query or a fragment`,
+			p + `kvm2.allowedImageURLPrefixes[7]: "https://host/x" must not carry userinfo, a query or a fragment`,
+			p + `kvm2.allowedImageURLPrefixes[8]: "https://host/a/../b" must not have . or .. path segments`,
+		}},
 		{"every problem at once, in order", func(c *KVMConfig) {
 			c.SSHKeyFile = ""
 			c.Images["b"] = KVMImage{}
@@ -271,11 +287,12 @@ func TestParseConfigKeepsValues(t *testing.T) {
 
 func TestParseConfigRedactsURLCredentials(t *testing.T) {
 	cfg := validConfig()
-	cfg.Providers[0].KVM2.Images["debian-12"] = KVMImage{URL: "ftp://user:s3cret@host/x"}
+	cfg.Providers[0].KVM2.Images["debian-12"] = KVMImage{URL: "ftp://user:s3cret@host/x?token=t0ken"}
 	data, _ := yaml.Marshal(cfg)
 	_, err := ParseConfig(data)
-	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "ftp://user:xxxxx@host/x") {
-		t.Fatalf("got %v, want the URL named with its password redacted", err)
+	if err == nil || strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "user") ||
+		strings.Contains(err.Error(), "t0ken") || !strings.Contains(err.Error(), `url "ftp://host/x" must be`) {
+		t.Fatalf("got %v, want the URL named without userinfo and query", err)
 	}
 }
 

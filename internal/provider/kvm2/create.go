@@ -71,7 +71,7 @@ func (p *Provider) plan(req provider.CreateRequest) (createPlan, error) {
 		return createPlan{}, provider.Errorf(provider.ErrPermanent,
 			"placement.machineType %q is not in %s.machineTypes", req.Placement.MachineType, p.typ)
 	}
-	img, err := resolveImage(p.typ, p.cfg.Images, req.Placement.Image)
+	img, err := p.planImage(req.Placement.Image)
 	if err != nil {
 		return createPlan{}, err
 	}

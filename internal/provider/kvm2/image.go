@@ -29,6 +29,9 @@ type image struct {
 	SHA256   string
 	Format   string
 	Firmware string
+	// fromSpec: the URL came from the Proxy's placement.image, not the catalogue, and is
+	// fetched behind the URL fence (fence.go).
+	fromSpec bool
 }
 
 // baseVol and markerVol name the cached copy in a host's pool.
@@ -55,10 +58,26 @@ func resolveImage(typ string, catalogue map[string]provider.KVMImage, ref string
 			URL:      ref,
 			Format:   provider.DefaultImageFormat,
 			Firmware: provider.DefaultFirmware,
+			fromSpec: true,
 		}, nil
 	}
 	return image{}, provider.Errorf(provider.ErrPermanent,
-		"placement.image %q is neither a key in %s.images nor an http(s) URL", ref, typ)
+		"placement.image %q is neither a key in %s.images nor an http(s) URL", provider.RedactURL(ref), typ)
+}
+
+// planImage resolves placement.image for a Create and puts a URL given in the Proxy
+// through the fence before anything else happens, so a refused URL fails the Create
+// permanently even when a base for it is cached on the host.
+func (p *Provider) planImage(ref string) (image, error) {
+	img, err := resolveImage(p.typ, p.cfg.Images, ref)
+	if err != nil || !img.fromSpec {
+		return img, err
+	}
+	u, err := url.Parse(img.URL)
+	if err != nil {
+		return image{}, provider.Permanent(err) // resolveImage parsed it already
+	}
+	return img, p.fenceFor(img).admit(u, false)
 }
 
 // baseImage is a base image present in a host's pool.
@@ -84,6 +103,8 @@ const (
 type imageCache struct {
 	locks  *nameLocks
 	client *http.Client
+	// dialer connects client; tests replace its resolver and dial.
+	dialer *fenceDialer
 	// download bounds the HTTP download; 0 means the transfer budget less
 	// defaultDownloadMargin (or a tenth of the budget, when that is shorter).
 	download time.Duration
@@ -105,14 +126,18 @@ func imageLockKey(h provider.KVMHost, img image) string {
 }
 
 func newImageCache() *imageCache {
+	dialer := newFenceDialer()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = dialer.DialContext
+	tr.Proxy = fenceProxy
 	// An image is fetched once per host; an idle connection kept for a next fetch that
 	// may never come is only a goroutine pair and a socket held open.
 	tr.DisableKeepAlives = true
 	tr.DisableCompression = true
 	return &imageCache{
 		locks:         imageLocks,
-		client:        &http.Client{Transport: tr},
+		client:        &http.Client{Transport: tr, CheckRedirect: fenceRedirect},
+		dialer:        dialer,
 		head:          defaultHeadBudget,
 		progressEvery: defaultProgressEvery,
 	}

@@ -205,7 +205,7 @@ func TestImageStreamChild(t *testing.T) {
 		}
 	}
 	for range benchRounds() {
-		resp, err := p.getImage(ctx, http.MethodGet, img.URL)
+		resp, err := p.getImage(ctx, http.MethodGet, img)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -43,7 +43,7 @@ func (p *Provider) fetchImage(ctx context.Context, log logr.Logger, b backend, h
 	start := time.Now()
 	dlCtx, dlCancel := context.WithTimeout(ctx, p.downloadBudget())
 	defer dlCancel()
-	resp, err := p.getImage(dlCtx, http.MethodGet, img.URL)
+	resp, err := p.getImage(dlCtx, http.MethodGet, img)
 	if err != nil {
 		return vol, err
 	}
@@ -78,12 +78,14 @@ func (p *Provider) fetchImage(ctx context.Context, log logr.Logger, b backend, h
 	return vol, nil
 }
 
-// getImage sends one request for url and returns the response when its status and length
-// make an image of it. The request asks for the body as it is: a transparently compressed
-// body would hide its length.
-func (p *Provider) getImage(ctx context.Context, method, rawURL string) (*http.Response, error) {
-	src := urlForUsers(rawURL)
-	req, err := http.NewRequestWithContext(ctx, method, rawURL, nil)
+// getImage sends one request for img's URL and returns the response when its status and
+// length make an image of it. The request asks for the body as it is: a transparently
+// compressed body would hide its length. A URL from the Proxy goes through the URL fence
+// (fence.go): its refusals are permanent and named as they are.
+func (p *Provider) getImage(ctx context.Context, method string, img image) (*http.Response, error) {
+	src := urlForUsers(img.URL)
+	ctx = withFence(ctx, p.fenceFor(img))
+	req, err := http.NewRequestWithContext(ctx, method, img.URL, nil)
 	if err != nil {
 		return nil, provider.Permanent(fmt.Errorf("image URL %s: %w", src, err))
 	}
@@ -94,6 +96,9 @@ func (p *Provider) getImage(ctx context.Context, method, rawURL string) (*http.R
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
 			err = uerr.Err
+		}
+		if isFenceError(err) {
+			return nil, err
 		}
 		return nil, provider.Transient(fmt.Errorf("fetching image %s: %w", src, err))
 	}
@@ -218,23 +223,20 @@ func (p *Provider) reportProgress(ctx context.Context, log logr.Logger, h provid
 // mib formats a byte count for people.
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
-// urlForUsers is rawURL as errors and log lines show it: a password in it is masked.
-func urlForUsers(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return rawURL
-	}
-	return u.Redacted()
-}
+// urlForUsers is rawURL as errors, events, status and log lines show it: without
+// userinfo, query string and fragment (provider.RedactURL).
+func urlForUsers(rawURL string) string { return provider.RedactURL(rawURL) }
 
 // withoutURL replaces rawURL in msg, in every form an error may quote it, by its host.
+// The longer forms go first: the redacted one is a prefix of rawURL.
 func withoutURL(msg, rawURL string) string {
-	forms := []string{rawURL, urlForUsers(rawURL)}
+	forms := []string{rawURL}
 	if u, err := url.Parse(rawURL); err == nil && u.User != nil {
-		if _, has := u.User.Password(); has { // as net/http quotes it
-			forms = append(forms, strings.Replace(u.String(), u.User.String()+"@", u.User.Username()+":***@", 1))
+		if _, has := u.User.Password(); has { // as net/http quotes it, and as url.Redacted does
+			forms = append(forms, strings.Replace(u.String(), u.User.String()+"@", u.User.Username()+":***@", 1), u.Redacted())
 		}
 	}
+	forms = append(forms, urlForUsers(rawURL))
 	for _, f := range forms {
 		msg = strings.ReplaceAll(msg, f, urlHost(rawURL))
 	}

@@ -81,7 +81,12 @@ func TestImageFetchedOnFirstCreateThenCached(t *testing.T) {
 	if !e.d.conn(1).closed.Load() || e.d.conn(0).closed.Load() {
 		t.Fatal("the upload's connection must be closed after it and the pooled one left open")
 	}
-	fetching := e.logs.find(`"msg":"fetching base image into host pool"`, `"size":`+strconv.Itoa(testImageSize), `"url":"`+e.srv.url())
+	// The URL as logged: without its query string, where a signed URL keeps its token.
+	fetching := e.logs.find(`"msg":"fetching base image into host pool"`, `"size":`+strconv.Itoa(testImageSize),
+		`"url":"`+e.srv.URL+`/images/debian-13-generic-amd64.qcow2"`)
+	if lines := e.logs.find("t0ken"); len(lines) != 0 {
+		t.Fatalf("a log line carries the URL's query: %q", lines)
+	}
 	cached := e.logs.find(`"msg":"base image cached"`, `"size":`+strconv.Itoa(testImageSize), `"digest":"`+e.srv.digest, `"duration"`)
 	if len(fetching) != 1 || len(cached) != 1 {
 		t.Fatalf("want one fetching and one cached line, got %q", e.logs.all())

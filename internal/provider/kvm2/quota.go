@@ -38,7 +38,7 @@ func (p *Provider) checkPoolSpace(ctx context.Context, b backend, h provider.KVM
 	}
 	var imageBytes uint64
 	if !cache.complete() {
-		n, err := p.imageLength(ctx, img.URL)
+		n, err := p.imageLength(ctx, img)
 		if err != nil {
 			return cacheState{}, err
 		}
@@ -55,16 +55,17 @@ func (p *Provider) checkPoolSpace(ctx context.Context, b backend, h provider.KVM
 
 // imageLength asks the image URL for its size without downloading it: a HEAD, or when the
 // mirror answers HEAD with anything but 2xx (many refuse it, with 405, 403 or 501 alike) a
-// GET whose body is closed unread, and whose status is then the one that counts.
-func (p *Provider) imageLength(ctx context.Context, rawURL string) (int64, error) {
+// GET whose body is closed unread, and whose status is then the one that counts. A URL the
+// fence refuses is not asked again.
+func (p *Provider) imageLength(ctx context.Context, img image) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.images.head)
 	defer cancel()
-	resp, err := p.getImage(ctx, http.MethodHead, rawURL)
-	if err != nil && provider.Class(err) == provider.ErrTransient && ctx.Err() != nil {
+	resp, err := p.getImage(ctx, http.MethodHead, img)
+	if err != nil && (isFenceError(err) || provider.Class(err) == provider.ErrTransient && ctx.Err() != nil) {
 		return 0, err
 	}
 	if err != nil {
-		resp, err = p.getImage(ctx, http.MethodGet, rawURL)
+		resp, err = p.getImage(ctx, http.MethodGet, img)
 		if err != nil {
 			return 0, err
 		}

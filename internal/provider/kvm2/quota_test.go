@@ -108,7 +108,7 @@ func TestImageLengthLookup(t *testing.T) {
 		e.srv.heads.Store(0)
 		e.srv.gets.Store(0)
 		e.srv.setMode(tc.mode)
-		n, err := e.p.imageLength(context.Background(), e.srv.url())
+		n, err := e.p.imageLength(context.Background(), e.img)
 		if tc.class == nil && (err != nil || n != testImageSize) {
 			t.Fatalf("%s: length %d, %v", tc.mode, n, err)
 		}

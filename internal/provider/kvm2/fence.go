@@ -1,0 +1,254 @@
+package kvm2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"time"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// The URL fence. A URL given in a Proxy's placement.image is the tenant's: whoever may
+// create a Proxy would otherwise make the operator fetch any address it can reach and read
+// the answer back from the Proxy's status. The catalogue's URLs are the cluster admin's and
+// pass unfenced. A fenced request carries its urlFence in its context, where the image
+// client's dialer, proxy choice and redirect check find it:
+//
+//   - with allowedImageURLPrefixes set, the URL and every redirect target must lie under
+//     one of the prefixes, and are then fetched from whatever address the name has
+//     (the admin named the server, a LAN mirror included) except the metadata addresses;
+//   - without it, every connection, redirects included, is checked on the address it
+//     actually goes to: never loopback, link-local, unspecified or cloud metadata.
+//     Checking the resolved address at dial time, and dialling exactly that address, is
+//     what defeats a name that resolves elsewhere the second time (DNS rebinding).
+
+// urlFence is the policy of one fenced fetch.
+type urlFence struct {
+	// block is the provider's config block (kvm2 or kvm), for messages.
+	block string
+	// host is the placement.image URL's host, which every refusal names.
+	host string
+	// listed: allowedImageURLPrefixes is set (it may be empty).
+	listed   bool
+	prefixes []provider.ImageURLPrefix
+}
+
+// fenceError is a refusal. It is permanent: the same URL is refused again.
+type fenceError struct{ msg string }
+
+func (e *fenceError) Error() string { return e.msg }
+
+// setting names allowedImageURLPrefixes in the provider's block.
+func (f *urlFence) setting() string { return f.block + ".allowedImageURLPrefixes" }
+
+func (f *urlFence) refuse(format string, args ...any) error {
+	return provider.Permanent(&fenceError{msg: fmt.Sprintf("placement.image URL host %s refused: ", f.host) + fmt.Sprintf(format, args...)})
+}
+
+// fenceFor is the fence of img, or nil for a catalogue image.
+func (p *Provider) fenceFor(img image) *urlFence {
+	if !img.fromSpec {
+		return nil
+	}
+	f := &urlFence{block: p.typ, host: urlHost(img.URL), listed: p.cfg.AllowedImageURLPrefixes != nil}
+	for _, s := range p.cfg.ImageURLPrefixes() {
+		// Validation has parsed every entry already; one that fails here matches nothing.
+		if pre, err := provider.ParseImageURLPrefix(s); err == nil {
+			f.prefixes = append(f.prefixes, pre)
+		}
+	}
+	return f
+}
+
+// admit checks a URL the fetch is about to request, the first or a redirect's target,
+// before any connection: against the prefixes when they are set, otherwise its host when
+// that is an address literal. The dialer checks the rest.
+func (f *urlFence) admit(u *url.URL, redirect bool) error {
+	subject := "the URL"
+	if redirect {
+		subject = "the redirect to host " + u.Host
+	}
+	if f.listed {
+		if len(f.prefixes) == 0 {
+			return f.refuse("%s is empty, so placement.image must name a key of %s.images", f.setting(), f.block)
+		}
+		for _, pre := range f.prefixes {
+			if pre.Matches(u) {
+				return nil
+			}
+		}
+		return f.refuse("%s is under no prefix of %s", subject, f.setting())
+	}
+	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+		if what := refusedAddr(a, false); what != "" {
+			return f.refuse("%s goes to %s, %s, %s", subject, u.Hostname(), what, f.because(what))
+		}
+	}
+	return nil
+}
+
+// checkAddr checks the address a connection to host is about to go to.
+func (f *urlFence) checkAddr(host string, a netip.Addr) error {
+	what := refusedAddr(a, f.listed)
+	if what == "" {
+		return nil
+	}
+	subject := "host " + host + " resolves to"
+	if host == a.String() {
+		subject = "the connection goes to"
+	}
+	return f.refuse("%s %s, %s, %s", subject, a, what, f.because(what))
+}
+
+// because says what would admit an address described as what: the prefix list, except
+// for the metadata address, which nothing admits.
+func (f *urlFence) because(what string) string {
+	if what == metadataWhat {
+		return "which is never fetched, whatever " + f.setting() + " allows"
+	}
+	return "which a placement.image URL may not reach unless " + f.setting() + " allows it"
+}
+
+// The cloud metadata addresses (AWS, GCP, Azure, OpenStack and others serve on the IPv4
+// one; AWS also on the IPv6 one).
+var metadataAddrs = []netip.Addr{netip.MustParseAddr("169.254.169.254"), netip.MustParseAddr("fd00:ec2::254")}
+
+const metadataWhat = "the cloud metadata address"
+
+// refusedAddr says what a is when a fenced fetch may not connect to it, or "". With
+// onlyMetadata (the prefix list is set) only the metadata addresses are refused.
+func refusedAddr(a netip.Addr, onlyMetadata bool) string {
+	a = a.Unmap().WithZone("")
+	for _, m := range metadataAddrs {
+		if a == m {
+			return metadataWhat
+		}
+	}
+	switch {
+	case onlyMetadata:
+		return ""
+	case a.IsLoopback():
+		return "a loopback address"
+	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
+		return "a link-local address"
+	case a.IsUnspecified():
+		return "an unspecified address"
+	}
+	return ""
+}
+
+type fenceKey struct{}
+
+func withFence(ctx context.Context, f *urlFence) context.Context {
+	if f == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, fenceKey{}, f)
+}
+
+func fenceFrom(ctx context.Context) *urlFence {
+	f, _ := ctx.Value(fenceKey{}).(*urlFence)
+	return f
+}
+
+// resolver is what the fenced dialer asks for a name's addresses; *net.Resolver in
+// production.
+type resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// fenceDialer is the image client's DialContext. An unfenced request dials as
+// http.DefaultTransport does. A fenced one resolves the name itself, checks each address
+// and dials only addresses that passed, by address, so what was checked is what is
+// connected to.
+type fenceDialer struct {
+	resolver resolver
+	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+func newFenceDialer() *fenceDialer {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second} // as http.DefaultTransport
+	return &fenceDialer{resolver: net.DefaultResolver, dial: d.DialContext}
+}
+
+func (d *fenceDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	f := fenceFrom(ctx)
+	if f == nil {
+		return d.dial(ctx, network, addr)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := d.lookup(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	var refused, failed error
+	for _, a := range addrs {
+		if err := f.checkAddr(host, a); err != nil {
+			refused = err
+			continue
+		}
+		conn, err := d.dial(ctx, network, net.JoinHostPort(a.String(), port))
+		if err == nil {
+			return conn, nil
+		}
+		failed = err
+	}
+	// An address that passed but did not answer may answer next time; a refusal is final.
+	if failed != nil {
+		return nil, failed
+	}
+	if refused != nil {
+		return nil, refused
+	}
+	return nil, fmt.Errorf("resolving host %s: no addresses", host)
+}
+
+func (d *fenceDialer) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	addrs, err := d.resolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, fmt.Errorf("resolving host %s: %w", host, err)
+	}
+	return addrs, nil
+}
+
+// fenceProxy is the image client's proxy choice: the environment's (HTTPS_PROXY and the
+// rest), except for a fenced request without a prefix list, whose address check needs the
+// operator's own connection to go to the image server itself.
+func fenceProxy(req *http.Request) (*url.URL, error) {
+	if f := fenceFrom(req.Context()); f != nil && !f.listed {
+		return nil, nil
+	}
+	return http.ProxyFromEnvironment(req)
+}
+
+// maxRedirects is net/http's own limit.
+const maxRedirects = 10
+
+// fenceRedirect is the image client's CheckRedirect: a fenced request's redirect target
+// goes through admit as the first URL did.
+func fenceRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= maxRedirects {
+		return fmt.Errorf("stopped after %d redirects", maxRedirects)
+	}
+	if f := fenceFrom(req.Context()); f != nil {
+		return f.admit(req.URL, true)
+	}
+	return nil
+}
+
+// isFenceError reports whether err is a refusal of the fence.
+func isFenceError(err error) bool {
+	var fe *fenceError
+	return errors.As(err, &fe)
+}
