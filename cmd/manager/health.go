@@ -14,7 +14,7 @@ import (
 )
 
 // setupHealth adds the provider health monitor, the proxy health engine and orphan GC
-// (leader only) and the discovery API (every replica) to mgr.
+// (leader only) and the discovery API (every replica, with its readiness check) to mgr.
 func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions) error {
 	monitor := &controller.ProviderHealthMonitor{
 		Client:    mgr.GetClient(),
@@ -60,5 +60,5 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	if err != nil {
 		return err
 	}
-	return mgr.Add(srv)
+	return addDiscovery(mgr, srv, h.DiscoveryBindAddress)
 }

@@ -172,9 +172,6 @@ func newManager(o *options) (ctrl.Manager, error) {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return nil, err
-	}
 	return mgr, nil
 }
 
@@ -189,6 +186,9 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	}
 	if err := r.SetupWithManager(mgr, o.maxConcurrentReconciles); err != nil {
 		return fmt.Errorf("proxy reconciler: %w", err)
+	}
+	if err := addReadyChecks(mgr, providers); err != nil { // readiness.go
+		return fmt.Errorf("readiness checks: %w", err)
 	}
 	return setupHealth(mgr, providers, o.health)
 }

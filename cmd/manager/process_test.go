@@ -55,7 +55,13 @@ type managerProc struct {
 // killed at the end of the test if it is still running.
 func startManager(t *testing.T, env *testenv.Env, args ...string) *managerProc {
 	t.Helper()
-	kubeconfig := writeFile(t, "kubeconfig", string(env.KubeConfig))
+	return startManagerWith(t, env.KubeConfig, args...)
+}
+
+// startManagerWith is startManager with a kubeconfig of the test's own.
+func startManagerWith(t *testing.T, kubeconfigData []byte, args ...string) *managerProc {
+	t.Helper()
+	kubeconfig := writeFile(t, "kubeconfig", string(kubeconfigData))
 	m := &managerProc{t: t, exited: make(chan error, 1)}
 	m.cmd = exec.Command(managerBinary(t), append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	m.cmd.Stderr = &m.stderr
