@@ -66,12 +66,17 @@ func (p *Provider) fenceFor(img image) *urlFence {
 }
 
 // admit checks a URL the fetch is about to request, the first or a redirect's target,
-// before any connection: against the prefixes when they are set, otherwise its host when
-// that is an address literal. The dialer checks the rest.
+// before any connection: a host that is an address literal as the dialer would, then the
+// prefixes when they are set. The dialer checks the addresses names resolve to.
 func (f *urlFence) admit(u *url.URL, redirect bool) error {
 	subject := "the URL"
 	if redirect {
 		subject = "the redirect to host " + u.Host
+	}
+	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+		if what := refusedAddr(a, f.listed); what != "" {
+			return f.refuse("%s goes to %s, %s, %s", subject, u.Hostname(), what, f.because(what))
+		}
 	}
 	if f.listed {
 		if len(f.prefixes) == 0 {
@@ -83,11 +88,6 @@ func (f *urlFence) admit(u *url.URL, redirect bool) error {
 			}
 		}
 		return f.refuse("%s is under no prefix of %s", subject, f.setting())
-	}
-	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
-		if what := refusedAddr(a, false); what != "" {
-			return f.refuse("%s goes to %s, %s, %s", subject, u.Hostname(), what, f.because(what))
-		}
 	}
 	return nil
 }
