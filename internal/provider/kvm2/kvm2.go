@@ -58,6 +58,9 @@ type Option func(*Provider)
 // every mark naming one as another install's.
 func WithInstallID(id string) Option { return func(p *Provider) { p.installID = id } }
 
+// InstallID returns the install identity the provider marks its domains with.
+func (p *Provider) InstallID() string { return p.installID }
+
 // NewOfType builds a provider of type typ (kvm2 or kvm) on this code: it reads the block
 // of that name and marks its domains in MetadataURI(typ), so the two types never see or
 // adopt each other's domains.
