@@ -342,3 +342,24 @@ func TestCreateOfAnotherUIDIsMarkedOwnedByOther(t *testing.T) {
 		t.Fatalf("got %q, want %q", err, want)
 	}
 }
+
+// TestCreateElsewhereCheckCost: the look at the other hosts is one listing plus one mark
+// read per domain there, and only for a Create that finds nothing on its target.
+func TestCreateElsewhereCheckCost(t *testing.T) {
+	env := newProviderEnv(t, "h1", "h2")
+	h1 := env.fakes["h1"]
+	neighbour := testRequest("proxy-c0571c0571c0571c")
+	neighbour.Placement.Zone = "h1"
+	if _, err := env.p.Create(t.Context(), neighbour); err != nil {
+		t.Fatal(err)
+	}
+	req := testRequest("proxy-c0572c0572c0572c")
+	req.Placement.Zone = "h2"
+	h1.ResetCalls()
+	if _, err := env.p.Create(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	if got := h1.CallCounts(); h1.TotalCalls() != 2 || got["ConnectListAllDomains"] != 1 || got["DomainGetMetadata"] != 1 {
+		t.Fatalf("a fresh Create on h2 made %v on h1, want one listing and one mark read", got)
+	}
+}
