@@ -25,6 +25,7 @@ func TestFlagDefaults(t *testing.T) {
 		{"gc-grace", o.health.GCGrace, 10 * time.Minute},
 		{"discovery-bind-address", o.health.DiscoveryBindAddress, ":8082"},
 		{"leader-elect", o.leaderElect, false},
+		{"install-id", o.installID, ""}, // empty: the UID of kube-system, read at start
 	} {
 		if c.got != c.def {
 			t.Errorf("--%s defaults to %v, want %v", c.flag, c.got, c.def)
@@ -42,6 +43,15 @@ func TestFlagErrors(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--quota-retry=soon"}, &out); err == nil || !strings.Contains(out.String(), "quota-retry") {
 		t.Errorf("--quota-retry=soon: %v, output %q", err, out.String())
+	}
+	for _, bad := range []string{"Staging", "two words", "-lead", strings.Repeat("a", 64), "ünï"} {
+		_, err := parseFlags([]string{"--install-id", bad}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--install-id") {
+			t.Errorf("--install-id %q: %v, want an error naming the flag", bad, err)
+		}
+	}
+	if o, err := parseFlags([]string{"--install-id", "homelab-staging_2"}, io.Discard); err != nil || o.installID != "homelab-staging_2" {
+		t.Errorf("--install-id homelab-staging_2: %v, %+v", err, o)
 	}
 	o, err := parseFlags([]string{"--zap-log-level=debug", "--quota-retry=90s"}, io.Discard)
 	if err != nil || o.quotaRetry != 90*time.Second {

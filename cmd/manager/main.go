@@ -13,7 +13,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -27,6 +29,7 @@ import (
 // options are the manager's flags.
 type options struct {
 	providersConfig         string
+	installID               string
 	maxConcurrentReconciles int
 	quotaRetry              time.Duration
 	metricsAddr             string
@@ -55,6 +58,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.providersConfig, "providers-config", "/etc/proxy-operator/providers.yaml", "The providers config file.")
+	fs.StringVar(&o.installID, "install-id", "", "Identity of this install, written into every instance's ownership mark; instances marked by another install are never listed, adopted or deleted. Default: the UID of the kube-system namespace.")
 	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 3, "Proxies reconciled at once.")
 	fs.DurationVar(&o.quotaRetry, "quota-retry", controller.DefaultQuotaRetry, "Wait before retrying a Proxy whose provider reported exceeded quota.")
 	fs.DurationVar(&o.health.ProviderCheckInterval, "provider-check-interval", time.Minute, "How often every provider's targets are checked.")
@@ -78,6 +82,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.maxConcurrentReconciles < 1 {
 		return nil, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.maxConcurrentReconciles)
+	}
+	if err := checkInstallID(o.installID); err != nil {
+		return nil, err
 	}
 	return o, nil
 }
@@ -106,7 +113,18 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	providers, err := provider.Build(cfg, registry(), ctrl.Log)
+	restCfg, err := ctrl.GetConfig()
+	if err != nil {
+		log.Error(err, "loading kubeconfig")
+		return 1
+	}
+	installID, err := installIDFor(restCfg, o.installID)
+	if err != nil {
+		log.Error(err, "resolving the install identity")
+		return 1
+	}
+	log.Info("install identity", "installID", installID.id, "source", installID.source)
+	providers, err := provider.Build(cfg, registry(installID.id), ctrl.Log)
 	if err != nil {
 		fmt.Fprintf(stderr, "providers config %s: %v\n", o.providersConfig, err)
 		return 1
@@ -127,7 +145,7 @@ func run(args []string, stderr io.Writer) int {
 		}
 	}()
 
-	mgr, err := newManager(o)
+	mgr, err := newManager(o, restCfg)
 	if err != nil {
 		log.Error(err, "creating the manager")
 		return 1
@@ -145,11 +163,23 @@ func run(args []string, stderr io.Writer) int {
 	return 0
 }
 
-func newManager(o *options) (ctrl.Manager, error) {
-	restCfg, err := ctrl.GetConfig()
+// installIdentity is the install's identity and where it came from, for the log.
+type installIdentity struct{ id, source string }
+
+// installIDFor resolves the install identity before the manager exists (the providers
+// are built with it), with a client of its own and a time limit.
+func installIDFor(restCfg *rest.Config, flagValue string) (installIdentity, error) {
+	c, err := client.New(restCfg, client.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+		return installIdentity{}, fmt.Errorf("a client for the install identity: %w", err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, source, err := resolveInstallID(ctx, c, flagValue)
+	return installIdentity{id, source}, err
+}
+
+func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err

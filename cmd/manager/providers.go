@@ -8,16 +8,17 @@ import (
 )
 
 // registry maps each provider type of the providers config to its constructor. This is
-// the one place provider types are made available to the manager.
-func registry() provider.Registry {
+// the one place provider types are made available to the manager. installID is the
+// install's identity (--install-id), which every provider writes into its marks.
+func registry(installID string) provider.Registry {
 	return provider.Registry{
 		provider.TypeKVM2: func(pc provider.ProviderConfig, log logr.Logger) (provider.Provider, error) {
-			return kvm2.New(pc, log)
+			return kvm2.New(pc, log, kvm2.WithInstallID(installID))
 		},
 		// The first-generation type runs on the same code with its own block and
 		// metadata namespace, so neither type sees the other's domains.
 		provider.TypeKVM: func(pc provider.ProviderConfig, log logr.Logger) (provider.Provider, error) {
-			return kvm2.NewOfType(pc, provider.TypeKVM, log)
+			return kvm2.NewOfType(pc, provider.TypeKVM, log, kvm2.WithInstallID(installID))
 		},
 	}
 }

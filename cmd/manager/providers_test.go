@@ -7,6 +7,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2"
 )
 
 // TestRegistryBuildsKVMAndKVM2FromOneFile: one providers file holding a kvm entry and a
@@ -27,7 +28,7 @@ func TestRegistryBuildsKVMAndKVM2FromOneFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	providers, err := provider.Build(cfg, registry(), logr.Discard())
+	providers, err := provider.Build(cfg, registry("install-test"), logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +44,10 @@ func TestRegistryBuildsKVMAndKVM2FromOneFile(t *testing.T) {
 		p := providers[name]
 		if p == nil {
 			t.Fatalf("no provider %s", name)
+		}
+		// Both carry the install identity the registry was given into their marks.
+		if k, ok := p.(interface{ Unwrap() provider.Provider }).Unwrap().(*kvm2.Provider); !ok || k.InstallID() != "install-test" {
+			t.Errorf("%s: built without the registry's install ID (%T)", name, p)
 		}
 		// Placement is checked before any host is dialled.
 		_, err := p.Create(t.Context(), provider.CreateRequest{Name: "proxy-0123456789abcdef", UID: "u",

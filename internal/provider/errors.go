@@ -26,6 +26,12 @@ var (
 // finish deleting, but says so with a Warning event instead of a "deleted" one.
 var ErrLeftBehind = errors.New("instance left behind")
 
+// ErrOwnedByOther is not a class: Create wraps it (with ErrPermanent) when the instance
+// of the requested name belongs to another owner UID, a state that can clear by itself
+// (orphan GC removes an instance whose owner is gone), so the reconciler knows such a
+// latch is worth re-checking.
+var ErrOwnedByOther = errors.New("owned by another")
+
 // classError carries a class next to the underlying error, so that errors.Is finds both
 // the class and whatever the cause wraps, while Error() shows only the cause.
 type classError struct {

@@ -14,10 +14,13 @@ import (
 type Provider interface {
 	// Create makes sure an instance named req.Name exists, is owned by req.UID and is
 	// running, and returns it. It is idempotent by Name: a repeat call adopts what an
-	// earlier, possibly interrupted, call left behind.
+	// earlier, possibly interrupted, call left behind, unless that was built from
+	// another req.SpecHash, which it replaces. It never touches an instance another
+	// install of the operator made.
 	// Errors: ErrPermanent for input or state a retry cannot fix (unknown placement,
-	// an instance of that name owned by someone else); ErrQuotaExceeded when capacity
-	// is short and a later retry may succeed; ErrTransient otherwise. Never ErrNotFound.
+	// an instance of that name owned by another UID, which also wraps ErrOwnedByOther,
+	// or made by another install); ErrQuotaExceeded when capacity is short and a later
+	// retry may succeed; ErrTransient otherwise. Never ErrNotFound.
 	Create(ctx context.Context, req CreateRequest) (Instance, error)
 
 	// Get returns the instance named by providerID.
@@ -26,14 +29,18 @@ type Provider interface {
 	Get(ctx context.Context, providerID string) (Instance, error)
 
 	// Delete removes the instance and everything created for it. An instance that is
-	// already gone is success.
-	// Errors: ErrPermanent for a providerID this provider cannot interpret;
-	// ErrTransient otherwise. Never ErrNotFound.
+	// already gone, or that is not this provider's and install's, is success (and is
+	// left alone).
+	// Errors: ErrPermanent for a providerID this provider cannot interpret; ErrPermanent
+	// wrapping ErrLeftBehind when the place the instance lives can no longer be reached
+	// or named (a kvm2 host removed from the config), so the instance may still run
+	// there: the message says where and how to remove it by hand; ErrTransient
+	// otherwise. Never ErrNotFound.
 	Delete(ctx context.Context, providerID string) error
 
-	// ListByTag returns every instance carrying this provider's ownership mark, and
-	// nothing else. Orphan GC deletes from this list, so an instance the provider did not
-	// create must never appear in it.
+	// ListByTag returns every instance carrying this provider's ownership mark written by
+	// this install of the operator, and nothing else. Orphan GC deletes from this list, so
+	// an instance this install's provider did not create must never appear in it.
 	// Errors: ErrTransient (or ErrPermanent for broken credentials); a failed listing
 	// returns no partial result.
 	ListByTag(ctx context.Context) ([]Instance, error)

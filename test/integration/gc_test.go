@@ -100,7 +100,7 @@ func TestOrphanGC_realHost(t *testing.T) {
 
 // newProvider is a kvm2 provider on the real host whose catalogue serves a tiny image
 // under imgKey from a loopback server.
-func newProvider(t *testing.T, env map[string]string, imgKey string) *kvm2.Provider {
+func newProvider(t *testing.T, env map[string]string, imgKey string, opts ...kvm2.Option) *kvm2.Provider {
 	t.Helper()
 	img := tinyImage(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -119,7 +119,7 @@ func newProvider(t *testing.T, env map[string]string, imgKey string) *kvm2.Provi
 			Socket: env["KVM2_TEST_SOCKET"], Pool: env["KVM2_TEST_POOL"], Bridge: env["KVM2_TEST_BRIDGE"],
 			DomainType: env["KVM2_TEST_DOMAIN_TYPE"]}},
 	}
-	p, err := kvm2.New(provider.ProviderConfig{Name: "kvm2-it", Type: provider.TypeKVM2, KVM2: &cfg}, testLogger(t))
+	p, err := kvm2.New(provider.ProviderConfig{Name: "kvm2-it", Type: provider.TypeKVM2, KVM2: &cfg}, testLogger(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,19 +91,37 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 			"cloudInitBytes", len(req.CloudInit))
 	}
 	dom, err := b.DomainLookupByName(req.Name)
-	if err == nil {
+	switch {
+	case err == nil:
 		log.V(1).Info("kvm2 domain already defined")
-		return p.adopt(ctx, log, b, plan, dom)
-	}
-	if !isCode(err, libvirt.ErrNoDomain) {
+		m, err := p.ownMark(b, plan, dom)
+		if err != nil {
+			return provider.Instance{}, err
+		}
+		if !builtFromOtherSpec(m, req.SpecHash) {
+			return p.adopt(ctx, log, b, plan, dom, m)
+		}
+		// Built from another spec, typically by an attempt whose start failed before the
+		// reconciler recorded it: booting it would keep the old definition and seed.
+		log.Info("kvm2 domain replaced: it was built from another spec", "oldSpecHash", m.SpecHash, "specHash", req.SpecHash)
+		if err := p.remove(log, b, h, dom); err != nil {
+			return provider.Instance{}, err
+		}
+	case !isCode(err, libvirt.ErrNoDomain):
 		return provider.Instance{}, fmt.Errorf("looking up domain %s on host %s: %w", req.Name, h.Name, err)
+	default:
+		// Nothing here yet: the Proxy may have had a domain on another host before its
+		// placement changed.
+		if err := p.removeElsewhere(ctx, log, plan); err != nil {
+			return provider.Instance{}, err
+		}
 	}
 	overlay, seed, err := p.volumes(ctx, log, b, plan)
 	if err != nil {
 		return provider.Instance{}, err
 	}
 	created := p.now().UTC().Truncate(time.Second)
-	meta, err := marshalMetadata(p.metaNS, req.UID, created)
+	meta, err := marshalMetadata(p.metaNS, mark{UID: req.UID, CreatedAt: created, Install: p.installID, SpecHash: req.SpecHash})
 	if err != nil {
 		return provider.Instance{}, provider.Permanent(err)
 	}
@@ -118,7 +136,7 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 	if err != nil {
 		return provider.Instance{}, fmt.Errorf("defining domain %s on host %s: %w", req.Name, h.Name, err)
 	}
-	kv := []any{"uid", req.UID, "firmware", plan.img.Firmware}
+	kv := []any{"uid", req.UID, "specHash", req.SpecHash, "firmware", plan.img.Firmware}
 	if log.V(2).Enabled() {
 		kv = append(kv, "xml", xml)
 	}
@@ -155,18 +173,21 @@ func (p *Provider) volumes(ctx context.Context, log logr.Logger, b backend, plan
 	return overlay, seed, nil
 }
 
-// adopt takes over an existing domain of the requested name when it is ours, and starts
-// it when it is shut off. Its disks already exist: the seed is only rebuilt before a
-// domain is defined, because a defined domain proves an earlier upload completed.
-func (p *Provider) adopt(ctx context.Context, log logr.Logger, b backend, plan createPlan, dom libvirt.Domain) (provider.Instance, error) {
-	h, req := plan.host, plan.req
-	m, found, err := p.readMark(b, h.Name, dom)
+// ownMark reads the mark of the existing domain of the requested name and returns it
+// when this Create may take the domain over (checkAdoption).
+func (p *Provider) ownMark(b backend, plan createPlan, dom libvirt.Domain) (mark, error) {
+	m, found, err := p.readMark(b, plan.host.Name, dom)
 	if err != nil {
-		return provider.Instance{}, err
+		return mark{}, err
 	}
-	if err := p.checkAdoption(h.Name, req.Name, req.UID, m, found); err != nil {
-		return provider.Instance{}, err
-	}
+	return m, p.checkAdoption(plan.host.Name, plan.req.Name, plan.req.UID, m, found)
+}
+
+// adopt takes over an existing domain of the requested name whose mark m is ours, and
+// starts it when it is shut off. Its disks already exist: the seed is only rebuilt before
+// a domain is defined, because a defined domain proves an earlier upload completed.
+func (p *Provider) adopt(ctx context.Context, log logr.Logger, b backend, plan createPlan, dom libvirt.Domain, m mark) (provider.Instance, error) {
+	h, req := plan.host, plan.req
 	state, reason, err := b.DomainGetState(dom, 0)
 	if err != nil {
 		return provider.Instance{}, fmt.Errorf("reading the state of domain %s on host %s: %w", req.Name, h.Name, err)
@@ -252,8 +273,11 @@ func (p *Provider) waitRunning(ctx context.Context, b backend, h provider.KVMHos
 	}
 }
 
-// ensureOverlay creates the VM's disk, or reuses the one an interrupted attempt left,
-// and returns its path.
+// ensureOverlay creates the VM's disk afresh and returns its path. It runs only when no
+// domain of the name is defined, so an overlay already there is a left-over (an
+// interrupted attempt, a Delete that removed the definition but not the volumes) and
+// may sit on another base image or hold another instance's boot: it is replaced, never
+// reused.
 func (p *Provider) ensureOverlay(log logr.Logger, b backend, h provider.KVMHost, pool libvirt.StoragePool, vm string, base baseImage) (string, error) {
 	name := overlayVolName(vm)
 	capacity := uint64(p.cfg.DiskSizeGb) << 30
@@ -261,23 +285,41 @@ func (p *Provider) ensureOverlay(log logr.Logger, b backend, h provider.KVMHost,
 	if err != nil {
 		return "", provider.Permanent(err)
 	}
-	vol, err := b.StorageVolCreateXML(pool, xml, 0)
-	switch {
-	case err == nil:
-		log.V(1).Info("overlay volume created", "volume", name, "capacityBytes", capacity)
-	case isCode(err, libvirt.ErrStorageVolExist):
-		if vol, err = b.StorageVolLookupByName(pool, name); err != nil {
-			return "", fmt.Errorf("looking up overlay %s in pool %s on host %s: %w", name, h.Pool, h.Name, err)
-		}
-		log.V(1).Info("overlay volume reused", "volume", name)
-	default:
-		return "", fmt.Errorf("creating overlay %s in pool %s on host %s: %w", name, h.Pool, h.Name, err)
+	vol, replaced, err := createVolumeAfresh(b, h, pool, "overlay", name, xml)
+	if err != nil {
+		return "", err
 	}
+	kv := []any{"volume", name, "capacityBytes", capacity}
+	if replaced {
+		kv = append(kv, "replacedLeftOver", true)
+	}
+	log.V(1).Info("overlay volume created", kv...)
 	path, err := b.StorageVolGetPath(vol)
 	if err != nil {
 		return "", fmt.Errorf("resolving the path of overlay %s on host %s: %w", name, h.Name, err)
 	}
 	return path, nil
+}
+
+// createVolumeAfresh creates volume name (a kind of volume, for messages) from xml in
+// pool; when one of that name exists already it is deleted first. replaced says so.
+func createVolumeAfresh(b backend, h provider.KVMHost, pool libvirt.StoragePool, kind, name, xml string) (vol libvirt.StorageVol, replaced bool, err error) {
+	vol, err = b.StorageVolCreateXML(pool, xml, 0)
+	if isCode(err, libvirt.ErrStorageVolExist) {
+		replaced = true
+		old, lerr := b.StorageVolLookupByName(pool, name)
+		if lerr != nil {
+			return vol, replaced, fmt.Errorf("looking up the old %s %s in pool %s on host %s: %w", kind, name, h.Pool, h.Name, lerr)
+		}
+		if derr := b.StorageVolDelete(old, 0); derr != nil {
+			return vol, replaced, fmt.Errorf("deleting the old %s %s in pool %s on host %s: %w", kind, name, h.Pool, h.Name, derr)
+		}
+		vol, err = b.StorageVolCreateXML(pool, xml, 0)
+	}
+	if err != nil {
+		return vol, replaced, fmt.Errorf("creating %s %s in pool %s on host %s: %w", kind, name, h.Pool, h.Name, err)
+	}
+	return vol, replaced, nil
 }
 
 // uploadSeed builds the seed ISO and uploads it as a fresh raw volume, replacing any seed
@@ -293,19 +335,9 @@ func (p *Provider) uploadSeed(log logr.Logger, b backend, h provider.KVMHost, po
 	if err != nil {
 		return "", provider.Permanent(err)
 	}
-	vol, err := b.StorageVolCreateXML(pool, xml, 0)
-	if isCode(err, libvirt.ErrStorageVolExist) {
-		old, lerr := b.StorageVolLookupByName(pool, name)
-		if lerr != nil {
-			return "", fmt.Errorf("looking up the old seed %s in pool %s on host %s: %w", name, h.Pool, h.Name, lerr)
-		}
-		if derr := b.StorageVolDelete(old, 0); derr != nil {
-			return "", fmt.Errorf("deleting the old seed %s in pool %s on host %s: %w", name, h.Pool, h.Name, derr)
-		}
-		vol, err = b.StorageVolCreateXML(pool, xml, 0)
-	}
+	vol, _, err := createVolumeAfresh(b, h, pool, "seed", name, xml)
 	if err != nil {
-		return "", fmt.Errorf("creating seed %s in pool %s on host %s: %w", name, h.Pool, h.Name, err)
+		return "", err
 	}
 	if err := b.StorageVolUpload(vol, bytes.NewReader(iso), 0, uint64(len(iso)), 0); err != nil {
 		return "", fmt.Errorf("uploading seed %s to pool %s on host %s: %w", name, h.Pool, h.Name, err)

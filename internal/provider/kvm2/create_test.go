@@ -268,10 +268,11 @@ func TestCreateLibvirtErrorClasses(t *testing.T) {
 	}
 }
 
-// TestCreateRetryRebuildsSeedAndReusesOverlay: an attempt cut off after the volumes
-// leaves them; the next attempt reuses the overlay and replaces the seed, which may be
-// truncated, with a complete one.
-func TestCreateRetryRebuildsSeedAndReusesOverlay(t *testing.T) {
+// TestCreateRetryRebuildsSeedAndOverlay: an attempt cut off after the volumes leaves
+// them; the next attempt, finding no domain defined, replaces both: the seed may be
+// truncated, and the overlay may sit on another base image or hold an older boot (a
+// Delete that removed the definition but not the volumes leaves the same).
+func TestCreateRetryRebuildsSeedAndOverlay(t *testing.T) {
 	env := newProviderEnv(t)
 	f := env.fake()
 	req := testRequest("proxy-8888888888888888")
@@ -279,8 +280,13 @@ func TestCreateRetryRebuildsSeedAndReusesOverlay(t *testing.T) {
 	if _, err := env.p.Create(t.Context(), req); provider.Class(err) != provider.ErrTransient {
 		t.Fatalf("first attempt: %v", err)
 	}
-	// A truncated seed, as an upload cut off mid-way would leave.
+	// A truncated seed, as an upload cut off mid-way would leave, and an overlay that
+	// has booted once over an older base.
 	if err := f.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: req.Name + "-seed.iso", Content: []byte("trunc")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: req.Name + ".qcow2", Format: "qcow2",
+		Content: []byte("old boot"), BackingStore: "/var/lib/libvirt/images/base-debian-12.qcow2", BackingFormat: "qcow2"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.p.Create(t.Context(), req); err != nil {
@@ -293,8 +299,13 @@ func TestCreateRetryRebuildsSeedAndReusesOverlay(t *testing.T) {
 	if n := len(f.Uploads()); n != 2 {
 		t.Fatalf("%d seed uploads, want one per attempt", n)
 	}
-	if len(env.logs.find(`"overlay volume reused"`)) != 1 {
-		t.Fatal("the retry did not reuse the overlay")
+	base, _ := f.Volume(libvirtfake.DefaultPool, baseVolName("debian-13", "qcow2"))
+	overlay, _ := f.Volume(libvirtfake.DefaultPool, req.Name+".qcow2")
+	if overlay.BackingStore != base.Path || len(overlay.Content) != 0 || overlay.XML == "" {
+		t.Fatalf("the retry kept the left-over overlay: %+v", overlay)
+	}
+	if len(env.logs.find(`"overlay volume created"`, `"replacedLeftOver":true`)) != 1 {
+		t.Fatal("no overlay volume created line saying a left-over was replaced")
 	}
 }
 

@@ -20,8 +20,10 @@ const undefineFlags = libvirt.DomainUndefineNvram | libvirt.DomainUndefineManage
 // Delete destroys and undefines the domain providerID names and removes its overlay and
 // seed. The volumes are removed by name even when there is no domain, so volumes an
 // interrupted Create left are not leaked. A domain of that name without this provider's
-// mark is not ours and is left alone. A providerID whose host is no longer configured is
-// a logged no-op: nothing can be reached, and the Proxy must still be able to go.
+// mark, or marked by another install, is not ours and is left alone, volumes included. A
+// providerID whose host is no longer configured cannot be reached: that is a permanent
+// error wrapping provider.ErrLeftBehind, which tells the caller to let the Proxy go while
+// saying that the domain may still be on that host.
 func (p *Provider) Delete(ctx context.Context, id string) error {
 	hostName, vm, err := parseProviderID(id)
 	if err != nil {
@@ -31,7 +33,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	if !ok {
 		p.instanceLog(ctx, hostName, vm).Info("kvm2 delete skipped: the host is not in the config, so its domain and volumes stay on it",
 			"providerID", id, "block", p.typ+".hosts")
-		return nil
+		return p.leftBehind(hostName, vm)
 	}
 	log := p.instanceLog(ctx, h.Name, vm)
 	unlock, err := p.locks.lock(ctx, vm)
@@ -54,11 +56,23 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	return err
 }
 
+// leftBehind is Delete's answer for domain vm on host, which the config no longer lists:
+// permanent, wrapping provider.ErrLeftBehind, and naming the commands that remove the
+// domain and its volumes on the host by hand.
+func (p *Provider) leftBehind(host, vm string) error {
+	return provider.Errorf(provider.ErrPermanent,
+		"%w: domain %s is on host %s, which is not in %s.hosts, so it and its volumes may still be there; remove them on that host with "+
+			"virsh -c qemu:///system undefine --nvram %s, "+
+			"virsh -c qemu:///system vol-delete --pool <pool> %s and "+
+			"virsh -c qemu:///system vol-delete --pool <pool> %s",
+		provider.ErrLeftBehind, vm, host, p.typ, vm, overlayVolName(vm), seedVolName(vm))
+}
+
 func (p *Provider) delete(log logr.Logger, b backend, h provider.KVMHost, vm string) error {
 	dom, err := b.DomainLookupByName(vm)
 	switch {
 	case err == nil:
-		_, found, merr := p.readMark(b, h.Name, dom)
+		m, found, merr := p.readMark(b, h.Name, dom)
 		if merr != nil && !found {
 			return merr
 		}
@@ -67,16 +81,42 @@ func (p *Provider) delete(log logr.Logger, b backend, h provider.KVMHost, vm str
 			log.Info("kvm2 delete leaves domain alone: it carries no mark of this provider", "mark", p.metaNS)
 			return nil
 		}
-		if err := b.DomainDestroyFlags(dom, 0); err != nil &&
-			!isCode(err, libvirt.ErrOperationInvalid) && !isCode(err, libvirt.ErrNoDomain) {
-			return fmt.Errorf("destroying domain %s on host %s: %w", vm, h.Name, err)
+		if merr == nil && p.otherInstall(m) {
+			// Same name, made by another install of the operator sharing the host.
+			log.Info("kvm2 delete leaves domain alone: it belongs to another install", "install", m.Install)
+			return nil
 		}
-		if err := b.DomainUndefineFlags(dom, undefineFlags); err != nil && !isCode(err, libvirt.ErrNoDomain) {
-			return fmt.Errorf("undefining domain %s on host %s: %w", vm, h.Name, err)
-		}
+		return p.remove(log, b, h, dom)
 	case !isCode(err, libvirt.ErrNoDomain):
 		return fmt.Errorf("looking up domain %s on host %s: %w", vm, h.Name, err)
 	}
+	if err := p.removeVolumes(b, h, vm); err != nil {
+		return err
+	}
+	log.V(1).Info("kvm2 domain deleted")
+	return nil
+}
+
+// remove destroys and undefines dom, whose mark the caller has checked, and deletes its
+// overlay and seed.
+func (p *Provider) remove(log logr.Logger, b backend, h provider.KVMHost, dom libvirt.Domain) error {
+	vm := dom.Name
+	if err := b.DomainDestroyFlags(dom, 0); err != nil &&
+		!isCode(err, libvirt.ErrOperationInvalid) && !isCode(err, libvirt.ErrNoDomain) {
+		return fmt.Errorf("destroying domain %s on host %s: %w", vm, h.Name, err)
+	}
+	if err := b.DomainUndefineFlags(dom, undefineFlags); err != nil && !isCode(err, libvirt.ErrNoDomain) {
+		return fmt.Errorf("undefining domain %s on host %s: %w", vm, h.Name, err)
+	}
+	if err := p.removeVolumes(b, h, vm); err != nil {
+		return err
+	}
+	log.V(1).Info("kvm2 domain deleted")
+	return nil
+}
+
+// removeVolumes deletes the overlay and the seed of domain vm; missing ones are fine.
+func (p *Provider) removeVolumes(b backend, h provider.KVMHost, vm string) error {
 	pool, err := b.StoragePoolLookupByName(h.Pool)
 	if err != nil {
 		return fmt.Errorf("looking up pool %s on host %s: %w", h.Pool, h.Name, err)
@@ -86,8 +126,61 @@ func (p *Provider) delete(log logr.Logger, b backend, h provider.KVMHost, vm str
 			return err
 		}
 	}
-	log.V(1).Info("kvm2 domain deleted")
 	return nil
+}
+
+// removeElsewhere deletes the domains this install has for plan's UID on the provider's
+// other hosts. A Create calls it only when the target host has no domain of the name,
+// which is when a Proxy that never got a providerID recorded may have moved: an earlier
+// attempt on its old host defined a domain (maybe running) that orphan GC would never
+// collect while the Proxy exists. It costs one listing per other host, and nothing with
+// a single host. A host that cannot be listed is skipped with a line rather than failing
+// the Create, so one host down does not stop new Proxies on the others.
+func (p *Provider) removeElsewhere(ctx context.Context, log logr.Logger, plan createPlan) error {
+	uid := plan.req.UID
+	if uid == "" || len(p.cfg.Hosts) < 2 {
+		return nil
+	}
+	for _, h := range p.cfg.Hosts {
+		if h.Name == plan.host.Name {
+			continue
+		}
+		hlog := log.WithValues("otherHost", h.Name)
+		b, err := p.hosts.pooled(ctx, h.Name)
+		var insts []provider.Instance
+		if err == nil {
+			insts, err = p.listHost(hlog, b, h)
+		}
+		if err != nil {
+			hlog.Info("kvm2 create could not look for domains of this UID on another host; any stays there",
+				"uid", uid, "error", err.Error())
+			continue
+		}
+		for _, inst := range insts {
+			if inst.UID != uid {
+				continue
+			}
+			if err := p.deleteOther(ctx, hlog, b, h, plan.req.Name, inst.Name); err != nil {
+				return fmt.Errorf("removing domain %s of UID %s from host %s, which placement no longer selects: %w",
+					inst.Name, uid, h.Name, err)
+			}
+			hlog.Info("kvm2 domain removed from another host: placement moved it", "otherName", inst.Name, "uid", uid)
+		}
+	}
+	return nil
+}
+
+// deleteOther deletes domain vm on host h for a Create of name, which holds name's lock
+// (the names match unless the naming scheme changed in between).
+func (p *Provider) deleteOther(ctx context.Context, log logr.Logger, b backend, h provider.KVMHost, name, vm string) error {
+	if vm != name {
+		unlock, err := p.locks.lock(ctx, vm)
+		if err != nil {
+			return provider.Transient(fmt.Errorf("waiting for the lock on domain %s: %w", vm, err))
+		}
+		defer unlock()
+	}
+	return p.delete(log, b, h, vm)
 }
 
 // deleteVolume removes volume name from pool; a volume that is not there is fine.

@@ -1,6 +1,7 @@
 package kvm2
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -89,10 +90,20 @@ func TestDeleteLeavesUnmarkedDomainAlone(t *testing.T) {
 	}
 }
 
-func TestDeleteOfUnconfiguredHostIsLoggedNoOp(t *testing.T) {
+// A providerID on a host the config no longer lists cannot be deleted: Delete says so
+// with a permanent error wrapping ErrLeftBehind (the Proxy may go, the VM may stay) that
+// names the host and gives the commands to clean up by hand, without dialling anything.
+func TestDeleteOfUnconfiguredHostIsLeftBehind(t *testing.T) {
 	env := newProviderEnv(t)
-	if err := env.p.Delete(t.Context(), "hosts/retired/domains/proxy-d5d5d5d5d5d5d5d5"); err != nil {
-		t.Fatal(err)
+	err := env.p.Delete(t.Context(), "hosts/retired/domains/proxy-d5d5d5d5d5d5d5d5")
+	wantClass(t, err, provider.ErrPermanent, provider.ErrLeftBehind)
+	want := "instance left behind: domain proxy-d5d5d5d5d5d5d5d5 is on host retired, which is not in kvm2.hosts, " +
+		"so it and its volumes may still be there; remove them on that host with " +
+		"virsh -c qemu:///system undefine --nvram proxy-d5d5d5d5d5d5d5d5, " +
+		"virsh -c qemu:///system vol-delete --pool <pool> proxy-d5d5d5d5d5d5d5d5.qcow2 and " +
+		"virsh -c qemu:///system vol-delete --pool <pool> proxy-d5d5d5d5d5d5d5d5-seed.iso"
+	if err.Error() != want {
+		t.Fatalf("got %q\nwant %q", err, want)
 	}
 	if n := env.totalDials(); n != 0 {
 		t.Fatalf("%d dials", n)
@@ -100,8 +111,8 @@ func TestDeleteOfUnconfiguredHostIsLoggedNoOp(t *testing.T) {
 	if len(env.logs.find(`"level":0`, "kvm2 delete skipped", `"host":"retired"`, `"name":"proxy-d5d5d5d5d5d5d5d5"`)) != 1 {
 		t.Fatalf("no log line for the skipped delete:\n%s", strings.Join(env.logs.all(), "\n"))
 	}
-	err := env.p.Delete(t.Context(), "hosts/retired/proxy-d5d5d5d5d5d5d5d5")
-	if provider.Class(err) != provider.ErrPermanent || !strings.Contains(err.Error(), "malformed providerID") {
+	err = env.p.Delete(t.Context(), "hosts/retired/proxy-d5d5d5d5d5d5d5d5")
+	if errors.Is(err, provider.ErrLeftBehind) || provider.Class(err) != provider.ErrPermanent || !strings.Contains(err.Error(), "malformed providerID") {
 		t.Fatalf("malformed: %v", err)
 	}
 }

@@ -58,6 +58,12 @@ func (p *Provider) get(log logr.Logger, b backend, h provider.KVMHost, vm string
 		return provider.Instance{}, provider.Errorf(provider.ErrNotFound,
 			"domain %s on host %s carries no %s mark; it was not created by this provider", vm, h.Name, p.typ)
 	}
+	if p.otherInstall(m) {
+		// Not this install's VM, whatever its name: report it gone, so the caller
+		// creates its own and meets the permanent error there.
+		log.V(1).Info("kvm2 domain not found", "reason", "domain belongs to another install", "install", m.Install)
+		return provider.Instance{}, otherInstallError(provider.ErrNotFound, h.Name, vm, m)
+	}
 	// libvirt gives an inactive domain id -1: it is shut off, and asking is a round trip
 	// saved. An active one may be running, paused or suspended.
 	state := libvirt.DomainShutoff

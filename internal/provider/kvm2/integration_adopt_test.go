@@ -30,7 +30,7 @@ func (e *itRealEnv) defineForeignDomain(t *testing.T, name, meta string) {
 
 func itMark(t *testing.T, typ, uid string) string {
 	t.Helper()
-	m, err := marshalMetadata(MetadataURI(typ), uid, time.Now())
+	m, err := marshalMetadata(MetadataURI(typ), mark{UID: uid, CreatedAt: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,12 +25,15 @@ type Provider struct {
 	// code); it names the block in messages and the mark in metadata.
 	typ    string
 	metaNS string
-	cfg    provider.KVMConfig
-	log    logr.Logger
-	hosts  *hosts
-	locks  *nameLocks
-	images *imageCache
-	now    func() time.Time
+	// installID names the install of the operator this provider runs in; it goes into
+	// every mark written, and a mark naming another install is never touched.
+	installID string
+	cfg       provider.KVMConfig
+	log       logr.Logger
+	hosts     *hosts
+	locks     *nameLocks
+	images    *imageCache
+	now       func() time.Time
 
 	runningWait time.Duration
 	runningPoll time.Duration
@@ -41,14 +44,27 @@ var _ provider.Provider = (*Provider)(nil)
 // New builds the kvm2 provider of config entry pc. It dials nothing: hosts are connected
 // on first use, and a missing SSH key or known_hosts file is only a WARNING: line, so the
 // manager starts before the kvm-ssh Secret lands.
-func New(pc provider.ProviderConfig, log logr.Logger) (*Provider, error) {
-	return NewOfType(pc, provider.TypeKVM2, log)
+func New(pc provider.ProviderConfig, log logr.Logger, opts ...Option) (*Provider, error) {
+	return NewOfType(pc, provider.TypeKVM2, log, opts...)
 }
+
+// Option sets something on a provider that does not come from its config entry.
+type Option func(*Provider)
+
+// WithInstallID names the install of the operator the provider runs in (the manager's
+// --install-id). It is written into every mark, and ListByTag, Create, Get and Delete
+// leave alone every domain whose mark names another install. Without it the provider
+// writes marks without an install, as before install identities existed, and treats
+// every mark naming one as another install's.
+func WithInstallID(id string) Option { return func(p *Provider) { p.installID = id } }
+
+// InstallID returns the install identity the provider marks its domains with.
+func (p *Provider) InstallID() string { return p.installID }
 
 // NewOfType builds a provider of type typ (kvm2 or kvm) on this code: it reads the block
 // of that name and marks its domains in MetadataURI(typ), so the two types never see or
 // adopt each other's domains.
-func NewOfType(pc provider.ProviderConfig, typ string, log logr.Logger) (*Provider, error) {
+func NewOfType(pc provider.ProviderConfig, typ string, log logr.Logger, opts ...Option) (*Provider, error) {
 	var block *provider.KVMConfig
 	switch typ {
 	case provider.TypeKVM2:
@@ -69,7 +85,7 @@ func NewOfType(pc provider.ProviderConfig, typ string, log logr.Logger) (*Provid
 	if err != nil {
 		return nil, fmt.Errorf("provider %s: %w", pc.Name, err)
 	}
-	return &Provider{
+	p := &Provider{
 		name:        pc.Name,
 		typ:         typ,
 		metaNS:      MetadataURI(typ),
@@ -81,7 +97,11 @@ func NewOfType(pc provider.ProviderConfig, typ string, log logr.Logger) (*Provid
 		now:         time.Now,
 		runningWait: defaultRunningWait,
 		runningPoll: defaultRunningPoll,
-	}, nil
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p, nil
 }
 
 // withDefaults fills every unset field of the block with its default (disk size, guest

@@ -31,14 +31,14 @@ func newTypedProviderEnv(t *testing.T, typ string, hostNames ...string) *provide
 
 // besideOn builds another provider of type typ, named name, on env's hosts and fakes, as a
 // second providers-config entry naming the same hypervisors would be.
-func besideOn(t *testing.T, env *providerEnv, typ, name string) *Provider {
+func besideOn(t *testing.T, env *providerEnv, typ, name string, opts ...Option) *Provider {
 	t.Helper()
-	p, _ := besideOnLogged(t, env, typ, name)
+	p, _ := besideOnLogged(t, env, typ, name, opts...)
 	return p
 }
 
 // besideOnLogged is besideOn that also returns the provider's own log sink.
-func besideOnLogged(t *testing.T, env *providerEnv, typ, name string) (*Provider, *logSink) {
+func besideOnLogged(t *testing.T, env *providerEnv, typ, name string, opts ...Option) (*Provider, *logSink) {
 	t.Helper()
 	cfg := env.p.cfg
 	pc := provider.ProviderConfig{Name: name, Type: typ}
@@ -48,7 +48,7 @@ func besideOnLogged(t *testing.T, env *providerEnv, typ, name string) (*Provider
 		pc.KVM2 = &cfg
 	}
 	logs, log := newLogSink(2)
-	p, err := NewOfType(pc, typ, log)
+	p, err := NewOfType(pc, typ, log, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,8 @@ import (
 )
 
 // ListByTag returns every domain on every configured host that carries this provider's
-// mark, and nothing else: orphan GC deletes from this list. Hosts are listed concurrently;
+// mark written by this install (or by none, before installs had identities), and
+// nothing else: orphan GC deletes from this list. Hosts are listed concurrently;
 // when any host fails the whole listing fails, with no partial result.
 func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	log := tracing.Logger(ctx, p.log)
@@ -48,7 +49,8 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 }
 
 // listHost lists the marked domains of one host. A domain without the mark, with a mark
-// that does not parse, or that vanished while being read is skipped with a line.
+// that does not parse or that names another install, or that vanished while being read
+// is skipped with a line.
 func (p *Provider) listHost(log logr.Logger, b backend, h provider.KVMHost) ([]provider.Instance, error) {
 	doms, _, err := b.ConnectListAllDomains(1, 0)
 	if err != nil {
@@ -69,6 +71,9 @@ func (p *Provider) listHost(log logr.Logger, b backend, h provider.KVMHost) ([]p
 			return nil, fmt.Errorf("reading the metadata of domain %s on host %s: %w", dom.Name, h.Name, err)
 		case !found:
 			dlog.V(1).Info("kvm2 list skips domain", "reason", "it carries no "+p.typ+" mark")
+			continue
+		case p.otherInstall(m):
+			dlog.V(1).Info("kvm2 list skips domain", "reason", "it belongs to another install", "install", m.Install)
 			continue
 		}
 		inst := provider.Instance{

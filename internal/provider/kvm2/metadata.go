@@ -22,34 +22,43 @@ const metadataURI = metadataURIBase + "/" + provider.TypeKVM2
 func MetadataURI(typ string) string { return metadataURIBase + "/" + typ }
 
 // instanceMeta is the mark: the one element the provider puts in a domain's <metadata>.
-// libvirt has no labels, so this is how the provider recognises its own domains and
-// which Proxy (by UID) each belongs to.
+// libvirt has no labels, so this is how the provider recognises its own domains, which
+// install of the operator made each, which Proxy (by UID) it belongs to and which spec it
+// was built from. install and specHash are left out when empty, as marks written before
+// they existed lack them.
 type instanceMeta struct {
 	XMLName   xml.Name // {namespace}instance
 	Managed   bool     `xml:"managed"`
 	UID       string   `xml:"uid"`
 	CreatedAt string   `xml:"createdAt"`
+	Install   string   `xml:"install,omitempty"`
+	SpecHash  string   `xml:"specHash,omitempty"`
 }
 
-// marshalMetadata renders the mark in namespace ns, ready for the domain's <metadata>.
-func marshalMetadata(ns, uid string, createdAt time.Time) (string, error) {
-	m := instanceMeta{
+// marshalMetadata renders mark m in namespace ns, ready for the domain's <metadata>.
+func marshalMetadata(ns string, m mark) (string, error) {
+	meta := instanceMeta{
 		XMLName:   xml.Name{Space: ns, Local: "instance"},
 		Managed:   true,
-		UID:       uid,
-		CreatedAt: createdAt.UTC().Format(time.RFC3339),
+		UID:       m.UID,
+		CreatedAt: m.CreatedAt.UTC().Format(time.RFC3339),
+		Install:   m.Install,
+		SpecHash:  m.SpecHash,
 	}
-	out, err := xml.Marshal(m)
+	out, err := xml.Marshal(meta)
 	if err != nil {
 		return "", fmt.Errorf("encoding instance metadata: %w", err)
 	}
 	return string(out), nil
 }
 
-// mark is a parsed mark.
+// mark is a parsed mark. Install and SpecHash are empty in a mark written before they
+// were recorded.
 type mark struct {
 	UID       string
 	CreatedAt time.Time
+	Install   string
+	SpecHash  string
 }
 
 // parseMetadata reads the element DomainGetMetadata returned for namespace ns. libvirt may
@@ -78,7 +87,8 @@ func parseMetadata(ns, s string) (mark, error) {
 		}
 		created = t
 	}
-	return mark{UID: strings.TrimSpace(m.UID), CreatedAt: created}, nil
+	return mark{UID: strings.TrimSpace(m.UID), CreatedAt: created,
+		Install: strings.TrimSpace(m.Install), SpecHash: strings.TrimSpace(m.SpecHash)}, nil
 }
 
 // readMark fetches and parses the mark of dom. found is false when the domain carries no
@@ -101,17 +111,40 @@ func (p *Provider) readMark(b backend, host string, dom libvirt.Domain) (m mark,
 	return m, true, nil
 }
 
+// otherInstall reports whether mark m was written by another install of the operator:
+// it names an install, and not this provider's. A mark naming none was written before
+// installs had identities and counts as this install's, so an upgrade keeps adopting and
+// collecting its own domains.
+func (p *Provider) otherInstall(m mark) bool { return m.Install != "" && m.Install != p.installID }
+
+// otherInstallError is what every path that meets another install's domain reports.
+func otherInstallError(class error, host, name string, m mark) error {
+	return provider.Errorf(class, "domain %s on host %s belongs to install %s, not to this one", name, host, m.Install)
+}
+
 // checkAdoption decides whether an existing domain of the requested name may be taken
-// over by a repeat Create for uid: it must carry the mark, and the mark's UID must be
-// uid or empty. Anything else belongs to someone else and is never touched.
+// over by a repeat Create for uid: it must carry the mark, written by this install (or
+// by none), and the mark's UID must be uid or empty. Anything else belongs to someone
+// else and is never touched. A domain of another UID is marked ErrOwnedByOther: once
+// orphan GC has removed it, the same Create succeeds.
 func (p *Provider) checkAdoption(host, name, uid string, m mark, found bool) error {
 	if !found {
 		return provider.Errorf(provider.ErrPermanent,
 			"domain %s on host %s carries no %s mark; it was not created by this provider", name, host, p.typ)
 	}
+	if p.otherInstall(m) {
+		return otherInstallError(provider.ErrPermanent, host, name, m)
+	}
 	if m.UID != "" && m.UID != uid {
-		return provider.Errorf(provider.ErrPermanent,
-			"domain %s on host %s belongs to UID %s, not to UID %s", name, host, m.UID, uid)
+		return provider.Permanent(withMarker(provider.ErrOwnedByOther,
+			fmt.Errorf("domain %s on host %s belongs to UID %s, not to UID %s", name, host, m.UID, uid)))
 	}
 	return nil
+}
+
+// builtFromOtherSpec reports whether a mark this Create may adopt records a spec hash
+// other than the request's. Either side empty means unknown (a mark from before hashes
+// were recorded, a caller that sends none), and unknown is adopted.
+func builtFromOtherSpec(m mark, specHash string) bool {
+	return m.SpecHash != "" && specHash != "" && m.SpecHash != specHash
 }

@@ -20,7 +20,8 @@ func TestMetadataURI(t *testing.T) {
 
 func TestMetadataRoundTrip(t *testing.T) {
 	created := time.Date(2026, 9, 16, 17, 42, 11, 0, time.UTC)
-	out, err := marshalMetadata(metadataURI, "0f3a-uid", created)
+	want := mark{UID: "0f3a-uid", CreatedAt: created, Install: "5c1b7a2e-install", SpecHash: "9d4e1f0a"}
+	out, err := marshalMetadata(metadataURI, want)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +30,17 @@ func TestMetadataRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.UID != "0f3a-uid" || !m.CreatedAt.Equal(created) {
-		t.Fatalf("round trip gave %+v", m)
+	if m != want {
+		t.Fatalf("round trip gave %+v, want %+v", m, want)
+	}
+	// A mark from before install and specHash existed has neither element, and writing
+	// one without them still leaves them out.
+	old, err := marshalMetadata(metadataURI, mark{UID: "0f3a-uid", CreatedAt: created})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(old, "install") || strings.Contains(old, "specHash") {
+		t.Fatalf("a mark without install and hash renders them: %s", old)
 	}
 }
 
@@ -68,7 +78,7 @@ func TestParseMetadata(t *testing.T) {
 }
 
 func FuzzParseMetadata(f *testing.F) {
-	good, _ := marshalMetadata(metadataURI, "uid-1", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	good, _ := marshalMetadata(metadataURI, mark{UID: "uid-1", CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Install: "i-1", SpecHash: "h-1"})
 	for _, s := range []string{good, "", "<instance/>", `<k:instance xmlns:k="` + metadataURI + `"><k:managed>true</k:managed></k:instance>`} {
 		f.Add(s)
 	}
@@ -78,7 +88,7 @@ func FuzzParseMetadata(f *testing.F) {
 			return
 		}
 		// Whatever parses must survive a round trip unchanged.
-		out, err := marshalMetadata(metadataURI, m.UID, m.CreatedAt)
+		out, err := marshalMetadata(metadataURI, m)
 		if err != nil {
 			t.Fatalf("re-marshal of %+v: %v", m, err)
 		}
@@ -86,7 +96,8 @@ func FuzzParseMetadata(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-parse of %q: %v", out, err)
 		}
-		if again.UID != m.UID || !again.CreatedAt.Equal(m.CreatedAt.Truncate(time.Second)) {
+		if again.UID != m.UID || !again.CreatedAt.Equal(m.CreatedAt.Truncate(time.Second)) ||
+			again.Install != m.Install || again.SpecHash != m.SpecHash {
 			t.Fatalf("round trip of %q: %+v became %+v", in, m, again)
 		}
 	})

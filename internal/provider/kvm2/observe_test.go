@@ -41,6 +41,13 @@ func (s *logSink) all() []string {
 	return append([]string(nil), s.lines...)
 }
 
+// reset forgets the lines collected so far.
+func (s *logSink) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lines = nil
+}
+
 // find returns the lines containing every one of parts.
 func (s *logSink) find(parts ...string) []string {
 	var out []string

@@ -123,7 +123,7 @@ func defineForeign(t *testing.T, f *libvirtfake.Fake, name, meta string, start b
 
 func markFor(t *testing.T, ns, uid string) string {
 	t.Helper()
-	return must(marshalMetadata(ns, uid, time.Date(2026, 9, 16, 17, 42, 11, 0, time.UTC)))
+	return must(marshalMetadata(ns, mark{UID: uid, CreatedAt: time.Date(2026, 9, 16, 17, 42, 11, 0, time.UTC)}))
 }
 
 // stateOf returns the fake's state of domain name, or -1 when it does not exist.

@@ -28,7 +28,7 @@ func newSSHProvider(t *testing.T, log logr.Logger) (*Provider, *libvirtfake.Fake
 		MachineTypes: map[string]provider.KVMMachineType{"small": {VCPUs: 1, MemoryMiB: 1024}},
 		Hosts:        []provider.KVMHost{{Name: "ssh1", Address: srv.Addr, User: srv.User, Socket: srv.Socket, Bridge: "br0"}},
 	}
-	p, err := New(provider.ProviderConfig{Name: "kvm2-ssh", Type: provider.TypeKVM2, KVM2: &cfg}, log)
+	p, err := New(provider.ProviderConfig{Name: "kvm2-ssh", Type: provider.TypeKVM2, KVM2: &cfg}, log, WithInstallID("install-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,8 +72,25 @@ func TestProviderOverSSH(t *testing.T) {
 	// libvirt's error codes survive the wire: the adoption guard and NotFound.
 	other := req
 	other.UID = "uid-someone-else"
-	if _, err := p.Create(ctx, other); provider.Class(err) != provider.ErrPermanent || !strings.Contains(err.Error(), "belongs to UID "+req.UID) {
+	if _, err := p.Create(ctx, other); provider.Class(err) != provider.ErrPermanent || !strings.Contains(err.Error(), "belongs to UID "+req.UID) ||
+		!errors.Is(err, provider.ErrOwnedByOther) {
 		t.Fatalf("create by another uid: %v", err)
+	}
+	// Another install's domain on the same host: not listed, not adopted, not deleted.
+	const theirs = "proxy-7e7e7e7e7e7e7e7e"
+	defineForeign(t, f, theirs, must(marshalMetadata(metadataURI, mark{UID: "uid-theirs", CreatedAt: time.Now(), Install: "install-b"})), true)
+	list, err = p.ListByTag(ctx)
+	if err != nil || len(list) != 1 || list[0].Name != req.Name {
+		t.Fatalf("list beside another install's domain: %+v %v", list, err)
+	}
+	theirReq := testRequest(theirs)
+	theirReq.UID = "uid-theirs"
+	if _, err := p.Create(ctx, theirReq); provider.Class(err) != provider.ErrPermanent ||
+		err.Error() != "domain "+theirs+" on host ssh1 belongs to install install-b, not to this one" {
+		t.Fatalf("create over another install's domain: %v", err)
+	}
+	if err := p.Delete(ctx, providerID("ssh1", theirs)); err != nil || stateOf(f, theirs) != libvirt.DomainRunning {
+		t.Fatalf("delete of another install's domain: %v, state %v", err, stateOf(f, theirs))
 	}
 	if err := p.Delete(ctx, inst.ProviderID); err != nil {
 		t.Fatal(err)

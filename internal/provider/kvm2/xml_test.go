@@ -9,7 +9,8 @@ import (
 
 func testDomainSpec(t *testing.T, domainType, firmware string) domainSpec {
 	t.Helper()
-	meta, err := marshalMetadata(metadataURI, "0f3a9c1e-uid", time.Date(2026, 9, 16, 17, 42, 11, 0, time.UTC))
+	meta, err := marshalMetadata(metadataURI, mark{UID: "0f3a9c1e-uid", CreatedAt: time.Date(2026, 9, 16, 17, 42, 11, 0, time.UTC),
+		Install: "5c1b7a2e-install", SpecHash: "9d4e1f0a"})
 	if err != nil {
 		t.Fatal(err)
 	}

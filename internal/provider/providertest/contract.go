@@ -18,7 +18,8 @@ import (
 type ContractEnv struct {
 	// Provider is the implementation under test.
 	Provider provider.Provider
-	// Request is a valid CreateRequest. The suite copies it and changes only Name and UID.
+	// Request is a valid CreateRequest. The suite copies it and changes only Name and UID,
+	// and SpecHash in the case that checks a change of spec.
 	Request provider.CreateRequest
 	// MissingID is a well-formed providerID of an instance that does not exist.
 	MissingID string
@@ -42,6 +43,7 @@ func RunContract(t *testing.T, newEnv func(t *testing.T) ContractEnv) {
 		{"CreateIsIdempotentByName", contractCreateIdempotent},
 		{"ConcurrentCreatesOfOneNameMakeOneInstance", contractConcurrentCreate},
 		{"CreateOfNameOwnedByAnotherUIDIsPermanent", contractForeignOwner},
+		{"CreateWithAnotherSpecHashLeavesOneInstance", contractSpecHashChange},
 		{"GetAfterCreate", contractGetAfterCreate},
 		{"GetOfMissingIDIsNotFound", contractGetMissing},
 		{"DeleteTwiceSucceeds", contractDeleteTwice},
@@ -177,6 +179,27 @@ func contractForeignOwner(t *testing.T, ctx context.Context, env ContractEnv) {
 	other.UID = req.UID + "-other"
 	_, err := env.Provider.Create(ctx, other)
 	requireClass(t, "create of "+req.Name+" by another uid", err, provider.ErrPermanent)
+}
+
+// contractSpecHashChange: a repeat Create for the same name and UID with another spec
+// hash succeeds (a provider that records the hash replaces the instance) and leaves
+// exactly one instance of that name, which Get describes.
+func contractSpecHashChange(t *testing.T, ctx context.Context, env ContractEnv) {
+	req := request(env, "respec")
+	req.SpecHash = "spec-a"
+	create(t, ctx, env, req)
+	req.SpecHash = "spec-b"
+	inst := create(t, ctx, env, req)
+	list, err := env.Provider.ListByTag(ctx)
+	noErr(t, "list", err)
+	if n := countName(list, req.Name); n != 1 {
+		t.Fatalf("after creates of %s with two spec hashes, ListByTag holds it %d times, want 1", req.Name, n)
+	}
+	got, err := env.Provider.Get(ctx, inst.ProviderID)
+	noErr(t, "get "+inst.ProviderID, err)
+	if got.Name != req.Name || got.UID != req.UID {
+		t.Fatalf("get %s after the spec change: %+v", inst.ProviderID, got)
+	}
 }
 
 func contractGetAfterCreate(t *testing.T, ctx context.Context, env ContractEnv) {
