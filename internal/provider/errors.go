@@ -18,6 +18,12 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrTransient: anything a retry may fix.
 	ErrTransient = errors.New("transient")
+	// ErrPending: not a failure. The provider started (or joined) work that outlives the
+	// call, such as a base image download, and the same request should be repeated
+	// shortly; a repeat either finds the work done and goes on, is pending again, or
+	// reports how the work failed. The reconciler waits PendingRetry, off the error
+	// backoff curve, and shows the progress the error carries (PendingProgress).
+	ErrPending = errors.New("pending")
 )
 
 // ErrLeftBehind is not a class: Delete wraps it (with ErrPermanent) when it cannot reach
@@ -66,7 +72,7 @@ func Transient(err error) error     { return WithClass(ErrTransient, err) }
 
 // Class returns the class err carries, or nil when it carries none.
 func Class(err error) error {
-	for _, c := range []error{ErrPermanent, ErrQuotaExceeded, ErrNotFound, ErrTransient} {
+	for _, c := range []error{ErrPermanent, ErrQuotaExceeded, ErrNotFound, ErrTransient, ErrPending} {
 		if errors.Is(err, c) {
 			return c
 		}
@@ -75,7 +81,7 @@ func Class(err error) error {
 }
 
 // ClassName names err's class for metrics and logs: permanent, quota, notfound,
-// transient, unclassified, or none for a nil error.
+// transient, pending, unclassified, or none for a nil error.
 func ClassName(err error) string {
 	if err == nil {
 		return "none"
@@ -89,6 +95,34 @@ func ClassName(err error) string {
 		return "notfound"
 	case ErrTransient:
 		return "transient"
+	case ErrPending:
+		return "pending"
 	}
 	return "unclassified"
+}
+
+// pendingError is the ErrPending result: the progress of the work the call is waiting
+// for, its message as the error text.
+type pendingError struct{ p Progress }
+
+func (e *pendingError) Error() string {
+	if e.p.Message == "" {
+		return "pending"
+	}
+	return e.p.Message
+}
+func (e *pendingError) Unwrap() error { return ErrPending }
+
+// Pending returns an ErrPending result carrying p, the progress of the work the caller
+// should come back for.
+func Pending(p Progress) error { return &pendingError{p: p} }
+
+// PendingProgress returns the progress an ErrPending result carries; ok is false for
+// any other error.
+func PendingProgress(err error) (p Progress, ok bool) {
+	var pe *pendingError
+	if errors.As(err, &pe) {
+		return pe.p, true
+	}
+	return Progress{}, false
 }

@@ -101,7 +101,8 @@ func (o *observed) finish(ctx context.Context, span trace.Span, op string, began
 	d := time.Since(began)
 	class := ClassName(err)
 	span.SetAttributes(AttrErrorClass.String(class))
-	if err != nil {
+	// A pending result is not a failure: the span keeps an unset status.
+	if err != nil && class != "pending" {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}

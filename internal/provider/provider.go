@@ -1,6 +1,6 @@
 // Package provider holds the contract between the Proxy reconciler and the backends that
-// run proxy instances: the Provider interface, its request and result types, the four
-// error classes, the providers config and the registry that builds providers from it.
+// run proxy instances: the Provider interface, its request and result types, the error
+// classes (four failures and the pending result), the providers config and the registry that builds providers from it.
 package provider
 
 import (
@@ -9,8 +9,9 @@ import (
 )
 
 // Provider runs proxy instances somewhere. Every error a method returns carries exactly
-// one class (ErrPermanent, ErrQuotaExceeded, ErrNotFound, ErrTransient), attached by
-// wrapping and tested with errors.Is; an error without a class is treated as transient.
+// one class (ErrPermanent, ErrQuotaExceeded, ErrNotFound, ErrTransient, or for Create the
+// ErrPending result), attached by wrapping and tested with errors.Is; an error without a
+// class is treated as transient.
 type Provider interface {
 	// Create makes sure an instance named req.Name exists, is owned by req.UID and is
 	// running, and returns it. It is idempotent by Name: a repeat call adopts what an
@@ -21,6 +22,13 @@ type Provider interface {
 	// an instance of that name owned by another UID, which also wraps ErrOwnedByOther,
 	// or made by another install); ErrQuotaExceeded when capacity is short and a later
 	// retry may succeed; ErrTransient otherwise. Never ErrNotFound.
+	// Pending: a Create whose work outlives the call (a base image download) may start
+	// that work in the background, on a context the provider owns, and return ErrPending
+	// at once (Pending, carrying the work's Progress) instead of holding the caller. The
+	// caller repeats the same request after a short fixed wait; a repeat joins the work
+	// still running (pending again), goes on once it is done, or returns the class of its
+	// failure, once to every Create that waited on it. A provider that never pends
+	// simply never returns it. Close cancels such work.
 	Create(ctx context.Context, req CreateRequest) (Instance, error)
 
 	// Get returns the instance named by providerID.

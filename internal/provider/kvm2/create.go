@@ -29,11 +29,12 @@ type createPlan struct {
 	img    image
 }
 
-// Create makes sure domain req.Name runs on the host placement.zone selects. Placement
-// is checked against the config before any host is dialled. A domain of that name that
-// already exists is adopted only when it carries this provider's mark with req.UID (or
-// no UID); otherwise the volumes are created, the seed rebuilt and uploaded, and the
-// domain defined and started.
+// Create makes sure domain req.Name runs on the host placement.zone selects. It reads
+// straight down: plan (placement checked against the config before any host is dialled),
+// adoption of a domain of that name that already carries this provider's mark with
+// req.UID (or no UID) and the same spec, then the image (the cached base, or the pending
+// result of the background job fetching it), the volumes (overlay and a freshly built
+// seed), define and start.
 func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
 	plan, err := p.plan(req)
 	if err != nil {
@@ -51,6 +52,9 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 		if inst, err = p.create(ctx, log, b, plan); err == nil {
 			return inst, nil
 		}
+	}
+	if errors.Is(err, provider.ErrPending) {
+		return provider.Instance{}, err
 	}
 	err = failed(log, "create", err, classifyInCreate)
 	if errors.Is(err, provider.ErrNotFound) {
@@ -91,32 +95,42 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 			"cloudInitBytes", len(req.CloudInit))
 	}
 	dom, err := b.DomainLookupByName(req.Name)
-	switch {
-	case err == nil:
+	found := err == nil
+	if !found && !isCode(err, libvirt.ErrNoDomain) {
+		return provider.Instance{}, fmt.Errorf("looking up domain %s on host %s: %w", req.Name, h.Name, err)
+	}
+	var m mark
+	if found {
 		log.V(1).Info("kvm2 domain already defined")
-		m, err := p.ownMark(b, plan, dom)
-		if err != nil {
+		if m, err = p.ownMark(b, plan, dom); err != nil {
 			return provider.Instance{}, err
 		}
 		if !builtFromOtherSpec(m, req.SpecHash) {
 			return p.adopt(ctx, log, b, plan, dom, m)
 		}
+	}
+	pool, err := b.StoragePoolLookupByName(h.Pool)
+	if err != nil {
+		return provider.Instance{}, fmt.Errorf("looking up pool %s on host %s: %w", h.Pool, h.Name, err)
+	}
+	// The image first: while its job runs, the Create returns pending and touches nothing.
+	base, err := p.baseImage(ctx, b, plan, pool)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	if found {
 		// Built from another spec, typically by an attempt whose start failed before the
 		// reconciler recorded it: booting it would keep the old definition and seed.
 		log.Info("kvm2 domain replaced: it was built from another spec", "oldSpecHash", m.SpecHash, "specHash", req.SpecHash)
 		if err := p.remove(log, b, h, dom); err != nil {
 			return provider.Instance{}, err
 		}
-	case !isCode(err, libvirt.ErrNoDomain):
-		return provider.Instance{}, fmt.Errorf("looking up domain %s on host %s: %w", req.Name, h.Name, err)
-	default:
+	} else if err := p.removeElsewhere(ctx, log, plan); err != nil {
 		// Nothing here yet: the Proxy may have had a domain on another host before its
 		// placement changed.
-		if err := p.removeElsewhere(ctx, log, plan); err != nil {
-			return provider.Instance{}, err
-		}
+		return provider.Instance{}, err
 	}
-	overlay, seed, err := p.volumes(ctx, log, b, plan)
+	overlay, seed, err := p.volumes(log, b, plan, pool, base)
 	if err != nil {
 		return provider.Instance{}, err
 	}
@@ -147,23 +161,10 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 	return p.instance(h, dom, req.UID, created), nil
 }
 
-// volumes makes the disks of a new domain, after the pool-space precheck: the base image
-// (cached, or fetched now), the overlay over it and a freshly built seed. It returns the
-// overlay's and the seed's paths.
-func (p *Provider) volumes(ctx context.Context, log logr.Logger, b backend, plan createPlan) (overlay, seed string, err error) {
+// volumes makes the disks of a new domain over base: the overlay and a freshly built
+// seed. It returns their paths.
+func (p *Provider) volumes(log logr.Logger, b backend, plan createPlan, pool libvirt.StoragePool, base baseImage) (overlay, seed string, err error) {
 	h := plan.host
-	pool, err := b.StoragePoolLookupByName(h.Pool)
-	if err != nil {
-		return "", "", fmt.Errorf("looking up pool %s on host %s: %w", h.Pool, h.Name, err)
-	}
-	cache, err := p.checkPoolSpace(ctx, b, h, pool, plan.img)
-	if err != nil {
-		return "", "", err
-	}
-	base, err := p.ensureImage(ctx, b, h, pool, plan.img, cache)
-	if err != nil {
-		return "", "", err
-	}
 	if overlay, err = p.ensureOverlay(log, b, h, pool, plan.req.Name, base); err != nil {
 		return "", "", err
 	}

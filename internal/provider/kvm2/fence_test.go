@@ -107,7 +107,7 @@ func (e *fenceEnv) createImage(name, ref string) (provider.Instance, error) {
 	req := testRequest(name)
 	req.Placement.Zone = e.host
 	req.Placement.Image = ref
-	return e.p.Create(context.Background(), req)
+	return createSettled(context.Background(), e.p, req)
 }
 
 // redirector answers every request with a 302 to location and counts them.
@@ -351,9 +351,18 @@ func TestImageURLRedacted(t *testing.T) {
 		var reports []string
 		req := testRequest("vm-ok")
 		req.Placement.Zone, req.Placement.Image = e.host, raw
-		ctx := provider.WithProgress(context.Background(), func(p provider.Progress) { reports = append(reports, p.Message) })
-		if _, err := e.p.Create(ctx, req); err != nil {
-			t.Fatal(err)
+		// The progress a user sees is the one the pending results carry.
+		var err error
+		eventually(t, "the Create to settle", func() bool {
+			_, err = e.p.Create(context.Background(), req)
+			if p, ok := provider.PendingProgress(err); ok {
+				reports = append(reports, p.Message)
+				return false
+			}
+			return true
+		})
+		if err != nil || len(reports) == 0 {
+			t.Fatalf("Create: %v after %d pending results", err, len(reports))
 		}
 		if len(e.logs.find(`"msg":"base image cached"`)) != 1 ||
 			len(e.logs.find(`"msg":"fetching base image into host pool"`, `"url":"`+shown+`"`)) == 0 {

@@ -2,7 +2,6 @@ package kvm2
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
 
 // image is a resolved placement.image: where the bytes come from, what they are and the
@@ -97,10 +95,12 @@ const (
 	defaultProgressEvery  = 5 * time.Second
 )
 
-// imageCache holds what the provider's image cache keeps between calls: the per-(host,
-// volume) locks that make concurrent Creates share one fetch, the HTTP client and the
-// time limits, which tests shorten.
+// imageCache is the provider's image cache: the background jobs that fetch base images
+// (image_jobs.go), the per-(host, volume) fetch locks those jobs take, the HTTP client
+// and the time limits, which tests shorten. A Create asks it for a base (baseImage) and
+// gets the cached copy or the pending result of the job fetching it.
 type imageCache struct {
+	jobs   *jobs
 	locks  *nameLocks
 	client *http.Client
 	// dialer connects client; tests replace its resolver and dial.
@@ -135,6 +135,7 @@ func newImageCache() *imageCache {
 	tr.DisableKeepAlives = true
 	tr.DisableCompression = true
 	return &imageCache{
+		jobs:          newJobs(),
 		locks:         imageLocks,
 		client:        &http.Client{Transport: tr, CheckRedirect: fenceRedirect},
 		dialer:        dialer,
@@ -174,8 +175,8 @@ const (
 	markerReadLimit  = 4 * markerLen
 )
 
-// inspectCache reads what pool holds of img without changing anything: the precheck and
-// the fast path of ensureImage use it without the image lock.
+// inspectCache reads what pool holds of img without changing anything: the precheck, and
+// through it the cached path of a Create, uses it without the image lock.
 func inspectCache(b backend, h provider.KVMHost, pool libvirt.StoragePool, img image) (cacheState, error) {
 	var s cacheState
 	lookup := func(name string) (*libvirt.StorageVol, error) {
@@ -243,35 +244,10 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// ensureImage makes sure img is cached in pool on host h and returns the base. cache is
-// what the precheck found; when it says the base is complete nothing more is asked.
-// Otherwise the caller queues on the image's per-(host, volume) lock: the first one fetches,
-// and the rest find the marker when their turn comes.
-func (p *Provider) ensureImage(ctx context.Context, b backend, h provider.KVMHost, pool libvirt.StoragePool, img image, cache cacheState) (baseImage, error) {
-	if cache.complete() && cache.base != nil {
-		return basePath(b, h, img, *cache.base)
-	}
-	log := tracing.Logger(ctx, p.log).WithValues("host", h.Name, "volume", img.baseVol())
-	unlock, err := p.images.locks.lock(ctx, imageLockKey(h, img))
-	if err != nil {
-		return baseImage{}, provider.Transient(fmt.Errorf("waiting for the fetch of base image %s on host %s: %w",
-			img.baseVol(), h.Name, err))
-	}
-	defer unlock()
-	if base, ok, err := p.cachedImage(log, b, h, pool, img); err != nil || ok {
-		return base, err
-	}
-	vol, err := p.fetchImage(ctx, log, b, h, pool, img)
-	if err != nil {
-		return baseImage{}, err
-	}
-	return basePath(b, h, img, vol)
-}
-
 // cachedImage returns the cached base of img when it is complete. Otherwise it removes
 // what an interrupted or outdated fetch left behind (a base without marker, a marker that
 // is not a digest or differs from the configured sha256) and reports false, so the caller
-// fetches afresh. The caller holds the image lock.
+// fetches afresh. The caller (an image job) holds the image lock.
 func (p *Provider) cachedImage(log logr.Logger, b backend, h provider.KVMHost, pool libvirt.StoragePool, img image) (baseImage, bool, error) {
 	s, err := inspectCache(b, h, pool, img)
 	if err != nil {

@@ -2,6 +2,7 @@ package kvm2
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -60,10 +61,38 @@ func (e *imgEnv) create(name string) (provider.Instance, error) {
 	return e.createCtx(context.Background(), name)
 }
 
+// createCtx creates name as the reconciler would: it repeats the Create while it is
+// pending (an image job runs) and returns what the first settled call returns.
 func (e *imgEnv) createCtx(ctx context.Context, name string) (provider.Instance, error) {
+	return createSettled(ctx, e.p, e.request(name))
+}
+
+// createOnce is one Create of name, pending or not.
+func (e *imgEnv) createOnce(name string) (provider.Instance, error) {
+	return e.p.Create(context.Background(), e.request(name))
+}
+
+func (e *imgEnv) request(name string) provider.CreateRequest {
 	req := testRequest(name)
 	req.Placement.Zone = e.host
-	return e.p.Create(ctx, req)
+	return req
+}
+
+// createSettled repeats req on p while the result is pending, for as long as a generous
+// deadline allows, and returns the first result that is not.
+func createSettled(ctx context.Context, p provider.Provider, req provider.CreateRequest) (provider.Instance, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		inst, err := p.Create(ctx, req)
+		if !errors.Is(err, provider.ErrPending) || time.Now().After(deadline) {
+			return inst, err
+		}
+		select {
+		case <-ctx.Done():
+			return inst, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 func (e *imgEnv) volume(name string) (libvirtfake.VolumeInfo, bool) {

@@ -1,7 +1,6 @@
 package kvm2
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -76,8 +75,10 @@ func TestImageFailingBodyOverSSH(t *testing.T) {
 				t.Fatalf("base uploads %+v", ups)
 			}
 			e.wantNotCached(t)
-			// The next attempt, with the mirror fixed, fetches the image.
+			// The next attempt, with the mirror fixed, fetches the image within the
+			// usual budget.
 			e.srv.setMode(serveOK)
+			e.p.images.download = 0
 			if _, err := e.create("vm-a"); err != nil {
 				t.Fatal(err)
 			}
@@ -89,23 +90,3 @@ func TestImageFailingBodyOverSSH(t *testing.T) {
 	}
 }
 
-func TestImageCancelledCreateLeavesNoMarker(t *testing.T) {
-	e, _ := newImgSSHEnv(t)
-	e.srv.setMode(serveGated)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { _, err := e.createCtx(ctx, "vm-a"); done <- err }()
-	<-e.srv.halfSent
-	cancel()
-	err := <-done
-	wantClass(t, err, provider.ErrTransient, context.Canceled)
-	if _, ok := e.volume(e.img.markerVol()); ok {
-		t.Fatal("a marker was written for a cancelled fetch")
-	}
-	// What the cancelled attempt left is replaced by the next one.
-	e.srv.setMode(serveOK)
-	if _, err := e.create("vm-a"); err != nil {
-		t.Fatal(err)
-	}
-	e.wantCached(t)
-}

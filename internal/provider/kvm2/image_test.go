@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -237,16 +236,6 @@ func TestImageValidMarkerIsUsedAsIs(t *testing.T) {
 	}
 }
 
-func TestImageConcurrentCreatesShareOneFetch(t *testing.T) {
-	e := newImgEnv(t, nil)
-	e.srv.setMode(serveGated)
-	errs := make(chan error, 2)
-	for _, name := range []string{"vm-a", "vm-b"} {
-		go func() { _, err := e.create(name); errs <- err }()
-	}
-	e.wantOneSharedFetch(t, errs, "two concurrent Creates")
-}
-
 func TestImageHeadRefusedFallsBackToGet(t *testing.T) {
 	e := newImgEnv(t, nil)
 	e.srv.setMode(serveHead405)
@@ -280,59 +269,6 @@ func TestImageStalledMirrorEndsByDownloadDeadline(t *testing.T) {
 		t.Fatalf("base upload %+v, want a clean end after the half that arrived", ups)
 	}
 	e.wantNotCached(t)
-}
-
-func TestImageProgressReports(t *testing.T) {
-	e := newImgEnv(t, nil)
-	e.srv.setMode(serveDripping)
-	const every = 40 * time.Millisecond
-	e.p.images.progressEvery = every
-	var (
-		mu      sync.Mutex
-		reports []provider.Progress
-		at      []time.Time
-	)
-	ctx := provider.WithProgress(context.Background(), func(p provider.Progress) {
-		mu.Lock()
-		reports, at = append(reports, p), append(at, time.Now())
-		mu.Unlock()
-	})
-	count := func() int { mu.Lock(); defer mu.Unlock(); return len(reports) }
-	done := make(chan error, 1)
-	go func() { _, err := e.createCtx(ctx, "vm-a"); done <- err }()
-	e.srv.drip <- 1 << 20 // the first MiB
-	eventually(t, "a report of the first MiB", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(reports) > 0 && reports[len(reports)-1].Done == 1<<20
-	})
-	for _, n := range []int{1 << 20, 1 << 20, 1 << 20} {
-		e.srv.drip <- n
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	n := count()
-	mu.Lock()
-	defer mu.Unlock()
-	first := reports[0]
-	if first.Reason != provider.ReasonImageDownloading || first.Done != 0 || first.Total != testImageSize ||
-		first.Message != "downloading base image debian-13 to host "+e.host+": 0.0 MiB of 3.0 MiB (0%)" {
-		t.Fatalf("first report %+v", first)
-	}
-	var sawMiB bool
-	for i, r := range reports {
-		sawMiB = sawMiB || r.Message == "downloading base image debian-13 to host "+e.host+": 1.0 MiB of 3.0 MiB (33%)"
-		if i > 0 && at[i].Sub(at[i-1]) < every {
-			t.Fatalf("reports %d and %d only %s apart, want at least %s", i-1, i, at[i].Sub(at[i-1]), every)
-		}
-	}
-	if !sawMiB || n < 2 {
-		t.Fatalf("reports %+v", reports)
-	}
-	if lines := e.logs.find(`"msg":"downloading base image"`, `"total":`+strconv.Itoa(testImageSize)); len(lines) != n {
-		t.Fatalf("%d progress lines for %d reports", len(lines), n)
-	}
 }
 
 func TestWithoutURL(t *testing.T) {

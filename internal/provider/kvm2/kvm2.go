@@ -108,8 +108,12 @@ func NewOfType(pc provider.ProviderConfig, typ string, log logr.Logger, opts ...
 // agent, image format and firmware, host socket, pool and domain type).
 func withDefaults(cfg provider.KVMConfig) provider.KVMConfig { return cfg.WithDefaults() }
 
-// Close drops the provider's pooled connections.
-func (p *Provider) Close() error { return p.hosts.close() }
+// Close cancels the image jobs and waits for them to end (a cancelled fetch removes its
+// half-written base and never writes the marker), then drops the pooled connections.
+func (p *Provider) Close() error {
+	p.images.jobs.close()
+	return p.hosts.close()
+}
 
 // Check probes every configured host on a connection of its own, in config order.
 func (p *Provider) Check(ctx context.Context) []provider.TargetStatus { return p.hosts.check(ctx) }

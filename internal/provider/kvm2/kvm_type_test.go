@@ -418,7 +418,7 @@ func TestKVMAndKVM2ShareOneImageFetch(t *testing.T) {
 		go func() {
 			req := testRequest("proxy-" + p.typ + "-img")
 			req.Placement.Zone = e.host
-			_, err := p.Create(t.Context(), req)
+			_, err := createSettled(t.Context(), p, req)
 			errs <- err
 		}()
 	}

@@ -22,7 +22,7 @@ func neededBytes(imageBytes uint64, diskSizeGb int) uint64 {
 // checkPoolSpace is the pool-space precheck, run before a Create makes any volume: the
 // pool must be running and have room for everything the Create is about to put in it.
 // Too little room is ErrQuotaExceeded, which the reconciler answers with a wait. It
-// returns what the pool holds of the image, for ensureImage.
+// returns what the pool holds of the image, for the image step (baseImage).
 func (p *Provider) checkPoolSpace(ctx context.Context, b backend, h provider.KVMHost, pool libvirt.StoragePool, img image) (cacheState, error) {
 	state, _, _, available, err := b.StoragePoolGetInfo(pool)
 	if err != nil {
@@ -42,7 +42,8 @@ func (p *Provider) checkPoolSpace(ctx context.Context, b backend, h provider.KVM
 		if err != nil {
 			return cacheState{}, err
 		}
-		imageBytes = uint64(n)
+		// The marker is written next to the base, after the fetch.
+		imageBytes = uint64(n) + markerLen
 	}
 	need := neededBytes(imageBytes, p.cfg.DiskSizeGb)
 	if need > available {

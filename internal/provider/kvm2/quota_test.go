@@ -45,7 +45,7 @@ func TestPoolSpaceBoundary(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newImgEnv(t, nil)
-			imageBytes := uint64(testImageSize)
+			imageBytes := uint64(testImageSize + markerLen) // the base and its marker
 			if tc.cached {
 				e.putCached(t, e.srv.digest)
 				imageBytes = 0

@@ -31,6 +31,13 @@ type ContractEnv struct {
 	Targets []string
 	// Timeout bounds each case (default one minute).
 	Timeout time.Duration
+	// PendingRequest, when set, is a valid CreateRequest whose first Create may return
+	// the pending result (for kvm2: one needing a base image not cached yet). The case
+	// on pending uses it, or Request when it is nil; a provider that never pends passes
+	// that case all the same.
+	PendingRequest *provider.CreateRequest
+	// PendingRetry is the wait between two Creates of a pending request (default 10ms).
+	PendingRetry time.Duration
 }
 
 // RunContract runs the suite every provider.Provider must pass.
@@ -41,6 +48,7 @@ func RunContract(t *testing.T, newEnv func(t *testing.T) ContractEnv) {
 		run  func(t *testing.T, ctx context.Context, env ContractEnv)
 	}{
 		{"CreateIsIdempotentByName", contractCreateIdempotent},
+		{"PendingCreateSettlesOnRepeat", contractPending},
 		{"ConcurrentCreatesOfOneNameMakeOneInstance", contractConcurrentCreate},
 		{"CreateOfNameOwnedByAnotherUIDIsPermanent", contractForeignOwner},
 		{"CreateWithAnotherSpecHashLeavesOneInstance", contractSpecHashChange},
@@ -69,11 +77,12 @@ func RunContract(t *testing.T, newEnv func(t *testing.T) ContractEnv) {
 	}
 }
 
-// RequireOneClass fails t unless err carries exactly one of the four error classes.
+// RequireOneClass fails t unless err carries exactly one of the error classes (the four
+// failures and the pending result).
 func RequireOneClass(t testing.TB, op string, err error) {
 	t.Helper()
 	n := 0
-	for _, c := range []error{provider.ErrPermanent, provider.ErrQuotaExceeded, provider.ErrNotFound, provider.ErrTransient} {
+	for _, c := range []error{provider.ErrPermanent, provider.ErrQuotaExceeded, provider.ErrNotFound, provider.ErrTransient, provider.ErrPending} {
 		if errors.Is(err, c) {
 			n++
 		}
@@ -113,9 +122,31 @@ func request(env ContractEnv, key string) provider.CreateRequest {
 	return req
 }
 
+// CreateSettled calls p.Create with req, and again after every (10ms when 0) for as long
+// as the result is pending and ctx lasts, as the reconciler does; it returns the first
+// result that is not pending (or ctx's end, as a transient error).
+func CreateSettled(ctx context.Context, p provider.Provider, req provider.CreateRequest, every time.Duration) (provider.Instance, error) {
+	if every <= 0 {
+		every = 10 * time.Millisecond
+	}
+	for {
+		inst, err := p.Create(ctx, req)
+		if !errors.Is(err, provider.ErrPending) {
+			return inst, err
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return provider.Instance{}, provider.Transient(fmt.Errorf("create %s still pending (%v): %w", req.Name, err, ctx.Err()))
+		case <-t.C:
+		}
+	}
+}
+
 func create(t *testing.T, ctx context.Context, env ContractEnv, req provider.CreateRequest) provider.Instance {
 	t.Helper()
-	inst, err := env.Provider.Create(ctx, req)
+	inst, err := CreateSettled(ctx, env.Provider, req, env.PendingRetry)
 	noErr(t, "create "+req.Name, err)
 	if inst.ProviderID == "" || inst.Name != req.Name || inst.UID != req.UID {
 		t.Fatalf("create %s: got instance %+v, want a providerID, name %q and uid %q", req.Name, inst, req.Name, req.UID)
@@ -303,4 +334,37 @@ func countName(list []provider.Instance, name string) int {
 		}
 	}
 	return n
+}
+
+// contractPending: a Create may return the pending result, carrying the progress of its
+// work, and then a repeat of the same request must settle, on the instance a further
+// Create returns again without pending.
+func contractPending(t *testing.T, ctx context.Context, env ContractEnv) {
+	base := env.Request
+	if env.PendingRequest != nil {
+		base = *env.PendingRequest
+	}
+	env.Request = base
+	req := request(env, "pending")
+	_, err := env.Provider.Create(ctx, req)
+	if err != nil {
+		RequireOneClass(t, "first create", err)
+		if !errors.Is(err, provider.ErrPending) {
+			t.Fatalf("first create of %s: %v (class %s)", req.Name, err, provider.ClassName(err))
+		}
+		if pr, ok := provider.PendingProgress(err); !ok || err.Error() == "" || pr.Total < 0 || pr.Done < 0 {
+			t.Fatalf("first create of %s: pending result %q carries no usable progress (%+v, %v)", req.Name, err, pr, ok)
+		}
+	}
+	first := create(t, ctx, env, req)
+	again, err := env.Provider.Create(ctx, req)
+	noErr(t, "create after it settled", err)
+	if again.ProviderID != first.ProviderID {
+		t.Fatalf("create of %s after it settled: providerID %q, was %q", req.Name, again.ProviderID, first.ProviderID)
+	}
+	list, err := env.Provider.ListByTag(ctx)
+	noErr(t, "list", err)
+	if n := countName(list, req.Name); n != 1 {
+		t.Fatalf("after a pending create of %s settled, ListByTag holds it %d times, want 1", req.Name, n)
+	}
 }

@@ -50,6 +50,9 @@ type Fake struct {
 	ipFor     func(provider.CreateRequest) string
 	now       func() time.Time
 	ipCounter int
+	// pend is how many of the next Creates return the pending result; pended counts
+	// those returned so far.
+	pend, pended int
 }
 
 var _ provider.Provider = (*Fake)(nil)
@@ -78,6 +81,29 @@ func (f *Fake) Reset() {
 	f.ipFor = nil
 	f.now = time.Now
 	f.ipCounter = 0
+	f.pend, f.pended = 0, 0
+}
+
+// PendCreates makes the next n Creates (of any name) return provider.ErrPending, as a
+// provider whose work outlives the call does, with progress of reason
+// provider.ReasonImageDownloading counting through them; the Create after them proceeds.
+func (f *Fake) PendCreates(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pend, f.pended = n, 0
+}
+
+// pending returns the pending result when a Create is still to pend.
+func (f *Fake) pending(req provider.CreateRequest) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pended >= f.pend {
+		return nil
+	}
+	f.pended++
+	return provider.Pending(provider.Progress{Reason: provider.ReasonImageDownloading,
+		Message: fmt.Sprintf("fake: preparing instance %s, step %d of %d", req.Name, f.pended, f.pend),
+		Done:    int64(f.pended - 1), Total: int64(f.pend)})
 }
 
 // ProviderID returns the providerID the fake gives an instance named name.
@@ -208,6 +234,9 @@ func (f *Fake) Create(ctx context.Context, req provider.CreateRequest) (provider
 	}
 	if req.Name == "" {
 		return provider.Instance{}, provider.Errorf(provider.ErrPermanent, "fake: create: instance name is empty")
+	}
+	if err := f.pending(req); err != nil {
+		return provider.Instance{}, err
 	}
 	f.mu.Lock()
 	hook := f.hook

@@ -23,6 +23,53 @@ func TestFakePassesContract(t *testing.T) {
 	})
 }
 
+// A fake whose first Creates pend passes the same suite: every case repeats a pending
+// Create until it settles.
+func TestFakePassesContractWhilePending(t *testing.T) {
+	RunContract(t, func(t *testing.T) ContractEnv {
+		f := NewFake()
+		f.PendCreates(3)
+		return ContractEnv{
+			Provider:    f,
+			Request:     provider.CreateRequest{Name: "proxy-0000000000000000", UID: "u", CloudInit: []byte("#cloud-config\n"), Port: 3128},
+			MissingID:   ProviderID("proxy-ffffffffffffffff"),
+			MalformedID: "gce/zone/x",
+			Targets:     []string{"fake"},
+		}
+	})
+}
+
+func TestFakePendCreates(t *testing.T) {
+	ctx := t.Context()
+	f := NewFake()
+	f.PendCreates(2)
+	req := provider.CreateRequest{Name: "a", UID: "u"}
+	for i := 1; i <= 2; i++ {
+		_, err := f.Create(ctx, req)
+		pr, ok := provider.PendingProgress(err)
+		if !errors.Is(err, provider.ErrPending) || provider.ClassName(err) != "pending" || !ok ||
+			pr.Reason != provider.ReasonImageDownloading || pr.Done != int64(i-1) || pr.Total != 2 ||
+			err.Error() != fmt.Sprintf("fake: preparing instance a, step %d of 2", i) {
+			t.Fatalf("create %d: %v, progress %+v", i, err, pr)
+		}
+		if len(f.Instances()) != 0 {
+			t.Fatalf("create %d made an instance while pending", i)
+		}
+	}
+	inst, err := f.Create(ctx, req)
+	if err != nil || inst.ProviderID != ProviderID("a") {
+		t.Fatalf("third create: %+v, %v", inst, err)
+	}
+	if n := f.CountOf(OpCreate); n != 3 {
+		t.Fatalf("%d recorded creates, want 3", n)
+	}
+	f.PendCreates(1)
+	f.Reset()
+	if _, err := f.Create(ctx, req); err != nil {
+		t.Fatalf("Reset must clear PendCreates: %v", err)
+	}
+}
+
 func TestFakeOneShotErrors(t *testing.T) {
 	ctx := t.Context()
 	f := NewFake()

@@ -1,0 +1,246 @@
+package kvm2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// wantPending fails unless err is the pending result, and returns its progress.
+func wantPending(t *testing.T, err error) provider.Progress {
+	t.Helper()
+	if !errors.Is(err, provider.ErrPending) || provider.Class(err) != provider.ErrPending {
+		t.Fatalf("got %v, want the pending result", err)
+	}
+	pr, ok := provider.PendingProgress(err)
+	if !ok || pr.Reason != provider.ReasonImageDownloading {
+		t.Fatalf("pending result carries progress %+v (%v), want reason %s", pr, ok, provider.ReasonImageDownloading)
+	}
+	return pr
+}
+
+// runningJobs is how many image jobs the provider has in flight.
+func (e *imgEnv) runningJobs() int {
+	js := e.p.images.jobs
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return len(js.running)
+}
+
+// TestImageCreatesShareOneJob: the first Create needing the image starts its fetch in the
+// background and returns pending at once, on a context it may cancel; a second Create
+// joins the job without asking the mirror anything and sees its progress; once the job
+// is done both go on, with one download between them.
+func TestImageCreatesShareOneJob(t *testing.T) {
+	e := newImgEnv(t, nil)
+	e.p.images.progressEvery = 10 * time.Millisecond
+	e.srv.setMode(serveGated)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	start := time.Now()
+	_, err := e.p.Create(ctx, e.request("vm-a"))
+	first := wantPending(t, err)
+	cancel() // the job is the provider's, not this call's
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the first Create took %s; it must return at once", took)
+	}
+	if first.Message != "fetching base image debian-13 to host "+e.host {
+		t.Fatalf("first progress %+v", first)
+	}
+	select {
+	case <-e.srv.halfSent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("gave up waiting for the job's download to be half way")
+	}
+	heads := e.srv.heads.Load()
+	// The upload reads the body in chunks; what arrived of the half is counted up to the
+	// last whole one.
+	half := fmt.Sprintf("downloading base image debian-13 to host %s: 1.5 MiB of 3.0 MiB (49%%)", e.host)
+	var pr provider.Progress
+	eventually(t, "the second Create to show the job half way", func() bool {
+		_, err := e.createOnce("vm-b")
+		pr = wantPending(t, err)
+		return pr.Message == half
+	})
+	if pr.Done < 3<<19 || pr.Done > testImageSize/2 || pr.Total != testImageSize {
+		t.Fatalf("progress %+v, want about half of %d bytes", pr, testImageSize)
+	}
+	if e.srv.heads.Load() != heads || e.srv.gets.Load() != 1 || e.runningJobs() != 1 {
+		t.Fatalf("joining asked the mirror (%d HEADs, %d GETs) or started a job (%d running)",
+			e.srv.heads.Load()-heads, e.srv.gets.Load(), e.runningJobs())
+	}
+	if _, ok := e.volume(e.img.markerVol()); ok {
+		t.Fatal("marker written before the download ended")
+	}
+	e.srv.release()
+	for _, name := range []string{"vm-a", "vm-b"} {
+		if _, err := e.create(name); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := e.volume(overlayVolName(name)); !ok {
+			t.Fatalf("no overlay for %s", name)
+		}
+	}
+	e.wantCached(t)
+	if e.srv.gets.Load() != 1 || len(e.baseUploads()) != 1 {
+		t.Fatalf("%d GETs and %d base uploads, want one each", e.srv.gets.Load(), len(e.baseUploads()))
+	}
+}
+
+// TestImageJobFailureReportedOncePerWaiter: a failed job's error reaches every Create
+// that waited on it, each once and with its class; the next Create starts a new job, and
+// a Create that never waited never sees the old error.
+func TestImageJobFailureReportedOncePerWaiter(t *testing.T) {
+	e := newImgEnv(t, nil)
+	e.srv.setMode(serveStall)
+	e.p.images.download = time.Second
+	_, err := e.createOnce("vm-a")
+	wantPending(t, err)
+	<-e.srv.halfSent
+	_, err = e.createOnce("vm-b")
+	wantPending(t, err)
+	eventually(t, "the stalled job to fail", func() bool { return e.runningJobs() == 0 })
+	e.wantNotCached(t)
+
+	wantFailure := func(name string) {
+		t.Helper()
+		_, err := e.createOnce(name)
+		wantClass(t, err, provider.ErrTransient, nil)
+		if want := fmt.Sprintf("the body ended after %d of %d bytes", testImageSize/2, testImageSize); !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: %q does not say %q", name, err, want)
+		}
+	}
+	e.srv.setMode(serveOK)
+	wantFailure("vm-a")
+	// Told once: the next Create of vm-a starts a fresh job.
+	_, err = e.createOnce("vm-a")
+	wantPending(t, err)
+	// vm-b waited on the failed job too: it is told, even with the new job running.
+	wantFailure("vm-b")
+	// vm-c never waited on it.
+	_, err = e.createOnce("vm-c")
+	if err != nil && !errors.Is(err, provider.ErrPending) {
+		t.Fatalf("vm-c was told another Create's failure: %v", err)
+	}
+	for _, name := range []string{"vm-a", "vm-b", "vm-c"} {
+		if _, err := e.create(name); err != nil {
+			t.Fatalf("%s after the fresh job: %v", name, err)
+		}
+	}
+	e.wantCached(t)
+	if e.srv.gets.Load() != 2 {
+		t.Fatalf("%d GETs, want the failed one and the fresh job's", e.srv.gets.Load())
+	}
+}
+
+// TestImageJobPermanentFailureKeepsItsClass: a job that fails permanently (the digest
+// differs from the configured one) reports permanent, naming the URL.
+func TestImageJobPermanentFailureKeepsItsClass(t *testing.T) {
+	e := newImgEnv(t, func(string) string { return strings.Repeat("ab", 32) })
+	_, err := e.createOnce("vm-a")
+	wantPending(t, err)
+	eventually(t, "the job to end", func() bool { return e.runningJobs() == 0 })
+	_, err = e.createOnce("vm-a")
+	wantClass(t, err, provider.ErrPermanent, nil)
+	if !strings.Contains(err.Error(), "not the configured "+strings.Repeat("ab", 32)) || !strings.Contains(err.Error(), e.srv.URL+"/images/") {
+		t.Fatalf("error %q", err)
+	}
+	e.wantNotCached(t)
+}
+
+// TestImageJobCancelledByClose: Close cancels a job mid-download and returns only once it
+// has ended; the half-written base is removed and no marker written; a Create after Close
+// starts no job.
+func TestImageJobCancelledByClose(t *testing.T) {
+	e, _ := newImgSSHEnv(t)
+	e.srv.setMode(serveGated)
+	_, err := e.createOnce("vm-a")
+	wantPending(t, err)
+	<-e.srv.halfSent
+	// The server holds the rest of the body until the test ends: Close returning at all
+	// means it cancelled the job.
+	if err := e.p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if e.runningJobs() != 0 {
+		t.Fatal("Close returned with a job running")
+	}
+	// The base may stay (the pooled connection went with the job's context); without its
+	// marker it is never used, and the next fetch replaces it.
+	if _, ok := e.volume(e.img.markerVol()); ok {
+		t.Fatal("a marker was written for a cancelled fetch")
+	}
+	_, err = e.createOnce("vm-b")
+	if err == nil || errors.Is(err, provider.ErrPending) || e.srv.gets.Load() != 1 {
+		t.Fatalf("a Create after Close: %v, %d GETs", err, e.srv.gets.Load())
+	}
+}
+
+// TestImageProgressReports: the download reports once at its start, then at most every
+// progressEvery while bytes arrive, each report also a V(1) line.
+func TestImageProgressReports(t *testing.T) {
+	e := newImgEnv(t, nil)
+	const every = 40 * time.Millisecond
+	e.p.images.progressEvery = every
+	var (
+		mu      sync.Mutex
+		reports []provider.Progress
+		at      []time.Time
+	)
+	ctx := provider.WithProgress(context.Background(), func(p provider.Progress) {
+		mu.Lock()
+		reports, at = append(reports, p), append(at, time.Now())
+		mu.Unlock()
+	})
+	last := func() provider.Progress { mu.Lock(); defer mu.Unlock(); return reports[len(reports)-1] }
+	h := must(e.p.hosts.host(e.host))
+	pr, pw := io.Pipe()
+	src := newSourceReader(pr)
+	stop := e.p.reportProgress(ctx, e.p.log, h, e.img, src, testImageSize)
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := src.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	for i := range 3 {
+		pw.Write(e.srv.body[i<<20 : (i+1)<<20])
+		eventually(t, fmt.Sprintf("a report of MiB %d", i+1), func() bool { return last().Done == int64(i+1)<<20 })
+	}
+	stop()
+	pw.Close()
+	<-read
+	src.finish()
+	mu.Lock()
+	defer mu.Unlock()
+	first := reports[0]
+	if first.Reason != provider.ReasonImageDownloading || first.Done != 0 || first.Total != testImageSize ||
+		first.Message != "downloading base image debian-13 to host "+e.host+": 0.0 MiB of 3.0 MiB (0%)" {
+		t.Fatalf("first report %+v", first)
+	}
+	var sawMiB bool
+	for i, r := range reports {
+		sawMiB = sawMiB || r.Message == "downloading base image debian-13 to host "+e.host+": 1.0 MiB of 3.0 MiB (33%)"
+		if i > 0 && at[i].Sub(at[i-1]) < every {
+			t.Fatalf("reports %d and %d only %s apart, want at least %s", i-1, i, at[i].Sub(at[i-1]), every)
+		}
+	}
+	if !sawMiB || len(reports) < 4 {
+		t.Fatalf("reports %+v, want the start and one per MiB", reports)
+	}
+	if lines := e.logs.find(`"msg":"downloading base image"`, `"total":`+strconv.Itoa(testImageSize)); len(lines) != len(reports) {
+		t.Fatalf("%d progress lines for %d reports", len(lines), len(reports))
+	}
+}
