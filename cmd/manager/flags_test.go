@@ -18,6 +18,7 @@ func TestFlagDefaults(t *testing.T) {
 	}{
 		{"max-concurrent-reconciles", o.maxConcurrentReconciles, 3},
 		{"quota-retry", o.quotaRetry, 5 * time.Minute},
+		{"pending-retry", o.pendingRetry, 10 * time.Second},
 		{"provider-check-interval", o.health.ProviderCheckInterval, time.Minute},
 		{"provider-check-timeout", o.health.ProviderCheckTimeout, 15 * time.Second},
 		{"proxy-check-interval", o.health.ProxyCheckInterval, 30 * time.Second},

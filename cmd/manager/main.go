@@ -32,6 +32,7 @@ type options struct {
 	installID               string
 	maxConcurrentReconciles int
 	quotaRetry              time.Duration
+	pendingRetry            time.Duration
 	metricsAddr             string
 	probeAddr               string
 	leaderElect             bool
@@ -61,6 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.installID, "install-id", "", "Identity of this install, written into every instance's ownership mark; instances marked by another install are never listed, adopted or deleted. Default: the UID of the kube-system namespace.")
 	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 3, "Proxies reconciled at once.")
 	fs.DurationVar(&o.quotaRetry, "quota-retry", controller.DefaultQuotaRetry, "Wait before retrying a Proxy whose provider reported exceeded quota.")
+	fs.DurationVar(&o.pendingRetry, "pending-retry", controller.DefaultPendingRetry, "Wait before asking again for a Proxy whose provider is still working in the background (an image download).")
 	fs.DurationVar(&o.health.ProviderCheckInterval, "provider-check-interval", time.Minute, "How often every provider's targets are checked.")
 	fs.DurationVar(&o.health.ProviderCheckTimeout, "provider-check-timeout", 15*time.Second, "Time limit of one round of provider checks.")
 	fs.DurationVar(&o.health.ProxyCheckInterval, "proxy-check-interval", 30*time.Second, "How often every running proxy is probed.")
@@ -208,11 +210,12 @@ func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {
 // setupComponents adds the reconciler and its companions to mgr.
 func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o *options) error {
 	r := &controller.ProxyReconciler{
-		Client:     mgr.GetClient(),
-		Scheme:     mgr.GetScheme(),
-		Recorder:   mgr.GetEventRecorder("proxy-controller"),
-		Providers:  providers,
-		QuotaRetry: o.quotaRetry,
+		Client:       mgr.GetClient(),
+		Scheme:       mgr.GetScheme(),
+		Recorder:     mgr.GetEventRecorder("proxy-controller"),
+		Providers:    providers,
+		QuotaRetry:   o.quotaRetry,
+		PendingRetry: o.pendingRetry,
 	}
 	if err := r.SetupWithManager(mgr, o.maxConcurrentReconciles); err != nil {
 		return fmt.Errorf("proxy reconciler: %w", err)

@@ -39,6 +39,7 @@ const Finalizer = "egress.hrajfrisbee.cz/finalizer"
 // Defaults of the reconciler's timings.
 const (
 	DefaultQuotaRetry       = 5 * time.Minute
+	DefaultPendingRetry     = 10 * time.Second
 	DefaultPollInterval     = 10 * time.Second
 	DefaultResyncInterval   = 5 * time.Minute
 	DefaultProgressInterval = 3 * time.Second
@@ -53,6 +54,9 @@ type ProxyReconciler struct {
 	Providers map[string]provider.Provider
 	// QuotaRetry is how long a Proxy waits after ErrQuotaExceeded (DefaultQuotaRetry).
 	QuotaRetry time.Duration
+	// PendingRetry is how long a Proxy waits after a pending Create (provider.ErrPending)
+	// before asking again (DefaultPendingRetry).
+	PendingRetry time.Duration
 
 	// APIReader reads fresh objects after a write conflict (the manager's API reader);
 	// Client is used when nil.
@@ -160,6 +164,10 @@ func (r *ProxyReconciler) reconcilePhases(ctx context.Context, s *scope) (ctrl.R
 
 func (r *ProxyReconciler) quotaRetry() time.Duration {
 	return orDefault(r.QuotaRetry, DefaultQuotaRetry)
+}
+
+func (r *ProxyReconciler) pendingRetry() time.Duration {
+	return orDefault(r.PendingRetry, DefaultPendingRetry)
 }
 
 func orDefault(d, def time.Duration) time.Duration {

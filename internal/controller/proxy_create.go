@@ -55,12 +55,30 @@ func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provi
 }
 
 // providerError turns a provider error into status, an Event and a result, by class:
-// permanent latches Failed, quota waits QuotaRetry off the backoff curve, anything else
-// goes back to controller-runtime for a retry with backoff. provisioning says the error
-// kept the instance from being provisioned, so the Provisioned condition shows it.
+// permanent latches Failed, quota waits QuotaRetry off the backoff curve, pending (work
+// the provider runs in the background, such as an image download) waits PendingRetry off
+// the curve too and shows the work's progress, anything else goes back to
+// controller-runtime for a retry with backoff. provisioning says the error kept the
+// instance from being provisioned, so the Provisioned condition shows it.
 func (r *ProxyReconciler) providerError(s *scope, action string, err error, provisioning bool) (ctrl.Result, error) {
 	st := &s.px.Status
 	switch {
+	case errors.Is(err, provider.ErrPending):
+		// Not a failure: no Warning event, and the Provisioned condition carries the
+		// progress with the provider's reason (ImageDownloading for kvm2).
+		pr, _ := provider.PendingProgress(err)
+		if pr.Reason == "" {
+			pr.Reason = v1alpha1.ReasonProvisioning
+		}
+		if pr.Message == "" {
+			pr.Message = err.Error()
+		}
+		msg := progressMessage(pr)
+		s.log.V(1).Info("provider work pending; asking again", "op", action, "retryIn", r.pendingRetry(),
+			"reason", pr.Reason, "progress", msg)
+		st.Phase, st.Message = v1alpha1.PhaseProvisioning, msg
+		s.setProvisioned(metav1.ConditionFalse, pr.Reason, msg)
+		return ctrl.Result{RequeueAfter: r.pendingRetry()}, nil
 	case errors.Is(err, provider.ErrPermanent):
 		if st.Phase != v1alpha1.PhaseFailed {
 			s.log.Info("proxy phase changed", "from", st.Phase, "to", v1alpha1.PhaseFailed, "reason", v1alpha1.ReasonPermanentError, "error", err.Error())
@@ -154,12 +172,17 @@ func (p *progress) run() {
 	}
 }
 
-func (p *progress) write(pr provider.Progress, event bool) {
-	msg := pr.Message
-	// Providers that already state the percentage (kvm2 does) do not get it twice.
-	if pr.Total > 0 && !strings.HasSuffix(msg, "%)") {
-		msg = fmt.Sprintf("%s (%d%%)", msg, pr.Done*100/pr.Total)
+// progressMessage is the sentence a Proxy shows for pr: its message, with the percentage
+// when the provider did not state it (kvm2 does).
+func progressMessage(pr provider.Progress) string {
+	if pr.Total > 0 && !strings.HasSuffix(pr.Message, "%)") {
+		return fmt.Sprintf("%s (%d%%)", pr.Message, pr.Done*100/pr.Total)
 	}
+	return pr.Message
+}
+
+func (p *progress) write(pr provider.Progress, event bool) {
+	msg := progressMessage(pr)
 	s := &scope{px: p.px.DeepCopy(), base: p.px.DeepCopy(), r: p.r, log: ctrl.LoggerFrom(p.ctx)}
 	s.px.Status.Message = msg
 	s.setProvisioned(metav1.ConditionFalse, pr.Reason, msg)

@@ -29,6 +29,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 )
 
 // TestOrphanGC_realHost runs one sweep of the manager's orphan GC over the kvm2 provider
@@ -45,8 +46,8 @@ func TestOrphanGC_realHost(t *testing.T) {
 	owned := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "owned", UID: types.UID(token + "-owned")}}
 	create := func(name, uid string) provider.Instance {
 		t.Helper()
-		inst, err := p.Create(ctx(t), provider.CreateRequest{Name: name, UID: uid, Port: 3128,
-			Placement: provider.Placement{MachineType: "tiny", Image: imgKey}, CloudInit: []byte("#cloud-config\n")})
+		inst, err := providertest.CreateSettled(ctx(t), p, provider.CreateRequest{Name: name, UID: uid, Port: 3128,
+			Placement: provider.Placement{MachineType: "tiny", Image: imgKey}, CloudInit: []byte("#cloud-config\n")}, time.Second)
 		if err != nil {
 			t.Fatalf("create %s: %v", name, err)
 		}

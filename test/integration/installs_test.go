@@ -15,6 +15,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 )
 
 // TestOrphanGCTwoInstalls_realHost: two installs of the operator (two provider instances
@@ -41,8 +42,8 @@ func TestOrphanGCTwoInstalls_realHost(t *testing.T) {
 		in.owned = &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "owned", UID: types.UID(in.id + "-owned")}}
 		create := func(name, uid string) provider.Instance {
 			t.Helper()
-			inst, err := in.p.Create(ctx(t), provider.CreateRequest{Name: name, UID: uid, Port: 3128, SpecHash: "spec-" + in.id,
-				Placement: provider.Placement{MachineType: "tiny", Image: imgKey}, CloudInit: []byte("#cloud-config\n")})
+			inst, err := providertest.CreateSettled(ctx(t), in.p, provider.CreateRequest{Name: name, UID: uid, Port: 3128, SpecHash: "spec-" + in.id,
+				Placement: provider.Placement{MachineType: "tiny", Image: imgKey}, CloudInit: []byte("#cloud-config\n")}, time.Second)
 			if err != nil {
 				t.Fatalf("install %s: create %s: %v", in.id, name, err)
 			}

@@ -2,7 +2,6 @@ package kvm2
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 )
 
 // imgEnv is a provider with one in-memory host whose pool starts empty, and an image
@@ -78,21 +78,15 @@ func (e *imgEnv) request(name string) provider.CreateRequest {
 	return req
 }
 
-// createSettled repeats req on p while the result is pending, for as long as a generous
-// deadline allows, and returns the first result that is not.
+// createSettled repeats req on p while the result is pending, for at most a generous
+// deadline within ctx, and returns the first result that is not.
 func createSettled(ctx context.Context, p provider.Provider, req provider.CreateRequest) (provider.Instance, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		inst, err := p.Create(ctx, req)
-		if !errors.Is(err, provider.ErrPending) || time.Now().After(deadline) {
-			return inst, err
-		}
-		select {
-		case <-ctx.Done():
-			return inst, ctx.Err()
-		case <-time.After(2 * time.Millisecond):
-		}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
 	}
+	return providertest.CreateSettled(ctx, p, req, 2*time.Millisecond)
 }
 
 func (e *imgEnv) volume(name string) (libvirtfake.VolumeInfo, bool) {

@@ -52,7 +52,7 @@ func TestKVM2Adoption_realHost(t *testing.T) {
 	t.Run("no mark", func(t *testing.T) {
 		name := e.names.vm(1)
 		e.defineForeignDomain(t, name, "")
-		_, err := p.Create(itCtxFor(t), e.request(name, "uid-mine"))
+		_, err := createSettled(itCtxFor(t), p, e.request(name, "uid-mine"))
 		itWantErr(t, err, provider.ErrPermanent,
 			"domain "+name+" on host "+integrationHost+" carries no kvm2 mark; it was not created by this provider")
 		// Not ours: Delete leaves it alone and it was never started.
@@ -68,7 +68,7 @@ func TestKVM2Adoption_realHost(t *testing.T) {
 	t.Run("another owner", func(t *testing.T) {
 		name := e.names.vm(2)
 		e.defineForeignDomain(t, name, itMark(t, provider.TypeKVM2, "uid-theirs"))
-		_, err := p.Create(itCtxFor(t), e.request(name, "uid-mine"))
+		_, err := createSettled(itCtxFor(t), p, e.request(name, "uid-mine"))
 		itWantErr(t, err, provider.ErrPermanent,
 			"domain "+name+" on host "+integrationHost+" belongs to UID uid-theirs, not to UID uid-mine")
 		if s := itDomState(t, name); s != "shut off" {
@@ -79,12 +79,12 @@ func TestKVM2Adoption_realHost(t *testing.T) {
 
 	t.Run("paused", func(t *testing.T) {
 		req := e.request(e.names.vm(3), "uid-mine")
-		inst, err := p.Create(itCtxFor(t), req)
+		inst, err := createSettled(itCtxFor(t), p, req)
 		if err != nil {
 			t.Fatalf("create: %v", err)
 		}
 		itMustVirsh(t, "suspend", req.Name)
-		_, err = p.Create(itCtxFor(t), req)
+		_, err = createSettled(itCtxFor(t), p, req)
 		itWantErr(t, err, provider.ErrPermanent, "domain "+req.Name+" on host "+integrationHost+
 			" is DomainPaused and cannot be started by the operator; resume or destroy it on the host")
 		if s := itDomState(t, req.Name); s != "paused" {
@@ -92,7 +92,7 @@ func TestKVM2Adoption_realHost(t *testing.T) {
 		}
 		// Resumed by the admin, the next Create adopts it as it is.
 		itMustVirsh(t, "resume", req.Name)
-		if _, err := p.Create(itCtxFor(t), req); err != nil {
+		if _, err := createSettled(itCtxFor(t), p, req); err != nil {
 			t.Fatalf("create after resume: %v", err)
 		}
 		if err := p.Delete(itCtxFor(t), inst.ProviderID); err != nil {
@@ -121,7 +121,7 @@ func TestKVM2ListByTag_realHost(t *testing.T) {
 	t.Cleanup(e.removeImage)
 	p := e.newProvider(itEnvOptions{diskSizeGb: 1})
 	mine := e.request(e.names.vm(1), "uid-list-1")
-	inst, err := p.Create(itCtxFor(t), mine)
+	inst, err := createSettled(itCtxFor(t), p, mine)
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -164,7 +164,7 @@ func TestKVM2BesideKVM_realHost(t *testing.T) {
 	kvm2 := e.newProvider(itEnvOptions{diskSizeGb: 1})
 
 	old := e.request(e.names.vm(1), "uid-old")
-	oldInst, err := kvm.Create(itCtxFor(t), old)
+	oldInst, err := createSettled(itCtxFor(t), kvm, old)
 	if err != nil {
 		t.Fatalf("kvm create: %v", err)
 	}
@@ -176,7 +176,7 @@ func TestKVM2BesideKVM_realHost(t *testing.T) {
 		t.Fatalf("the kvm domain carries a kvm2 mark")
 	}
 	cur := e.request(e.names.vm(2), "uid-new")
-	curInst, err := kvm2.Create(itCtxFor(t), cur)
+	curInst, err := createSettled(itCtxFor(t), kvm2, cur)
 	if err != nil {
 		t.Fatalf("kvm2 create: %v", err)
 	}
@@ -184,7 +184,7 @@ func TestKVM2BesideKVM_realHost(t *testing.T) {
 	checkOwnListings(t, kvm, kvm2, old.Name, cur.Name)
 
 	// The same Proxy recreated under the kvm2 entry gets the same name: refused, not adopted.
-	_, err = kvm2.Create(itCtxFor(t), old)
+	_, err = createSettled(itCtxFor(t), kvm2, old)
 	itWantErr(t, err, provider.ErrPermanent, "domain "+old.Name+" on host "+integrationHost+" carries no kvm2 mark")
 	_, err = kvm2.Get(itCtxFor(t), oldInst.ProviderID)
 	itWantErr(t, err, provider.ErrNotFound, "carries no kvm2 mark")

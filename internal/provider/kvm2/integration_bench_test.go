@@ -20,7 +20,7 @@ func BenchmarkKVM2Operations_realHost(b *testing.B) {
 	p := e.newProvider(itEnvOptions{diskSizeGb: 1})
 	rpcs := p.hosts.rpcs
 	// Warm the image cache and the pooled connection.
-	warm, err := p.Create(itCtxFor(b), e.request(e.names.vm(0), "uid-bench"))
+	warm, err := createSettled(itCtxFor(b), p, e.request(e.names.vm(0), "uid-bench"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func BenchmarkKVM2Operations_realHost(b *testing.B) {
 		req := e.request(e.names.vm(i+1), "uid-bench")
 		rpcs.reset()
 		start := time.Now()
-		inst, err := p.Create(itCtxFor(b), req)
+		inst, err := createSettled(itCtxFor(b), p, req)
 		if err != nil {
 			b.Fatalf("create: %v", err)
 		}

@@ -61,7 +61,7 @@ func TestKVM2Credentials_realHost(t *testing.T) {
 		t.Fatalf("check with a key the host does not know: %+v, want Unauthorized", st)
 	}
 	dials := e.dials.Load()
-	_, err = p.Create(itCtxFor(t), e.request(e.names.vm(1), "uid-creds"))
+	_, err = createSettled(itCtxFor(t), p, e.request(e.names.vm(1), "uid-creds"))
 	itWantErr(t, err, provider.ErrPermanent, "unable to authenticate", "connecting to libvirt host "+integrationHost)
 	_, err = p.Get(itCtxFor(t), e.missingID())
 	itWantErr(t, err, provider.ErrPermanent, "unable to authenticate")

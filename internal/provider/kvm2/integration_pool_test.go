@@ -28,7 +28,7 @@ func TestKVM2ImageCache_realHost(t *testing.T) {
 
 	createDelete := func(i int) {
 		t.Helper()
-		inst, err := p.Create(itCtxFor(t), e.request(e.names.vm(i), "uid-cache"))
+		inst, err := createSettled(itCtxFor(t), p, e.request(e.names.vm(i), "uid-cache"))
 		if err != nil {
 			t.Fatalf("create %d: %v", i, err)
 		}
@@ -86,7 +86,7 @@ func TestKVM2Quota_realHost(t *testing.T) {
 	p := e.newProvider(itEnvOptions{diskSizeGb: disk})
 	req := e.request(e.names.vm(1), "uid-quota")
 
-	_, err := p.Create(itCtxFor(t), req)
+	_, err := createSettled(itCtxFor(t), p, req)
 	itWantErr(t, err, provider.ErrQuotaExceeded, "storage pool "+e.host.pool+" on host "+integrationHost+" has ")
 	m := regexp.MustCompile(`has (\d+) bytes available, (\d+) needed \(image (\d+), disk (\d+), seed (\d+)\)`).FindStringSubmatch(err.Error())
 	if m == nil {
@@ -151,7 +151,7 @@ func TestKVM2PoolFaults_realHost(t *testing.T) {
 		}
 		req := e.request(e.names.vm(1), "uid-pool")
 		req.Placement.Zone = "nopool"
-		_, err := p.Create(itCtxFor(t), req)
+		_, err := createSettled(itCtxFor(t), p, req)
 		itWantErr(t, err, provider.ErrPermanent, "pool "+missing, "on host nopool")
 	})
 
@@ -163,7 +163,7 @@ func TestKVM2PoolFaults_realHost(t *testing.T) {
 		if st.Ready || st.Reason != reasonPoolNotActive || st.Details["poolState"] != "inactive" {
 			t.Fatalf("check of a stopped pool: %+v, want PoolNotActive with poolState inactive", st)
 		}
-		_, err := p.Create(itCtxFor(t), e.request(e.names.vm(2), "uid-pool"))
+		_, err := createSettled(itCtxFor(t), p, e.request(e.names.vm(2), "uid-pool"))
 		itWantErr(t, err, provider.ErrPermanent, "storage pool "+e.host.pool+" is not running")
 		if n := e.img.gets.Load() + e.img.heads.Load(); n != 0 {
 			t.Errorf("create on a stopped pool asked the image server %d times", n)

@@ -117,7 +117,7 @@ func TestKVM2Lifecycle_realHost(t *testing.T) {
 	p := e.newProvider(itEnvOptions{diskSizeGb: 1})
 	req := e.request(e.names.vm(1), "uid-life-1")
 
-	inst, err := p.Create(itCtxFor(t), req)
+	inst, err := createSettled(itCtxFor(t), p, req)
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -189,7 +189,7 @@ func (e *itRealEnv) checkStoppedAndRestart(t *testing.T, p *Provider, req provid
 	if got.CreatedAt.IsZero() || time.Since(got.CreatedAt) > time.Hour {
 		t.Errorf("get: createdAt %s", got.CreatedAt)
 	}
-	again, err := p.Create(itCtxFor(t), req)
+	again, err := createSettled(itCtxFor(t), p, req)
 	if err != nil {
 		t.Fatalf("repeat create of the shut-off domain: %v", err)
 	}

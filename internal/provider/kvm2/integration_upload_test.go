@@ -50,7 +50,7 @@ func testUploadKilled(t *testing.T, short string, all bool) {
 	type result struct{ err error }
 	done := make(chan result, 1)
 	go func() {
-		_, err := p.Create(itCtxFor(t), req)
+		_, err := createSettled(itCtxFor(t), p, req)
 		done <- result{err}
 	}()
 	// The server has sent its first part and holds the rest back; wait until that part
@@ -100,7 +100,7 @@ func testUploadKilled(t *testing.T, short string, all bool) {
 func (e *itRealEnv) checkRefetch(t *testing.T, p *Provider, req provider.CreateRequest, srv *itImageServer, size int64) {
 	t.Helper()
 	base := filepath.Join(e.host.poolPath, baseVolName(e.names.image(), "raw"))
-	inst, err := p.Create(itCtxFor(t), req)
+	inst, err := createSettled(itCtxFor(t), p, req)
 	if err != nil {
 		t.Fatalf("create after the cut upload: %v", err)
 	}
