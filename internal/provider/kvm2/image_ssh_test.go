@@ -89,4 +89,3 @@ func TestImageFailingBodyOverSSH(t *testing.T) {
 		})
 	}
 }
-
