@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -46,15 +47,20 @@ func TestProxyConfigValidation(t *testing.T) {
 		{"External with basic auth only", v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "squid.example.net",
 			Proxy: &v1alpha1.ProxyConfig{BasicAuth: auth("squid-auth")}}, ""},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "v", Namespace: "default"}, Spec: tc.spec}
-			err := testClient.Create(ctx, px, client.DryRunAll)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("rejected: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("error %v, want one saying %q", err, tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkAdmission(t, ctx, tc.spec, tc.want) })
+	}
+}
+
+// checkAdmission dry-runs the creation of a Proxy with spec and fails the test unless the
+// API server accepts it (want "") or refuses it with an error containing want.
+func checkAdmission(t *testing.T, ctx context.Context, spec v1alpha1.ProxySpec, want string) {
+	t.Helper()
+	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "v", Namespace: "default"}, Spec: spec}
+	err := testClient.Create(ctx, px, client.DryRunAll)
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("rejected: %v", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("error %v, want one saying %q", err, want)
 	}
 }
