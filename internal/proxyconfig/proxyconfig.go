@@ -9,6 +9,7 @@
 package proxyconfig
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -109,3 +110,9 @@ func (c Config) validate() ([]netip.Prefix, error) {
 	}
 	return nets, nil
 }
+
+// CredentialsFunc returns the basic-auth credentials of px: nil and no error when px has
+// none (no spec.proxy.basicAuth). Its errors say which Secret or key is missing and never
+// quote a value. The health engine and the discovery server take one; nil means that no
+// Proxy has credentials.
+type CredentialsFunc func(ctx context.Context, px *v1alpha1.Proxy) (*Credentials, error)
