@@ -99,8 +99,9 @@ type BasicAuthSecretRef struct {
 
 // ProxyBasicAuth says where a proxy's basic-auth credentials are.
 type ProxyBasicAuth struct {
-	// SecretRef names the Secret with the keys "username" and "password". Both values may
-	// hold only letters, digits, '-', '.' and '_' (what tinyproxy's configuration accepts).
+	// SecretRef names the Secret with the keys "username" and "password". For a Managed
+	// Proxy both may hold only letters, digits, '-', '.' and '_', at most 256 together
+	// (what tinyproxy's configuration accepts).
 	// +required
 	SecretRef BasicAuthSecretRef `json:"secretRef"`
 }
