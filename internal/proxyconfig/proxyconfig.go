@@ -57,6 +57,8 @@ const allowedCharacters = "letters A-Z and a-z, digits, '-', '.' and '_'"
 var (
 	ErrNoSourceRanges = errors.New("spec.proxy.allowedSourceRanges is empty: list the networks (CIDRs) allowed to use the proxy")
 	ErrBadCredentials = errors.New("credentials cannot be written into tinyproxy's configuration")
+
+	errNoCredentialsFunc = errors.New("spec.proxy.basicAuth is set but the operator was given no way to read Secrets")
 )
 
 // Validate checks the user name and password can be written safely into tinyproxy's
