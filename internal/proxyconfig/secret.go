@@ -23,8 +23,8 @@ const (
 // failed API read (which it retries): ErrSecretMissing and ErrSecretKeyMissing, and
 // ErrBadCredentials from Credentials.Validate.
 var (
-	ErrSecretMissing    = errors.New("secret not found")
-	ErrSecretKeyMissing = errors.New("secret lacks a key")
+	ErrSecretMissing    = errors.New("basic-auth secret missing")
+	ErrSecretKeyMissing = errors.New("basic-auth secret incomplete")
 )
 
 // SecretCredentials reads a Proxy's credentials from the Secret spec.proxy.basicAuth.secretRef
