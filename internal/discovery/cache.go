@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -99,7 +100,8 @@ func sameEntry(a, b *v1alpha1.Proxy) bool {
 	}
 	return ea.Name == eb.Name && ea.Namespace == eb.Namespace && ea.URL == eb.URL && ea.Mode == eb.Mode &&
 		ea.Provider == eb.Provider && ea.Region == eb.Region && ea.Zone == eb.Zone &&
-		ea.Healthy == eb.Healthy && ea.EgressIP == eb.EgressIP && maps.Equal(ea.Labels, eb.Labels)
+		ea.Healthy == eb.Healthy && ea.EgressIP == eb.EgressIP && maps.Equal(ea.Labels, eb.Labels) &&
+		equality.Semantic.DeepEqual(ea.basicAuth, eb.basicAuth)
 }
 
 // EntryFor is how a Proxy appears in the API; ok is false for a Proxy without an address.
@@ -121,7 +123,12 @@ func EntryFor(px *v1alpha1.Proxy) (Entry, bool) {
 			lbl[k] = v
 		}
 	}
+	var auth *v1alpha1.ProxyBasicAuth
+	if px.Spec.Proxy != nil && px.Spec.Proxy.BasicAuth != nil {
+		auth = px.Spec.Proxy.BasicAuth.DeepCopy()
+	}
 	return Entry{
+		basicAuth: auth,
 		Name:      px.Name,
 		Namespace: px.Namespace,
 		URL:       "http://" + net.JoinHostPort(st.IP, strconv.Itoa(int(port))),

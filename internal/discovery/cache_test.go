@@ -147,7 +147,7 @@ func TestCacheSource(t *testing.T) {
 // Only changes the API shows rebuild the snapshot: the health engine's per-round writes
 // (lastProbeTime, latency, the condition's message) do not.
 func TestSameEntry(t *testing.T) {
-	if n := reflect.TypeOf(Entry{}).NumField(); n != 10 {
+	if n := reflect.TypeOf(Entry{}).NumField(); n != 11 {
 		t.Fatalf("Entry has %d fields; compare the new ones in sameEntry and count them here", n)
 	}
 	base := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "p", Labels: map[string]string{"a": "b"}},
@@ -170,6 +170,10 @@ func TestSameEntry(t *testing.T) {
 		"port":                      {func(p *v1alpha1.Proxy) { p.Spec.Port = 8080 }, false},
 		"zone":                      {func(p *v1alpha1.Proxy) { p.Spec.Placement.Zone = "y" }, false},
 		"deleting":                  {func(p *v1alpha1.Proxy) { p.DeletionTimestamp = &now }, false},
+		"allowed source ranges": {func(p *v1alpha1.Proxy) {
+			p.Spec.Proxy = &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"10.0.0.0/8"}}
+		}, true},
+		"basic auth": {func(p *v1alpha1.Proxy) { p.Spec.Proxy = &v1alpha1.ProxyConfig{BasicAuth: authRef("auth-a")} }, false},
 	} {
 		changed := base.DeepCopy()
 		tc.change(changed)

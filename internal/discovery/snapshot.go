@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/labels"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 )
 
 // Entry is one proxy as the discovery API shows it.
@@ -20,6 +22,9 @@ type Entry struct {
 	Healthy   bool              `json:"healthy"`
 	EgressIP  string            `json:"egressIP,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
+
+	// basicAuth is the Proxy's spec.proxy.basicAuth, for ?credentials=true; never served.
+	basicAuth *v1alpha1.ProxyBasicAuth
 }
 
 // item is an Entry with the per-request work done ahead of time: its JSON encoding,
@@ -123,6 +128,17 @@ func (s *Snapshot) appendText(b []byte, f *filter) []byte {
 		}
 	}
 	return b
+}
+
+// matching returns the items f matches.
+func (s *Snapshot) matching(f *filter) []*item {
+	var out []*item
+	for i := range s.items {
+		if it := &s.items[i]; f.match(it) {
+			out = append(out, it)
+		}
+	}
+	return out
 }
 
 // pick returns the proxy that wins key among the items f matches (rendezvous hashing),

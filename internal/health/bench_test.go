@@ -81,7 +81,7 @@ func BenchmarkRound1000External(b *testing.B) {
 				sem <- struct{}{}
 				go func() {
 					defer func() { <-sem; wg.Done() }()
-					if r := e.engine.prober.probe(e.ctx, proxyURL(&l.Items[j]), e.engine.opts.Timeout); r.err != nil {
+					if r := e.engine.prober.probe(e.ctx, proxyURL(&l.Items[j]), nil, e.engine.opts.Timeout); r.err != nil {
 						b.Error(r.err)
 					}
 				}()

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
 
 // Defaults of Options.
@@ -46,6 +47,8 @@ type Options struct {
 	// FailureThreshold is how many consecutive failures take a healthy proxy out of
 	// rotation (DefaultFailureThreshold).
 	FailureThreshold int32
+	// Credentials, when not nil, gives the credentials a probe sends to a Proxy's proxy.
+	Credentials proxyconfig.CredentialsFunc
 }
 
 // Engine probes every Running or Ready Proxy once per interval. It is a manager
@@ -203,7 +206,11 @@ func proxyURL(px *v1alpha1.Proxy) *url.URL {
 }
 
 func (e *Engine) probeOne(ctx context.Context, px *v1alpha1.Proxy) result {
-	r := e.prober.probe(ctx, proxyURL(px), e.opts.Timeout)
+	creds, err := e.credentials(ctx, px)
+	r := result{err: err}
+	if err == nil {
+		r = e.prober.probe(ctx, proxyURL(px), creds, e.opts.Timeout)
+	}
 	if ctx.Err() != nil {
 		return r
 	}
