@@ -30,7 +30,7 @@ func (m *markedOnly) ListByTag(ctx context.Context) ([]provider.Instance, error)
 
 func gcNamespace(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	return testEnv.Namespace(t, ctx, "gc")
+	return shared.Env(t).Namespace(t, ctx, "gc")
 }
 
 // newProxyObject creates a Proxy with an empty status: what a Proxy looks like while its
@@ -39,7 +39,7 @@ func newProxyObject(t *testing.T, ctx context.Context, ns, name string) *v1alpha
 	t.Helper()
 	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1alpha1.ProxySpec{Provider: "gc-a"}}
-	if err := testClient.Create(ctx, px); err != nil {
+	if err := shared.Client(t).Create(ctx, px); err != nil {
 		t.Fatalf("creating proxy %s/%s: %v", ns, name, err)
 	}
 	return px
@@ -63,7 +63,7 @@ func TestOrphanGCSweep(t *testing.T) {
 	a.unmarked[foreign] = true
 	orphanB := b.SetInstance(provider.Instance{Name: "proxy-orphan-b", UID: "gone-b", CreatedAt: old})
 
-	gc := &OrphanGC{Client: testClient, Providers: map[string]provider.Provider{"gc-a": a, "gc-b": b},
+	gc := &OrphanGC{Client: shared.Client(t), Providers: map[string]provider.Provider{"gc-a": a, "gc-b": b},
 		Grace: 10 * time.Minute, Log: logr.Discard(), now: func() time.Time { return now }}
 	before := testutil.ToFloat64(gcDeletedTotal.WithLabelValues("gc-a"))
 	res, err := gc.Sweep(ctx)
@@ -128,7 +128,7 @@ func TestOrphanGCInFlightCreate(t *testing.T) {
 	// And one whose Proxy this GC's view does not contain yet (a lagging cache).
 	unseen := fake.SetInstance(provider.Instance{Name: "proxy-unseen", UID: "uid-not-in-cache-yet", CreatedAt: now.Add(-5 * time.Second)})
 
-	gc := &OrphanGC{Client: testClient, Providers: map[string]provider.Provider{"gc-a": fake},
+	gc := &OrphanGC{Client: shared.Client(t), Providers: map[string]provider.Provider{"gc-a": fake},
 		Grace: 10 * time.Minute, Log: logr.Discard(), now: func() time.Time { return now }}
 	res, err := gc.Sweep(ctx)
 	if err != nil {
@@ -155,7 +155,7 @@ func TestOrphanGCListingFailureSkipsOnlyThatProvider(t *testing.T) {
 	bad.NextListErr(provider.Transient(errors.New("ssh: connect to host hv1: connection refused")))
 
 	var lines logLines
-	gc := &OrphanGC{Client: testClient, Providers: map[string]provider.Provider{"bad": bad, "good": good},
+	gc := &OrphanGC{Client: shared.Client(t), Providers: map[string]provider.Provider{"bad": bad, "good": good},
 		Grace: time.Minute, Log: lines.logger(), now: func() time.Time { return now }}
 	res, err := gc.Sweep(ctx)
 	if err != nil {

@@ -131,7 +131,7 @@ func TestEngineClearsHealthOutsideRunning(t *testing.T) {
 		t.Fatalf("not healthy after a good probe: %+v", px.Status)
 	}
 	px.Status.Phase = v1alpha1.PhaseProvisioning
-	if err := testClient.Status().Update(e.ctx, px); err != nil {
+	if err := e.c.Status().Update(e.ctx, px); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, waitLong, "the engine's cache to see the proxy Provisioning", func() (bool, error) {
@@ -195,17 +195,17 @@ func TestEngineDoesNotOverwriteReconcilerPhase(t *testing.T) {
 	e := newEngineEnv(t, nil)
 	fp := healthtest.New(t, "")
 	e.proxyAt("r", v1alpha1.ProxyModeManaged, fp.Host, fp.Port, v1alpha1.PhaseRunning)
-	stale := &staleLister{Client: testClient}
-	if err := testClient.List(e.ctx, &stale.list, client.InNamespace(e.ns)); err != nil {
+	stale := &staleLister{Client: e.c}
+	if err := e.c.List(e.ctx, &stale.list, client.InNamespace(e.ns)); err != nil {
 		t.Fatal(err)
 	}
 	px := e.get("r")
 	px.Status.Phase = v1alpha1.PhaseProvisioning
 	px.Status.Message = "replacing the instance"
-	if err := testClient.Status().Update(e.ctx, px); err != nil {
+	if err := e.c.Status().Update(e.ctx, px); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := New(stale, testClient, nil, e.engine.opts, e.engine.log)
+	eng, err := New(stale, e.c, nil, e.engine.opts, e.engine.log)
 	if err != nil {
 		t.Fatal(err)
 	}

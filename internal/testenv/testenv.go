@@ -3,8 +3,10 @@
 // and holds the set-up those tests share: a namespace per test, a manager whose cache
 // watches only it, and waiting on a condition.
 //
-// The binaries are built once per machine by hack/envtest-assets.sh; KUBEBUILDER_ASSETS
-// names their directory (make test-unit sets it).
+// The binaries are built once per machine by hack/envtest-assets.sh (make envtest);
+// KUBEBUILDER_ASSETS names their directory (make test-unit sets it). A package's tests
+// share one server started on first need (Shared), so its tests that need none run
+// without the binaries.
 package testenv
 
 import (
@@ -22,9 +24,11 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 )
 
-// ErrNoAssets is returned when KUBEBUILDER_ASSETS is not set. The tests fail rather than
-// skip: a skipped envtest tier would pass without testing anything.
-var ErrNoAssets = errors.New("KUBEBUILDER_ASSETS is not set: run with KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) (or make test-unit)")
+// ErrNoAssets is returned when KUBEBUILDER_ASSETS is not set. Shared.Env and StartT skip
+// the test on it, unless RequireVar is set (make test-unit sets it): there it fails, since
+// a skipped envtest tier would pass without testing anything.
+var ErrNoAssets = errors.New("KUBEBUILDER_ASSETS is not set: build the envtest binaries with make envtest, " +
+	"then run with KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) (make test-unit does both)")
 
 // Env is a running API server with the project's CRDs installed.
 type Env struct {
@@ -60,7 +64,7 @@ func Start(tune ...func(*rest.Config)) (*Env, error) {
 	env := &envtest.Environment{CRDDirectoryPaths: []string{crds}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	if err != nil {
-		return nil, fmt.Errorf("starting envtest from KUBEBUILDER_ASSETS=%s (make test-unit builds the binaries): %w",
+		return nil, fmt.Errorf("starting envtest from KUBEBUILDER_ASSETS=%s (make envtest builds the binaries): %w",
 			os.Getenv("KUBEBUILDER_ASSETS"), err)
 	}
 	e := &Env{Config: cfg, Scheme: scheme, KubeConfig: env.KubeConfig, env: env}
