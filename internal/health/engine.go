@@ -221,11 +221,13 @@ func (e *Engine) probeOne(ctx context.Context, px *v1alpha1.Proxy) result {
 // record writes r onto the Proxy's status with a merge patch that carries the version
 // read, so it never overwrites a concurrent write of the reconciler (a new phase, the
 // Provisioned condition); on a conflict the result is laid onto a fresh copy, unless the
-// reconciler has meanwhile moved the Proxy out of Running/Ready. It returns the number of
-// conflicts met.
+// reconciler has meanwhile moved the Proxy out of Running/Ready or given it another
+// instance or address than the one probed: a probe of the old VM says nothing of the
+// new one. It returns the number of conflicts met.
 func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int, error) {
 	now := e.now()
 	key := client.ObjectKeyFromObject(px)
+	probed := probeTarget(px)
 	for attempt := 1; ; attempt++ {
 		base := px.DeepCopy()
 		tr := apply(px, r, now, e.opts.FailureThreshold)
@@ -248,9 +250,18 @@ func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int,
 			}
 			return attempt, fmt.Errorf("re-reading proxy %s after a conflict: %w", key, err)
 		}
-		if !eligible(fresh) {
+		if !eligible(fresh) || probeTarget(fresh) != probed {
 			return attempt, nil
 		}
 		px = fresh
 	}
+}
+
+// target is what one probe went through: the instance and the address it was reached at.
+type target struct {
+	providerID, url string
+}
+
+func probeTarget(px *v1alpha1.Proxy) target {
+	return target{providerID: px.Status.ProviderID, url: proxyURL(px).String()}
 }

@@ -14,11 +14,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -54,11 +57,8 @@ func Start(tune ...func(*rest.Config)) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
+	scheme, err := Scheme()
+	if err != nil {
 		return nil, err
 	}
 	env := &envtest.Environment{CRDDirectoryPaths: []string{crds}, ErrorIfCRDPathMissing: true}
@@ -75,6 +75,32 @@ func Start(tune ...func(*rest.Config)) (*Env, error) {
 		return nil, errors.Join(fmt.Errorf("client for envtest: %w", err), e.Stop())
 	}
 	return e, nil
+}
+
+// Scheme returns a scheme with client-go's types and the project's.
+func Scheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return scheme, nil
+}
+
+// FakeClient returns controller-runtime's fake client (no API server) holding objs, with
+// the status subresource of the project's types, its calls going through funcs first:
+// for tests that need object reads and writes with injected conflicts or errors only.
+func FakeClient(t testing.TB, funcs interceptor.Funcs, objs ...client.Object) client.WithWatch {
+	t.Helper()
+	scheme, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.Proxy{}, &v1alpha1.ProviderHealth{}).
+		WithInterceptorFuncs(funcs).Build()
 }
 
 // Stop stops the API server and etcd.
