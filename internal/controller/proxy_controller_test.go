@@ -88,7 +88,8 @@ func TestInstanceNameStableAcrossRecreation(t *testing.T) {
 }
 
 func TestPermanentErrorLatchedUntilSpecChanges(t *testing.T) {
-	e := newProxyEnv(t)
+	// However short the re-check timer, it does not apply to a cause that cannot clear.
+	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.FailedRecheckInterval = time.Millisecond })
 	e.fake.NextCreateErr(provider.Permanent(errors.New(`placement.machineType "huge" is not in kvm2.machineTypes`)))
 	e.create(e.newProxy("perm"))
 	got := e.waitPhase("perm", v1alpha1.PhaseFailed)
