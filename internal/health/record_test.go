@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -49,7 +50,7 @@ func recordAfterReplacement(t *testing.T, px *v1alpha1.Proxy, replace func(*v1al
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(px), listed); err != nil {
 		t.Fatal(err)
 	}
-	conflicts, err := eng.record(context.Background(), listed, result{latency: 5 * time.Millisecond, egressIP: "198.51.100.7"})
+	conflicts, _, err := eng.record(context.Background(), listed, result{latency: 5 * time.Millisecond, egressIP: "198.51.100.7"})
 	if err != nil {
 		t.Fatalf("record: %v", err)
 	}
@@ -106,5 +107,74 @@ func TestRecordAppliesResultAfterUnrelatedConflict(t *testing.T) {
 	st := got.Status
 	if st.Phase != v1alpha1.PhaseReady || !st.Healthy || st.EgressIP != "198.51.100.7" || st.Message != "instance proxy-old is running at 10.0.0.1" {
 		t.Errorf("status %+v, want Ready and healthy with the reconciler's message kept", st)
+	}
+}
+
+// Steady probes write nothing; a change a user sees is written at once, and
+// lastProbeTime is refreshed once per heartbeat interval.
+func TestRecordWritesTransitionsAndHeartbeatsOnly(t *testing.T) {
+	px := runningProxy()
+	writes := 0
+	c := testenv.FakeClient(t, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			writes++
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	}, px.DeepCopy())
+	eng, err := New(c, c, nil, Options{ProbeURL: "http://127.0.0.1:1/v1/whoami", FailureThreshold: 3,
+		HeartbeatInterval: 10 * time.Minute}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	eng.now = func() time.Time { return now }
+	ok := result{latency: 5 * time.Millisecond, egressIP: "198.51.100.7"}
+	bad := result{err: errors.New("probe through 10.0.0.1:3128: connection refused"), latency: time.Millisecond}
+	heartbeats := testutil.ToFloat64(statusWrites.WithLabelValues(writeHeartbeat))
+
+	for i, step := range []struct {
+		after    time.Duration
+		r        result
+		write    bool
+		phase    v1alpha1.ProxyPhase
+		failures int32 // as the status shows them
+	}{
+		{0, ok, true, v1alpha1.PhaseReady, 0},                 // Running -> Ready
+		{30 * time.Second, ok, false, v1alpha1.PhaseReady, 0}, // nothing changed
+		{30 * time.Second, result{latency: 9 * time.Millisecond, egressIP: "198.51.100.7"}, false, v1alpha1.PhaseReady, 0}, // latency alone
+		{30 * time.Second, result{latency: 5 * time.Millisecond, egressIP: "198.51.100.8"}, true, v1alpha1.PhaseReady, 0},  // egress IP
+		{30 * time.Second, bad, false, v1alpha1.PhaseReady, 0},                                                             // 1 of 3: still in rotation
+		{30 * time.Second, bad, false, v1alpha1.PhaseReady, 0},                                                             // 2 of 3
+		{30 * time.Second, bad, true, v1alpha1.PhaseRunning, 3},                                                            // threshold crossed
+		{30 * time.Second, bad, false, v1alpha1.PhaseRunning, 3},                                                           // still failing, same message
+		{10 * time.Minute, bad, true, v1alpha1.PhaseRunning, 5},                                                            // heartbeat, with the engine's count
+		{30 * time.Second, ok, true, v1alpha1.PhaseReady, 0},                                                               // recovered
+		{9 * time.Minute, ok, false, v1alpha1.PhaseReady, 0},                                                               // heartbeat not due yet
+		{time.Minute, ok, true, v1alpha1.PhaseReady, 0},                                                                    // 10 minutes since the last write
+	} {
+		now = now.Add(step.after)
+		listed := &v1alpha1.Proxy{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(px), listed); err != nil {
+			t.Fatal(err)
+		}
+		before := writes
+		if _, wrote, err := eng.record(context.Background(), listed, step.r); err != nil || wrote != step.write {
+			t.Fatalf("step %d: record wrote=%v err=%v, want wrote=%v", i, wrote, err, step.write)
+		}
+		got := &v1alpha1.Proxy{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(px), got); err != nil {
+			t.Fatal(err)
+		}
+		st := got.Status
+		if (writes > before) != step.write || st.Phase != step.phase || st.ConsecutiveProbeFailures != step.failures {
+			t.Fatalf("step %d: %d writes, phase %s, failures %d; want write=%v, %s, %d",
+				i, writes-before, st.Phase, st.ConsecutiveProbeFailures, step.write, step.phase, step.failures)
+		}
+		if step.write && !st.LastProbeTime.Time.Equal(now) {
+			t.Errorf("step %d: lastProbeTime %v, want %v", i, st.LastProbeTime, now)
+		}
+	}
+	if d := testutil.ToFloat64(statusWrites.WithLabelValues(writeHeartbeat)) - heartbeats; d != 2 {
+		t.Errorf("status_writes_total{why=heartbeat} rose by %v, want 2", d)
 	}
 }
