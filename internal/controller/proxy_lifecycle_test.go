@@ -276,22 +276,16 @@ func healthEngineMarksReady(ctx context.Context, t *testing.T, stale *v1alpha1.P
 
 // An API error on the status write comes back from Reconcile as an error, alone.
 func TestStatusWriteErrorReturned(t *testing.T) {
-	var failing atomic.Bool
-	e := newProxyEnv(t, func(r *ProxyReconciler, mgr ctrl.Manager) {
-		r.Client = interceptor.NewClient(noWatch{mgr.GetClient()}, interceptor.Funcs{
-			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-				if failing.Load() {
-					return apierrors.NewServiceUnavailable("etcd leader changed")
-				}
-				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-			},
-		})
+	px := managedProxy("apierr")
+	px.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, ProviderID: providertest.ProviderID(px.InstanceName()),
+		IP: "10.0.0.5", SpecHash: SpecHash(px), ObservedGeneration: 1}
+	r, _, _ := fakeClusterReconciler(t, px, interceptor.Funcs{
+		SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
+			return apierrors.NewServiceUnavailable("etcd leader changed")
+		},
 	})
-	e.create(e.newProxy("apierr"))
-	e.waitPhase("apierr", v1alpha1.PhaseRunning)
-	failing.Store(true)
-	e.fake.RemoveInstance(e.get("apierr").Status.ProviderID)
-	res, err := e.reconcileNow("apierr")
+	// The instance is gone from the provider: the reconcile has status to write.
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(px)})
 	if !apierrors.IsServiceUnavailable(err) || res != (ctrl.Result{}) {
 		t.Errorf("reconcile = %+v, %v; want the API error alone", res, err)
 	}
