@@ -60,6 +60,18 @@ const (
 	ReasonDeleting              = "Deleting"
 	ReasonProbeSucceeded        = "ProbeSucceeded"
 	ReasonProbeFailed           = "ProbeFailed"
+	// ReasonOwnedByOther: phase Failed because an instance of the Proxy's name belongs
+	// to another owner (an older Proxy of the same name, another install). Unlike
+	// PermanentError it is checked again without a spec change.
+	ReasonOwnedByOther = "OwnedByOther"
+)
+
+// Event reasons on a Proxy that are no condition reason.
+const (
+	// ReasonInstanceLeftBehind: an instance the operator stopped managing may still
+	// exist (its host left the providers config, its provider cannot delete it); the
+	// Event's note says where and how to remove it by hand.
+	ReasonInstanceLeftBehind = "InstanceLeftBehind"
 )
 
 // ProxyPlacement says where and how the instance runs; each provider gives the fields

@@ -56,7 +56,7 @@ func TestProxyConfigValidation(t *testing.T) {
 func checkAdmission(t *testing.T, ctx context.Context, spec v1alpha1.ProxySpec, want string) {
 	t.Helper()
 	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "v", Namespace: "default"}, Spec: spec}
-	err := testClient.Create(ctx, px, client.DryRunAll)
+	err := shared.Client(t).Create(ctx, px, client.DryRunAll)
 	switch {
 	case want == "" && err != nil:
 		t.Fatalf("rejected: %v", err)
