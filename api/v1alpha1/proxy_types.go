@@ -79,10 +79,11 @@ type ProxyPlacement struct {
 	Image string `json:"image,omitempty"`
 }
 
+// The cross-field rules of ProxySpec sit on Proxy.spec, not on the type, so that a
+// ProxyPool template (whose provider may come from a spread entry, and may change)
+// embeds the type without them.
+
 // ProxySpec is what the user asks for.
-// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode == 'External') || (has(self.provider) && size(self.provider) > 0)",message="spec.provider is required when mode is Managed: name an entry of the providers config"
-// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'External' || (has(self.address) && size(self.address) > 0)",message="spec.address is required when mode is External: the host name or IP of the existing proxy"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.provider) || (has(self.provider) && self.provider == oldSelf.provider)",message="spec.provider is immutable: delete the Proxy and create it again to use another provider"
 type ProxySpec struct {
 	// Mode is Managed (the operator creates the instance) or External (an existing proxy
 	// at spec.address).
@@ -168,6 +169,9 @@ type Proxy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode == 'External') || (has(self.provider) && size(self.provider) > 0)",message="spec.provider is required when mode is Managed: name an entry of the providers config"
+	// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'External' || (has(self.address) && size(self.address) > 0)",message="spec.address is required when mode is External: the host name or IP of the existing proxy"
+	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.provider) || (has(self.provider) && self.provider == oldSelf.provider)",message="spec.provider is immutable: delete the Proxy and create it again to use another provider"
 	// +required
 	Spec   ProxySpec   `json:"spec"`
 	Status ProxyStatus `json:"status,omitempty"`
