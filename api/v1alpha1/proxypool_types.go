@@ -11,6 +11,9 @@ const (
 	PoolLabel = "egress.hrajfrisbee.cz/pool"
 	// TemplateHashLabel carries the hash of the pool template a child was made from.
 	TemplateHashLabel = "egress.hrajfrisbee.cz/template-hash"
+	// BornAnnotation is when the pool made a child (RFC 3339, by the controller's clock):
+	// the start of its rotation age and of the Oldest/Newest deletion orders.
+	BornAnnotation = "egress.hrajfrisbee.cz/born"
 	// CordonAnnotation set to "true" on a Proxy takes it out of discovery and its pool's
 	// EndpointSlice at once and makes it the first child of its pool to be replaced.
 	CordonAnnotation = "egress.hrajfrisbee.cz/cordon"

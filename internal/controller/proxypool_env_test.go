@@ -1,0 +1,463 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+)
+
+// The ProxyPool tests start an API server of their own through testenv (one for all of
+// them, in TestProxyPool) rather than sharing the package's, and run, in one manager per
+// test: the Proxy reconciler on the fake provider, the pool reconciler on a fake clock,
+// and in place of the health engine a loop that marks every Running child Ready the way
+// the engine does after a successful probe (phase Ready, healthy, Healthy=True with the
+// fake clock's time as its transition), except the children a test holds back.
+
+// poolEnv is one test's namespace, fake provider, fake clock and running manager.
+type poolEnv struct {
+	t     testing.TB
+	ctx   context.Context
+	env   *testenv.Env
+	c     client.Client
+	ns    string
+	fake  *providertest.Fake
+	clock *clocktesting.FakeClock
+
+	mu       sync.Mutex
+	unhealth map[string]bool // children the health loop leaves alone
+	pokes    int
+}
+
+// poolZones is the providers config the pool reconciler sees in these tests.
+var poolZones = map[string][]string{testProvider: {"beelink", "nuc", "tiny"}, "other-home": nil}
+
+func newPoolEnv(t testing.TB, env *testenv.Env) *poolEnv {
+	t.Helper()
+	ctx := testenv.Context(t)
+	ns := env.Namespace(t, ctx, "pool")
+	mgr := env.NewManager(t, ns, nil)
+	e := &poolEnv{t: t, ctx: ctx, env: env, c: env.Client, ns: ns, fake: providertest.NewFake(),
+		clock: clocktesting.NewFakeClock(time.Now()), unhealth: map[string]bool{}}
+	pr := &ProxyReconciler{
+		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("proxy-controller"),
+		Providers: map[string]provider.Provider{testProvider: e.fake, "other-home": e.fake}, QuotaRetry: time.Hour,
+	}
+	if err := pr.SetupWithManager(mgr, 10); err != nil {
+		t.Fatalf("setting up the proxy reconciler: %v", err)
+	}
+	r := &ProxyPoolReconciler{
+		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("proxypool-controller"),
+		Zones: poolZones, Clock: e.clock,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatalf("setting up the pool reconciler: %v", err)
+	}
+	testenv.StartManager(t, ctx, mgr)
+	hctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); e.healthLoop(hctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return e
+}
+
+// healthLoop marks Running children Ready, as the health engine does after a probe.
+func (e *poolEnv) healthLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		list := &v1alpha1.ProxyList{}
+		if err := e.c.List(ctx, list, client.InNamespace(e.ns)); err == nil {
+			for i := range list.Items {
+				px := &list.Items[i]
+				e.mu.Lock()
+				held := e.unhealth[px.Name]
+				e.mu.Unlock()
+				if px.Status.Phase != v1alpha1.PhaseRunning || held || !px.DeletionTimestamp.IsZero() {
+					continue
+				}
+				base := px.DeepCopy()
+				px.Status.Phase, px.Status.Healthy = v1alpha1.PhaseReady, true
+				meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
+					Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded,
+					Message: "probe succeeded", LastTransitionTime: metav1.NewTime(e.clock.Now()),
+				})
+				_ = e.c.Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// hold keeps the health loop off the named children (they stay Running, not Ready).
+func (e *poolEnv) hold(names ...string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, n := range names {
+		e.unhealth[n] = true
+	}
+}
+
+// newPool returns a pool of replicas on the fake provider (not yet created).
+func (e *poolEnv) newPool(name string, replicas int32) *v1alpha1.ProxyPool {
+	return &v1alpha1.ProxyPool{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: v1alpha1.ProxyPoolSpec{
+			Replicas: ptr.To(replicas),
+			Template: v1alpha1.ProxyTemplate{
+				Metadata: v1alpha1.ProxyTemplateMetadata{Labels: map[string]string{"team": "news"}},
+				Spec: v1alpha1.ProxySpec{
+					Provider:  testProvider,
+					Placement: v1alpha1.ProxyPlacement{Zone: "beelink", MachineType: "small", Image: "debian-12"},
+				},
+			},
+		},
+	}
+}
+
+func (e *poolEnv) create(pool *v1alpha1.ProxyPool) *v1alpha1.ProxyPool {
+	e.t.Helper()
+	if err := e.c.Create(e.ctx, pool); err != nil {
+		e.t.Fatalf("creating pool %s: %v", pool.Name, err)
+	}
+	return pool
+}
+
+// createSettled creates the pool, waits for its children to be Ready, moves the clock by
+// minReadySeconds and waits until they all count as available.
+func (e *poolEnv) createSettled(pool *v1alpha1.ProxyPool) {
+	e.t.Helper()
+	e.create(pool)
+	r := *pool.Spec.Replicas
+	e.waitPool(pool.Name, fmt.Sprintf("%d children Ready", r), func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool {
+		return p.Status.ReadyReplicas == r
+	})
+	e.clock.Step(time.Duration(pool.Spec.MinReadySeconds) * time.Second)
+	e.poke(pool.Name)
+	e.waitSettled(pool.Name, r)
+}
+
+func (e *poolEnv) getPool(name string) *v1alpha1.ProxyPool {
+	e.t.Helper()
+	pool := &v1alpha1.ProxyPool{}
+	if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, pool); err != nil {
+		e.t.Fatalf("getting pool %s: %v", name, err)
+	}
+	return pool
+}
+
+// update changes the pool with mutate, retrying on conflicts.
+func (e *poolEnv) update(name string, mutate func(*v1alpha1.ProxyPool)) {
+	e.t.Helper()
+	testenv.WaitFor(e.t, waitLong, "updating pool "+name, func() (bool, error) {
+		pool := e.getPool(name)
+		mutate(pool)
+		err := e.c.Update(e.ctx, pool)
+		return err == nil, err
+	})
+}
+
+// poke makes the pool reconcile now (after the fake clock moved), through an annotation.
+func (e *poolEnv) poke(name string) {
+	e.t.Helper()
+	e.mu.Lock()
+	e.pokes++
+	n := e.pokes
+	e.mu.Unlock()
+	e.update(name, func(p *v1alpha1.ProxyPool) {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations["test.egress.hrajfrisbee.cz/poke"] = fmt.Sprint(n)
+	})
+}
+
+// children lists the pool's children, by name.
+func (e *poolEnv) children(pool string) []v1alpha1.Proxy {
+	e.t.Helper()
+	list := &v1alpha1.ProxyList{}
+	if err := e.c.List(e.ctx, list, client.InNamespace(e.ns), client.MatchingLabels{v1alpha1.PoolLabel: pool}); err != nil {
+		e.t.Fatalf("listing children of %s: %v", pool, err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	return list.Items
+}
+
+func names(pxs []v1alpha1.Proxy) []string {
+	out := make([]string, len(pxs))
+	for i := range pxs {
+		out[i] = pxs[i].Name
+	}
+	return out
+}
+
+// waitPool waits until cond holds for the pool (and its children) and returns the pool.
+func (e *poolEnv) waitPool(name, what string, cond func(*v1alpha1.ProxyPool, []v1alpha1.Proxy) bool) *v1alpha1.ProxyPool {
+	e.t.Helper()
+	var pool *v1alpha1.ProxyPool
+	testenv.WaitFor(e.t, waitLong, fmt.Sprintf("pool %s: %s", name, what), func() (bool, error) {
+		pool = e.getPool(name)
+		kids := e.children(name)
+		if cond(pool, kids) {
+			return true, nil
+		}
+		return false, fmt.Errorf("status %+v, children %s", pool.Status, describe(kids))
+	})
+	return pool
+}
+
+// waitSettled waits for replicas children, all up to date and available, and no others.
+func (e *poolEnv) waitSettled(name string, replicas int32) *v1alpha1.ProxyPool {
+	e.t.Helper()
+	return e.waitPool(name, fmt.Sprintf("%d children up to date and available", replicas), func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+		st := p.Status
+		return st.ObservedGeneration == p.Generation && st.Replicas == replicas && st.AvailableReplicas == replicas &&
+			st.UpToDateReplicas == replicas && len(kids) == int(replicas)
+	})
+}
+
+func describe(kids []v1alpha1.Proxy) string {
+	var parts []string
+	for _, k := range kids {
+		d := ""
+		if !k.DeletionTimestamp.IsZero() {
+			d = ",deleting"
+		}
+		parts = append(parts, fmt.Sprintf("%s(%s,%s,%s%s)", k.Name, k.Status.Phase, k.Spec.Placement.Zone, k.Labels[v1alpha1.TemplateHashLabel], d))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func poolCondition(p *v1alpha1.ProxyPool, typ string) metav1.Condition {
+	if c := meta.FindStatusCondition(p.Status.Conditions, typ); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+// TestProxyPool runs the pool's API-server tests against one API server of their own.
+func TestProxyPool(t *testing.T) {
+	env := testenv.StartT(t)
+	for _, tc := range []struct {
+		name string
+		run  func(*testing.T, *testenv.Env)
+	}{
+		{"Validation", testPoolValidation},
+		{"Defaults", testPoolDefaults},
+		{"Children", testPoolChildren},
+		{"Scale", testPoolScale},
+		{"Rollout", testPoolRollout},
+		{"Rotation", testPoolRotation},
+		{"Failed", testPoolFailed},
+		{"Cordon", testPoolCordon},
+		{"Deletion", testPoolDeletion},
+		{"Placement", testPoolPlacement},
+		{"EndpointSlice", testPoolEndpointSlice},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, env) })
+	}
+}
+
+// bounds samples a pool's children until stopped and records the most that existed at
+// once and the fewest available (Ready for minReady by the fake clock, not cordoned, not
+// being deleted).
+type bounds struct {
+	stop               func()
+	mu                 sync.Mutex
+	maxTotal, minAvail int
+	samples            int
+}
+
+func (e *poolEnv) watchBounds(pool string, minReady time.Duration) *bounds {
+	b := &bounds{maxTotal: -1, minAvail: 1 << 30}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			list := &v1alpha1.ProxyList{}
+			if err := e.c.List(ctx, list, client.InNamespace(e.ns), client.MatchingLabels{v1alpha1.PoolLabel: pool}); err == nil {
+				avail := 0
+				for i := range list.Items {
+					if availableAt(&list.Items[i], e.clock.Now(), minReady) {
+						avail++
+					}
+				}
+				b.mu.Lock()
+				b.maxTotal, b.minAvail = max(b.maxTotal, len(list.Items)), min(b.minAvail, avail)
+				b.samples++
+				b.mu.Unlock()
+			}
+			time.Sleep(5 * time.Millisecond) // sampling period, not a wait for a condition
+		}
+	}()
+	b.stop = func() { cancel(); <-done }
+	return b
+}
+
+// check stops the sampler and fails the test unless every sample kept the bounds.
+func (b *bounds) check(t testing.TB, maxTotal, minAvail int) {
+	t.Helper()
+	b.stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.samples < 10 {
+		t.Fatalf("only %d samples of the pool", b.samples)
+	}
+	if b.maxTotal > maxTotal {
+		t.Errorf("%d children existed at once, bound replicas + maxSurge = %d (%d samples)", b.maxTotal, maxTotal, b.samples)
+	}
+	if b.minAvail < minAvail {
+		t.Errorf("only %d children were available at one point, bound replicas - maxUnavailable = %d (%d samples)", b.minAvail, minAvail, b.samples)
+	}
+	t.Logf("%d samples: at most %d children, at least %d available", b.samples, b.maxTotal, b.minAvail)
+}
+
+func availableAt(px *v1alpha1.Proxy, now time.Time, minReady time.Duration) bool {
+	if px.Status.Phase != v1alpha1.PhaseReady || !px.Status.Healthy || !px.DeletionTimestamp.IsZero() ||
+		px.Annotations[v1alpha1.CordonAnnotation] == "true" {
+		return false
+	}
+	return !now.Before(readySince(px).Add(minReady))
+}
+
+// consistently fails the test if cond stops holding within the next second.
+func consistently(t testing.TB, what string, cond func() (bool, error)) {
+	t.Helper()
+	for i := 0; i < 20; i++ {
+		if ok, err := cond(); !ok {
+			t.Fatalf("no longer %s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond) // the span over which nothing may change
+	}
+}
+
+// patchChild changes a child's metadata (status false) or status (true) with mutate.
+func (e *poolEnv) patchChild(name string, status bool, mutate func(*v1alpha1.Proxy)) {
+	e.t.Helper()
+	testenv.WaitFor(e.t, waitLong, "patching child "+name, func() (bool, error) {
+		px := &v1alpha1.Proxy{}
+		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
+			return false, err
+		}
+		base := px.DeepCopy()
+		mutate(px)
+		patch := client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
+		var err error
+		if status {
+			err = e.c.Status().Patch(e.ctx, px, patch)
+		} else {
+			err = e.c.Patch(e.ctx, px, patch)
+		}
+		return err == nil, err
+	})
+}
+
+// cordon sets the cordon annotation on a child, as `kubectl annotate` would.
+func (e *poolEnv) cordon(name string) {
+	e.patchChild(name, false, func(px *v1alpha1.Proxy) {
+		if px.Annotations == nil {
+			px.Annotations = map[string]string{}
+		}
+		px.Annotations[v1alpha1.CordonAnnotation] = "true"
+	})
+}
+
+// setUnhealthy marks a child unhealthy as the health engine does after failed probes.
+func (e *poolEnv) setUnhealthy(name string) {
+	e.hold(name)
+	e.patchChild(name, true, func(px *v1alpha1.Proxy) {
+		px.Status.Phase, px.Status.Healthy = v1alpha1.PhaseRunning, false
+		meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonProbeFailed,
+			Message: "3 consecutive failed probes", LastTransitionTime: metav1.NewTime(e.clock.Now()),
+		})
+	})
+}
+
+// setFailed marks a child Failed as the Proxy reconciler does on a permanent error.
+func (e *poolEnv) setFailed(name string) {
+	e.hold(name)
+	e.patchChild(name, true, func(px *v1alpha1.Proxy) {
+		px.Status.Phase, px.Status.Healthy = v1alpha1.PhaseFailed, false
+		px.Status.ObservedGeneration = px.Generation
+		meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonPermanentError,
+			Message: "instance is gone for good",
+		})
+	})
+}
+
+// waitSlice waits until the EndpointSlice's endpoints, as child name → ready, satisfy cond.
+func (e *poolEnv) waitSlice(name, what string, cond func(map[string]bool) bool) *discoveryv1.EndpointSlice {
+	e.t.Helper()
+	es := &discoveryv1.EndpointSlice{}
+	testenv.WaitFor(e.t, waitLong, "endpoint slice "+name+": "+what, func() (bool, error) {
+		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, es); err != nil {
+			return false, err
+		}
+		eps := map[string]bool{}
+		for _, ep := range es.Endpoints {
+			eps[ep.TargetRef.Name] = ep.Conditions.Ready != nil && *ep.Conditions.Ready
+		}
+		return cond(eps), fmt.Errorf("endpoints %v", eps)
+	})
+	return es
+}
+
+// poolEvents are the notes of the pool's Events with reason.
+func (e *poolEnv) poolEvents(pool, reason string) []string {
+	e.t.Helper()
+	list := &eventsv1.EventList{}
+	if err := e.c.List(e.ctx, list, client.InNamespace(e.ns)); err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range list.Items {
+		if ev.Regarding.Kind == "ProxyPool" && ev.Regarding.Name == pool && ev.Reason == reason {
+			out = append(out, ev.Note)
+		}
+	}
+	return out
+}
+
+// ownedBy lists the Proxies, Services and EndpointSlices whose controller is uid.
+func (e *poolEnv) ownedBy(uid types.UID) []client.Object {
+	e.t.Helper()
+	var out []client.Object
+	for _, l := range []client.ObjectList{&v1alpha1.ProxyList{}, &corev1.ServiceList{}, &discoveryv1.EndpointSliceList{}} {
+		if err := e.c.List(e.ctx, l, client.InNamespace(e.ns)); err != nil {
+			e.t.Fatal(err)
+		}
+		objs, err := meta.ExtractList(l)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, o := range objs {
+			obj := o.(client.Object)
+			if ref := metav1.GetControllerOf(obj); ref != nil && ref.UID == uid {
+				out = append(out, obj)
+			}
+		}
+	}
+	return out
+}
