@@ -19,6 +19,7 @@ const (
 	paramHealthy       = "healthy"
 	paramFormat        = "format"
 	paramKey           = "key"
+	paramPool          = "pool"
 )
 
 const (
@@ -51,6 +52,7 @@ func parseQuery(q url.Values, allowed ...string) (*request, *apiError) {
 			provider:  q.Get(paramProvider),
 			zone:      q.Get(paramZone),
 			region:    q.Get(paramRegion),
+			pool:      q.Get(paramPool),
 		},
 		format: formatJSON,
 		key:    q.Get(paramKey),
