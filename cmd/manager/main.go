@@ -136,6 +136,10 @@ func run(args []string, stderr io.Writer) int {
 		log.Error(err, "setting up components")
 		return 1
 	}
+	if err := setupPools(mgr, cfg); err != nil {
+		log.Error(err, "setting up components")
+		return 1
+	}
 	log.Info("starting manager", "providers", len(providers), "leaderElect", o.leaderElect)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
