@@ -5,10 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -246,28 +248,62 @@ func (r *ProxyPoolReconciler) act(ctx context.Context, s *poolScope) error {
 		}
 		return nil
 	}
+	var batch []*v1alpha1.Proxy
+	var at []placement
 	counts := s.entryCounts()
 	weights := s.weights()
 	for n := 0; n < s.plan.create; n++ {
 		e := pickSpread(counts, weights, s.usable)
 		if e < 0 {
-			return nil // PlacementValid says why
+			break // PlacementValid says why
 		}
 		px, err := r.newChild(s, s.placements[e])
 		if err != nil {
 			return err
 		}
-		if err := r.Client.Create(ctx, px); err != nil {
-			return fmt.Errorf("creating a child proxy of pool %s/%s: %w", s.pool.Namespace, s.pool.Name, err)
-		}
 		counts[e]++
-		log.Info("created pool child", "child", px.Name, "placement", s.placements[e].String())
-		r.event(s.pool, corev1.EventTypeNormal, EventChildCreated, actionCreate, "created child %s (%s)", px.Name, s.placements[e])
-		s.children = append(s.children, px)
-		s.info = append(s.info, s.classify(px))
+		batch, at = append(batch, px), append(at, s.placements[e])
+	}
+	return r.createChildren(ctx, s, batch, at)
+}
+
+// createChildren creates the children in batches of 1, 2, 4, … (at most
+// createBatchLimit), each batch at once, stopping after a batch with a failure: a
+// provider quota or an admission webhook that refuses one child refuses the rest too,
+// and a pool of a thousand is not made one round trip at a time.
+func (r *ProxyPoolReconciler) createChildren(ctx context.Context, s *poolScope, children []*v1alpha1.Proxy, at []placement) error {
+	log := ctrl.LoggerFrom(ctx)
+	for start, size := 0, 1; start < len(children); start, size = start+size, min(2*size, createBatchLimit) {
+		end := min(start+size, len(children))
+		errs := make([]error, end-start)
+		var wg sync.WaitGroup
+		for i := start; i < end; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i-start] = r.Client.Create(ctx, children[i])
+			}()
+		}
+		wg.Wait()
+		for i := start; i < end; i++ {
+			if errs[i-start] != nil {
+				continue
+			}
+			px := children[i]
+			log.Info("created pool child", "child", px.Name, "placement", at[i].String())
+			r.event(s.pool, corev1.EventTypeNormal, EventChildCreated, actionCreate, "created child %s (%s)", px.Name, at[i])
+			s.children = append(s.children, px)
+			s.info = append(s.info, s.classify(px))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("creating child proxies of pool %s/%s: %w", s.pool.Namespace, s.pool.Name, err)
+		}
 	}
 	return nil
 }
+
+// createBatchLimit is the most children created at once.
+const createBatchLimit = 32
 
 // entryCounts counts the children each spread entry holds that the pool keeps.
 func (s *poolScope) entryCounts() []int {

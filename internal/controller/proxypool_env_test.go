@@ -52,6 +52,13 @@ var poolZones = map[string][]string{testProvider: {"beelink", "nuc", "tiny"}, "o
 
 func newPoolEnv(t testing.TB, env *testenv.Env) *poolEnv {
 	t.Helper()
+	return newPoolEnvWith(t, env, 10, 20*time.Millisecond)
+}
+
+// newPoolEnvWith runs proxyWorkers Proxy reconciles at once and the health loop every
+// healthEvery.
+func newPoolEnvWith(t testing.TB, env *testenv.Env, proxyWorkers int, healthEvery time.Duration) *poolEnv {
+	t.Helper()
 	ctx := testenv.Context(t)
 	ns := env.Namespace(t, ctx, "pool")
 	mgr := env.NewManager(t, ns, nil)
@@ -61,7 +68,7 @@ func newPoolEnv(t testing.TB, env *testenv.Env) *poolEnv {
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("proxy-controller"),
 		Providers: map[string]provider.Provider{testProvider: e.fake, "other-home": e.fake}, QuotaRetry: time.Hour,
 	}
-	if err := pr.SetupWithManager(mgr, 10); err != nil {
+	if err := pr.SetupWithManager(mgr, proxyWorkers); err != nil {
 		t.Fatalf("setting up the proxy reconciler: %v", err)
 	}
 	r := &ProxyPoolReconciler{
@@ -74,13 +81,13 @@ func newPoolEnv(t testing.TB, env *testenv.Env) *poolEnv {
 	testenv.StartManager(t, ctx, mgr)
 	hctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); e.healthLoop(hctx) }()
+	go func() { defer close(done); e.healthLoop(hctx, healthEvery) }()
 	t.Cleanup(func() { stop(); <-done })
 	return e
 }
 
 // healthLoop marks Running children Ready, as the health engine does after a probe.
-func (e *poolEnv) healthLoop(ctx context.Context) {
+func (e *poolEnv) healthLoop(ctx context.Context, every time.Duration) {
 	for ctx.Err() == nil {
 		list := &v1alpha1.ProxyList{}
 		if err := e.c.List(ctx, list, client.InNamespace(e.ns)); err == nil {
@@ -103,7 +110,7 @@ func (e *poolEnv) healthLoop(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(every):
 		}
 	}
 }
