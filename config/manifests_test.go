@@ -172,7 +172,8 @@ func TestRBAC(t *testing.T) {
 	for _, r := range role.Rules {
 		resources = append(resources, r.Resources...)
 	}
-	for _, want := range []string{"proxies", "proxies/status", "proxies/finalizers", "providerhealths", "providerhealths/status", "events", "leases"} {
+	for _, want := range []string{"proxies", "proxies/status", "proxies/finalizers", "providerhealths", "providerhealths/status", "events", "leases",
+		"proxypools", "proxypools/status", "services", "endpointslices"} {
 		if !slices.Contains(resources, want) {
 			t.Errorf("the manager role lacks %s", want)
 		}

@@ -270,6 +270,7 @@ func TestProxyPool(t *testing.T) {
 	}{
 		{"Validation", testPoolValidation},
 		{"Defaults", testPoolDefaults},
+		{"Sample", testPoolSample},
 		{"Children", testPoolChildren},
 		{"Scale", testPoolScale},
 		{"Rollout", testPoolRollout},

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -8,8 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
@@ -111,5 +115,45 @@ func testPoolDefaults(t *testing.T, env *testenv.Env) {
 		t.Errorf("spread weight %d, want 1", s.Spread[0].Weight)
 	case s.Template.Spec.Mode != v1alpha1.ProxyModeManaged || s.Template.Spec.Port != 3128:
 		t.Errorf("template mode %q port %d, want Managed and 3128", s.Template.Spec.Mode, s.Template.Spec.Port)
+	}
+}
+
+// config/samples/proxypool.yaml is accepted as it is, and its spread names hosts of the
+// sample providers config.
+func testPoolSample(t *testing.T, env *testenv.Env) {
+	ctx := testenv.Context(t)
+	dir, err := testenv.CRDDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Dir(filepath.Dir(filepath.Dir(dir))) // dir is <root>/config/crd/bases
+	data, err := os.ReadFile(filepath.Join(root, "config", "samples", "proxypool.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := &v1alpha1.ProxyPool{}
+	if err := yaml.UnmarshalStrict(data, pool); err != nil {
+		t.Fatalf("config/samples/proxypool.yaml: %v", err)
+	}
+	pool.Namespace = "default"
+	if err := env.Client.Create(ctx, pool, client.DryRunAll); err != nil {
+		t.Fatalf("config/samples/proxypool.yaml is rejected: %v", err)
+	}
+	cfg, err := provider.LoadConfig(filepath.Join(root, "config", "samples", "providers-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zones := map[string]bool{}
+	for _, pc := range cfg.Providers {
+		if pc.Name == pool.Spec.Template.Spec.Provider && pc.KVM2 != nil {
+			for _, h := range pc.KVM2.Hosts {
+				zones[h.Name] = true
+			}
+		}
+	}
+	for i, e := range pool.Spec.Spread {
+		if !zones[e.Zone] {
+			t.Errorf("spread[%d] zone %q is not a host of %s in the sample providers config", i, e.Zone, pool.Spec.Template.Spec.Provider)
+		}
 	}
 }
