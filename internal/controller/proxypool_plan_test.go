@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -335,5 +337,48 @@ func TestPickSpreadRoundRobinByWeight(t *testing.T) {
 	// From an uneven start, new children go where the share is short.
 	if e := pickSpread([]int{4, 0}, []int32{1, 1}, []bool{true, true}); e != 1 {
 		t.Errorf("counts 4,0: picked %d, want 1", e)
+	}
+}
+
+// The pool is requeued at the earliest moment something will change by time alone: a
+// Ready child reaching minReadySeconds, or a child's rotation deadline.
+func TestNextDeadline(t *testing.T) {
+	now := t0.Add(time.Hour)
+	readyAt := func(name string, born, ready time.Time) *v1alpha1.Proxy {
+		px := &v1alpha1.Proxy{}
+		px.Name, px.UID = name, types.UID("uid-"+name)
+		px.Annotations = map[string]string{v1alpha1.BornAnnotation: born.Format(time.RFC3339Nano)}
+		px.Status.Phase, px.Status.Healthy = v1alpha1.PhaseReady, true
+		px.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(ready)}}
+		return px
+	}
+	scope := func(minReady int32, maxAge time.Duration, kids ...*v1alpha1.Proxy) *poolScope {
+		s := &poolScope{now: now, maxAge: maxAge, pool: &v1alpha1.ProxyPool{}}
+		s.pool.Spec.MinReadySeconds = minReady
+		s.children = kids
+		for _, k := range kids {
+			s.info = append(s.info, s.classify(k))
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		s    *poolScope
+		want time.Duration // 0: none
+	}{
+		{"nothing pending", scope(0, 0, readyAt("a", t0, t0)), 0},
+		{"a child becoming available", scope(30, 0, readyAt("a", t0, now.Add(-10*time.Second))), 20 * time.Second},
+		{"already available", scope(30, 0, readyAt("a", t0, now.Add(-time.Minute))), 0},
+		{"the earlier of availability and a deadline", scope(30, 2*time.Hour,
+			readyAt("a", t0, now.Add(-time.Minute)), readyAt("b", now.Add(-time.Hour), now.Add(-5*time.Second))), 25 * time.Second},
+		{"a rotation deadline", scope(0, 90*time.Minute, readyAt("a", t0, t0)), 30 * time.Minute},
+		{"past its deadline: nothing to wait for", scope(0, 30*time.Minute, readyAt("a", t0, t0)), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, ok := tc.s.nextDeadline()
+			if ok != (tc.want != 0) || d != tc.want {
+				t.Fatalf("nextDeadline = %v, %v; want %v", d, ok, tc.want)
+			}
+		})
 	}
 }
