@@ -82,76 +82,97 @@ type plan struct {
 //   - children beyond replicas that need no replacing are deleted at once (a scale
 //     down), in deletion order.
 func planPool(children []poolChild, replicas, surge, unavailable int32, order v1alpha1.PoolDeletionOrder, seed string) plan {
+	t := tallyChildren(children)
+	r := int(replicas)
 	var p plan
-	var good, stale []*poolChild
-	total, live, available, goodUnavailable := 0, 0, 0, 0
+	p.delete = t.dropExcess(r, order, seed)
+	// Replacements and new children, up to the surge bound.
+	p.create = max(0, min(r-len(t.good), r+int(surge)-(t.total-len(p.delete))))
+	replaced := t.replaceStale(r, int(unavailable), order, seed)
+	p.delete = append(p.delete, replaced...)
+	p.stalled = p.create == 0 && len(replaced) == 0 && len(t.stale) > 0 && t.goodUnavailable == 0 && !anyDeleting(children)
+	return p
+}
+
+// tally is the children sorted into those the pool keeps (good) and those it replaces
+// (stale), with the counts the bounds are checked against.
+type tally struct {
+	good, stale []*poolChild
+	// total counts every child, live those not being deleted, available the available
+	// ones, goodUnavailable the good ones not yet available.
+	total, live, available, goodUnavailable int
+}
+
+func tallyChildren(children []poolChild) *tally {
+	t := &tally{}
 	for i := range children {
 		c := &children[i]
-		total++
+		t.total++
 		if c.deleting {
 			continue
 		}
-		live++
+		t.live++
 		if c.available {
-			available++
+			t.available++
 		}
-		if c.good() {
-			good = append(good, c)
-			if !c.available {
-				goodUnavailable++
-			}
+		switch {
+		case !c.good():
+			t.stale = append(t.stale, c)
+		case c.available:
+			t.good = append(t.good, c)
+		default:
+			t.good = append(t.good, c)
+			t.goodUnavailable++
+		}
+	}
+	return t
+}
+
+// dropExcess is a scale down: the good children beyond r go at once, most deletable
+// first, whatever their availability.
+func (t *tally) dropExcess(r int, order v1alpha1.PoolDeletionOrder, seed string) []string {
+	excess := len(t.good) - r
+	if excess <= 0 {
+		return nil
+	}
+	sortForDeletion(t.good, order, seed)
+	var out []string
+	for _, c := range t.good[:excess] {
+		out = append(out, c.name)
+		if c.available {
+			t.available--
 		} else {
-			stale = append(stale, c)
+			t.goodUnavailable--
 		}
+		t.live--
 	}
-	r := int(replicas)
+	t.good = t.good[excess:]
+	return out
+}
 
-	// Scale down: good children beyond replicas go at once, stale ones first of all.
-	excess := len(good) - r
-	if excess > 0 {
-		sortForDeletion(good, order, seed)
-		for _, c := range good[:excess] {
-			p.delete = append(p.delete, c.name)
-			if c.available {
-				available--
-			}
-			if !c.available {
-				goodUnavailable--
-			}
-			live--
-		}
-		good = good[excess:]
-	}
-
-	// Create replacements and new children up to the surge bound.
-	want := r - len(good)
-	room := r + int(surge) - (total - len(p.delete))
-	p.create = max(0, min(want, room))
-
-	// Delete stale children within the availability bounds.
-	minAvailable := r - int(unavailable)
-	maxScaledDown := live - minAvailable - goodUnavailable
-	sortForDeletion(stale, order, seed)
+// replaceStale deletes the stale children the bounds allow, most deletable first.
+func (t *tally) replaceStale(r, unavailable int, order v1alpha1.PoolDeletionOrder, seed string) []string {
+	minAvailable := r - unavailable
+	maxScaledDown := t.live - minAvailable - t.goodUnavailable
+	sortForDeletion(t.stale, order, seed)
 	claimed := map[string]bool{}
-	deleted := 0
-	for _, c := range stale {
-		if deleted >= maxScaledDown {
+	var out []string
+	for _, c := range t.stale {
+		if len(out) >= maxScaledDown {
 			break
 		}
-		if c.failed && c.upToDate && len(good) < r && !claimSuccessor(c, good, claimed) {
+		if c.failed && c.upToDate && len(t.good) < r && !claimSuccessor(c, t.good, claimed) {
 			continue
 		}
 		if c.available {
-			if available-1 < minAvailable {
+			if t.available-1 < minAvailable {
 				continue
 			}
-			available--
+			t.available--
 		}
-		p.delete = append(p.delete, c.name)
-		deleted++
+		out = append(out, c.name)
 	}
-	p.stalled = p.create == 0 && deleted == 0 && len(stale) > 0 && goodUnavailable == 0 && !anyDeleting(children)
-	return p
+	return out
 }
 
 // claimSuccessor finds an available good child made no earlier than c and not yet
