@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -169,6 +170,7 @@ func newManager(o *options) (ctrl.Manager, error) {
 		LeaderElectionID:              "egress-proxies-operator.egress.hrajfrisbee.cz",
 		LeaderElectionNamespace:       o.leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cache.Options{ByObject: poolCacheByObject()},
 	})
 	if err != nil {
 		return nil, err

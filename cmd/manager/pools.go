@@ -3,7 +3,15 @@ package main
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -40,4 +48,19 @@ func poolZones(cfg *provider.Config) map[string][]string {
 		out[pc.Name] = zones
 	}
 	return out
+}
+
+// poolCacheByObject limits the manager's cache of Services and EndpointSlices, which the
+// pool reconciler watches, to those labelled with a pool: a cluster's own are many and
+// none of the operator's business.
+func poolCacheByObject() map[client.Object]cache.ByObject {
+	req, err := labels.NewRequirement(v1alpha1.PoolLabel, selection.Exists, nil)
+	if err != nil { // a constant, valid label key
+		panic(err)
+	}
+	sel := labels.NewSelector().Add(*req)
+	return map[client.Object]cache.ByObject{
+		&corev1.Service{}:            {Label: sel},
+		&discoveryv1.EndpointSlice{}: {Label: sel},
+	}
 }

@@ -4,6 +4,9 @@ import (
 	"reflect"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/labels"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
 
@@ -17,5 +20,18 @@ func TestPoolZonesAreTheHostNames(t *testing.T) {
 	want := map[string][]string{"kvm2-home": {"beelink", "nuc"}, "old-lab": {"tower"}, "empty": nil}
 	if got := poolZones(cfg); !reflect.DeepEqual(got, want) {
 		t.Errorf("poolZones = %v, want %v", got, want)
+	}
+}
+
+// The manager caches only the Services and EndpointSlices of pools.
+func TestPoolCacheSelectsPoolObjects(t *testing.T) {
+	by := poolCacheByObject()
+	if len(by) != 2 {
+		t.Fatalf("cache restrictions for %d kinds, want Services and EndpointSlices", len(by))
+	}
+	for obj, o := range by {
+		if !o.Label.Matches(labels.Set{v1alpha1.PoolLabel: "news"}) || o.Label.Matches(labels.Set{"app": "web"}) {
+			t.Errorf("%T: selector %q", obj, o.Label)
+		}
 	}
 }
