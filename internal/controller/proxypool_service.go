@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -42,7 +43,8 @@ func (r *ProxyPoolReconciler) publish(ctx context.Context, s *poolScope) error {
 	slices := map[string]*discoveryv1.EndpointSlice{}
 	if want != "" {
 		if err := r.ensureService(ctx, pool, want); err != nil {
-			return err
+			// Publish nothing rather than slices of a Service that is not the pool's.
+			return errors.Join(err, r.syncSlices(ctx, pool, nil))
 		}
 		for _, es := range desiredSlices(pool, want, s.children) {
 			slices[es.Name] = es
@@ -59,8 +61,8 @@ func (r *ProxyPoolReconciler) ensureService(ctx context.Context, pool *v1alpha1.
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pool.Namespace}}
 	_, err := controllerutil.CreateOrPatch(ctx, r.Client, svc, func() error {
-		if owner := metav1.GetControllerOf(svc); owner != nil && owner.UID != pool.UID {
-			return fmt.Errorf("service %s/%s belongs to %s %s, not to proxy pool %s", svc.Namespace, svc.Name, owner.Kind, owner.Name, pool.Name)
+		if svc.ResourceVersion != "" && !metav1.IsControlledBy(svc, pool) {
+			return fmt.Errorf("service %s/%s exists and was not made by proxy pool %s: choose another spec.service.name", svc.Namespace, svc.Name, pool.Name)
 		}
 		if svc.Labels == nil {
 			svc.Labels = map[string]string{}

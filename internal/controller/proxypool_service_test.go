@@ -1,11 +1,13 @@
 package controller
 
 import (
+	"fmt"
 	"net"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -68,6 +70,26 @@ func testPoolEndpointSlice(t *testing.T, env *testenv.Env) {
 			t.Errorf("endpoint %s conditions %+v", px.Name, ep.Conditions)
 		}
 	}
+
+	// A Service the pool did not make is never taken over.
+	foreign := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: e.ns},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80}}}}
+	if err := e.c.Create(e.ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	e.update("pub", func(p *v1alpha1.ProxyPool) { p.Spec.Service.Name = "web" })
+	e.waitPool("pub", "the old service and its slice gone", func(*v1alpha1.ProxyPool, []v1alpha1.Proxy) bool {
+		return apierrors.IsNotFound(e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: "crawler-proxies"}, &corev1.Service{})) &&
+			apierrors.IsNotFound(e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: "crawler-proxies-8888"}, &discoveryv1.EndpointSlice{}))
+	})
+	consistently(t, "the foreign service untouched", func() (bool, error) {
+		got := &corev1.Service{}
+		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(foreign), got); err != nil {
+			return false, err
+		}
+		return len(got.OwnerReferences) == 0 && got.Spec.Selector["app"] == "web" && got.Spec.Ports[0].Port == 80,
+			fmt.Errorf("service %+v", got)
+	})
 
 	e.update("pub", func(p *v1alpha1.ProxyPool) { p.Spec.Service = nil })
 	testenv.WaitFor(t, waitLong, "service and slice removed", func() (bool, error) {
