@@ -174,7 +174,8 @@ func TestRBAC(t *testing.T) {
 	}
 	// Leases are not here: leader election's is granted by the namespaced Role
 	// (internal/controller/role_test.go checks both).
-	for _, want := range []string{"proxies", "proxies/status", "proxies/finalizers", "providerhealths", "providerhealths/status", "events", "namespaces"} {
+	for _, want := range []string{"proxies", "proxies/status", "proxies/finalizers", "providerhealths", "providerhealths/status", "events", "namespaces",
+		"proxypools", "proxypools/status", "services", "endpointslices"} {
 		if !slices.Contains(resources, want) {
 			t.Errorf("the manager role lacks %s", want)
 		}

@@ -93,13 +93,11 @@ type ProxyPlacement struct {
 
 // CIDR is a network in CIDR notation, such as 10.0.0.0/8 or 2001:db8::/32.
 // +kubebuilder:validation:MaxLength=64
-// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a network in CIDR notation, such as 10.0.0.0/8 or 2001:db8::/32 (one address is 192.0.2.7/32)"
 type CIDR string
 
 // SecretName names a Secret in the Proxy's namespace.
 // +kubebuilder:validation:MinLength=1
 // +kubebuilder:validation:MaxLength=253
-// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="spec.proxy.basicAuth.secretRef.name must be the name of a Secret: lower-case letters, digits, '-' and '.'"
 type SecretName string
 
 // BasicAuthSecretRef names the Secret holding a proxy's credentials.
@@ -133,10 +131,12 @@ type ProxyConfig struct {
 	BasicAuth *ProxyBasicAuth `json:"basicAuth,omitempty"`
 }
 
+// The cross-field rules of ProxySpec about provider and address sit on Proxy.spec, not
+// on the type, so that a ProxyPool template (whose provider may come from a spread
+// entry, and may change) embeds the type without them. The spec.proxy rule stays here:
+// a pool's children are Managed, so their template must obey it too.
+
 // ProxySpec is what the user asks for.
-// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode == 'External') || (has(self.provider) && size(self.provider) > 0)",message="spec.provider is required when mode is Managed: name an entry of the providers config"
-// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'External' || (has(self.address) && size(self.address) > 0)",message="spec.address is required when mode is External: the host name or IP of the existing proxy"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.provider) || (has(self.provider) && self.provider == oldSelf.provider)",message="spec.provider is immutable: delete the Proxy and create it again to use another provider"
 // +kubebuilder:validation:XValidation:rule="!has(self.proxy) || (has(self.mode) && self.mode == 'External') || (has(self.proxy.allowedSourceRanges) && size(self.proxy.allowedSourceRanges) > 0)",message="spec.proxy.allowedSourceRanges is required when spec.proxy is set on a Managed Proxy: list the networks (CIDRs) the crawlers and the operator's probes come from"
 type ProxySpec struct {
 	// Mode is Managed (the operator creates the instance) or External (an existing proxy
@@ -229,6 +229,9 @@ type Proxy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode == 'External') || (has(self.provider) && size(self.provider) > 0)",message="spec.provider is required when mode is Managed: name an entry of the providers config"
+	// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'External' || (has(self.address) && size(self.address) > 0)",message="spec.address is required when mode is External: the host name or IP of the existing proxy"
+	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.provider) || (has(self.provider) && self.provider == oldSelf.provider)",message="spec.provider is immutable: delete the Proxy and create it again to use another provider"
 	// +required
 	Spec   ProxySpec   `json:"spec"`
 	Status ProxyStatus `json:"status,omitempty"`

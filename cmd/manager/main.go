@@ -15,6 +15,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -154,6 +155,10 @@ func run(args []string, stderr io.Writer) int {
 		log.Error(err, "setting up components")
 		return 1
 	}
+	if err := setupPools(mgr, cfg); err != nil {
+		log.Error(err, "setting up components")
+		return 1
+	}
 	log.Info("starting manager", "providers", len(providers), "leaderElect", o.leaderElect)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
@@ -195,6 +200,7 @@ func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {
 		LeaderElectionID:              "egress-proxies-operator.egress.hrajfrisbee.cz",
 		LeaderElectionNamespace:       o.leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cache.Options{ByObject: poolCacheByObject()},
 	})
 	if err != nil {
 		return nil, err

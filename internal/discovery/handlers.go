@@ -22,7 +22,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) *Snapshot {
 // list serves GET /v1/proxies.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	req, aerr := parseQuery(r.URL.Query(), paramNamespace, paramProvider, paramZone, paramRegion,
-		paramLabelSelector, paramHealthy, paramFormat, paramCredentials)
+		paramLabelSelector, paramHealthy, paramFormat, paramCredentials, paramPool)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -62,7 +62,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 // key while it stays healthy.
 func (s *Server) pick(w http.ResponseWriter, r *http.Request) {
 	req, aerr := parseQuery(r.URL.Query(), paramKey, paramNamespace, paramProvider, paramZone, paramRegion,
-		paramLabelSelector, paramFormat, paramCredentials)
+		paramLabelSelector, paramFormat, paramCredentials, paramPool)
 	if aerr != nil {
 		writeError(w, aerr)
 		return

@@ -20,6 +20,7 @@ const (
 	paramFormat        = "format"
 	paramKey           = "key"
 	paramCredentials   = "credentials"
+	paramPool          = "pool"
 )
 
 const (
@@ -53,6 +54,7 @@ func parseQuery(q url.Values, allowed ...string) (*request, *apiError) {
 			provider:  q.Get(paramProvider),
 			zone:      q.Get(paramZone),
 			region:    q.Get(paramRegion),
+			pool:      q.Get(paramPool),
 		},
 		format: formatJSON,
 		key:    q.Get(paramKey),

@@ -19,6 +19,7 @@ type Entry struct {
 	Provider  string            `json:"provider,omitempty"`
 	Region    string            `json:"region,omitempty"`
 	Zone      string            `json:"zone,omitempty"`
+	Pool      string            `json:"pool,omitempty"`
 	Healthy   bool              `json:"healthy"`
 	EgressIP  string            `json:"egressIP,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
@@ -73,13 +74,14 @@ func (s *Snapshot) Len() int { return len(s.items) }
 // filter is a parsed query. Empty strings match everything.
 type filter struct {
 	namespace, provider, zone, region string
+	pool                              string          // the ProxyPool controlling the proxy
 	selector                          labels.Selector // nil matches everything
 	anyHealth                         bool            // include unhealthy proxies
 	unhealthyOnly                     bool
 }
 
 func (f *filter) empty() bool {
-	return f.namespace == "" && f.provider == "" && f.zone == "" && f.region == "" &&
+	return f.namespace == "" && f.provider == "" && f.zone == "" && f.region == "" && f.pool == "" &&
 		f.selector == nil && !f.anyHealth && !f.unhealthyOnly
 }
 
@@ -90,7 +92,8 @@ func (f *filter) match(it *item) bool {
 		f.namespace != "" && f.namespace != it.Namespace,
 		f.provider != "" && f.provider != it.Provider,
 		f.zone != "" && f.zone != it.Zone,
-		f.region != "" && f.region != it.Region:
+		f.region != "" && f.region != it.Region,
+		f.pool != "" && f.pool != it.Pool:
 		return false
 	}
 	return f.selector == nil || f.selector.Matches(labels.Set(it.Labels))
