@@ -23,6 +23,7 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
@@ -33,6 +34,7 @@ type options struct {
 	installID               string
 	maxConcurrentReconciles int
 	quotaRetry              time.Duration
+	failedRecheck           time.Duration
 	metricsAddr             string
 	probeAddr               string
 	leaderElect             bool
@@ -48,6 +50,7 @@ type healthOptions struct {
 	ProviderCheckTimeout  time.Duration
 	ProxyCheckInterval    time.Duration
 	ProxyProbeURL         string
+	StatusHeartbeat       time.Duration
 	GCInterval            time.Duration
 	GCGrace               time.Duration
 	DiscoveryBindAddress  string
@@ -62,6 +65,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.installID, "install-id", "", "Identity of this install, written into every instance's ownership mark; instances marked by another install are never listed, adopted or deleted. Default: the UID of the kube-system namespace.")
 	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 3, "Proxies reconciled at once.")
 	fs.DurationVar(&o.quotaRetry, "quota-retry", controller.DefaultQuotaRetry, "Wait before retrying a Proxy whose provider reported exceeded quota.")
+	fs.DurationVar(&o.failedRecheck, "failed-recheck-interval", controller.DefaultFailedRecheckInterval, "How often a Proxy Failed because another owner's instance holds its name is tried again (orphan GC also wakes it when it removes that instance).")
+	fs.DurationVar(&o.health.StatusHeartbeat, "proxy-status-heartbeat", health.DefaultHeartbeatInterval, "A probe that changes nothing a user sees is written to the Proxy's status only when its lastProbeTime is this old.")
 	fs.DurationVar(&o.health.ProviderCheckInterval, "provider-check-interval", time.Minute, "How often every provider's targets are checked.")
 	fs.DurationVar(&o.health.ProviderCheckTimeout, "provider-check-timeout", 15*time.Second, "Time limit of one round of provider checks.")
 	fs.DurationVar(&o.health.ProxyCheckInterval, "proxy-check-interval", 30*time.Second, "How often every running proxy is probed.")
@@ -219,6 +224,8 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 		Recorder:   mgr.GetEventRecorder("proxy-controller"),
 		Providers:  providers,
 		QuotaRetry: o.quotaRetry,
+
+		FailedRecheckInterval: o.failedRecheck,
 	}
 	if err := r.SetupWithManager(mgr, o.maxConcurrentReconciles); err != nil {
 		return fmt.Errorf("proxy reconciler: %w", err)
@@ -226,7 +233,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	if err := addReadyChecks(mgr, providers); err != nil { // readiness.go
 		return fmt.Errorf("readiness checks: %w", err)
 	}
-	return setupHealth(mgr, providers, o.health)
+	return setupHealth(mgr, providers, o.health, r.Wake)
 }
 
 func closeProviders(providers map[string]provider.Provider, log interface{ Error(error, string, ...any) }) {
