@@ -77,7 +77,7 @@ lint: ## go vet and gofmt.
 .PHONY: test-unit
 test-unit: envtest ## Unit and envtest tiers, with -race.
 	hack/deps.sh
-	KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) go test -race -count=1 $(GO_TEST_FLAGS) ./...
+	EPO_REQUIRE_ENVTEST=1 KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) go test -race -count=1 $(GO_TEST_FLAGS) ./...
 	hack/fuzz-smoke.sh
 
 .PHONY: test-integration-kvm2
@@ -92,7 +92,7 @@ test-integration-kvm2: ## The kvm2 provider against a real libvirtd over a real 
 test-e2e: envtest build ## A real guest VM carrying traffic, driven through the manager.
 	hack/libvirt-host.sh up
 	hack/guest-image.sh >/dev/null
-	source $(CACHE)/libvirt-host/env && KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) \
+	source $(CACHE)/libvirt-host/env && EPO_REQUIRE_ENVTEST=1 KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) \
 	  go test -tags=e2e -count=1 -timeout=40m -v $(GO_TEST_FLAGS) ./test/e2e/...
 
 .PHONY: bench

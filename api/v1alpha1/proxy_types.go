@@ -60,6 +60,18 @@ const (
 	ReasonDeleting              = "Deleting"
 	ReasonProbeSucceeded        = "ProbeSucceeded"
 	ReasonProbeFailed           = "ProbeFailed"
+	// ReasonOwnedByOther: phase Failed because an instance of the Proxy's name belongs
+	// to another owner (an older Proxy of the same name, another install). Unlike
+	// PermanentError it is checked again without a spec change.
+	ReasonOwnedByOther = "OwnedByOther"
+)
+
+// Event reasons on a Proxy that are no condition reason.
+const (
+	// ReasonInstanceLeftBehind: an instance the operator stopped managing may still
+	// exist (its host left the providers config, its provider cannot delete it); the
+	// Event's note says where and how to remove it by hand.
+	ReasonInstanceLeftBehind = "InstanceLeftBehind"
 )
 
 // ProxyPlacement says where and how the instance runs; each provider gives the fields
@@ -79,10 +91,53 @@ type ProxyPlacement struct {
 	Image string `json:"image,omitempty"`
 }
 
+// CIDR is a network in CIDR notation, such as 10.0.0.0/8 or 2001:db8::/32.
+// +kubebuilder:validation:MaxLength=64
+type CIDR string
+
+// SecretName names a Secret in the Proxy's namespace.
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=253
+type SecretName string
+
+// BasicAuthSecretRef names the Secret holding a proxy's credentials.
+type BasicAuthSecretRef struct {
+	// Name of a Secret in the Proxy's namespace with the keys "username" and "password".
+	// +required
+	Name SecretName `json:"name"`
+}
+
+// ProxyBasicAuth says where a proxy's basic-auth credentials are.
+type ProxyBasicAuth struct {
+	// SecretRef names the Secret with the keys "username" and "password". For a Managed
+	// Proxy both may hold only letters, digits, '-', '.' and '_', at most 256 together
+	// (what tinyproxy's configuration accepts).
+	// +required
+	SecretRef BasicAuthSecretRef `json:"secretRef"`
+}
+
+// ProxyConfig is the proxy's own configuration, which the operator renders for a Managed
+// Proxy (tinyproxy, as cloud-init) and the health probe and discovery use.
+type ProxyConfig struct {
+	// AllowedSourceRanges are the networks that may use the proxy: the crawlers and the
+	// operator's health probes must come from one of them. Required for a Managed Proxy.
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=atomic
+	// +optional
+	AllowedSourceRanges []CIDR `json:"allowedSourceRanges,omitempty"`
+	// BasicAuth, when set, makes the proxy demand these credentials (Proxy-Authorization).
+	// On an External Proxy it tells the operator which credentials the proxy expects.
+	// +optional
+	BasicAuth *ProxyBasicAuth `json:"basicAuth,omitempty"`
+}
+
+// The cross-field rules of ProxySpec about provider and address sit on Proxy.spec, not
+// on the type, so that a ProxyPool template (whose provider may come from a spread
+// entry, and may change) embeds the type without them. The spec.proxy rule stays here:
+// a pool's children are Managed, so their template must obey it too.
+
 // ProxySpec is what the user asks for.
-// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode == 'External') || (has(self.provider) && size(self.provider) > 0)",message="spec.provider is required when mode is Managed: name an entry of the providers config"
-// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'External' || (has(self.address) && size(self.address) > 0)",message="spec.address is required when mode is External: the host name or IP of the existing proxy"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.provider) || (has(self.provider) && self.provider == oldSelf.provider)",message="spec.provider is immutable: delete the Proxy and create it again to use another provider"
+// +kubebuilder:validation:XValidation:rule="!has(self.proxy) || (has(self.mode) && self.mode == 'External') || (has(self.proxy.allowedSourceRanges) && size(self.proxy.allowedSourceRanges) > 0)",message="spec.proxy.allowedSourceRanges is required when spec.proxy is set on a Managed Proxy: list the networks (CIDRs) the crawlers and the operator's probes come from"
 type ProxySpec struct {
 	// Mode is Managed (the operator creates the instance) or External (an existing proxy
 	// at spec.address).
@@ -96,9 +151,15 @@ type ProxySpec struct {
 	// Placement says where the instance runs.
 	// +optional
 	Placement ProxyPlacement `json:"placement,omitempty"`
-	// CloudInit is the instance's user-data, handed to the provider byte for byte.
+	// CloudInit is the instance's user-data. Without spec.proxy it is handed to the
+	// provider byte for byte; with spec.proxy it is combined with the rendered proxy
+	// configuration into one cloud-init MIME multipart document.
 	// +optional
 	CloudInit string `json:"cloudInit,omitempty"`
+	// Proxy is the proxy's own configuration: who may use it and its credentials. When
+	// set on a Managed Proxy the operator renders tinyproxy's configuration itself.
+	// +optional
+	Proxy *ProxyConfig `json:"proxy,omitempty"`
 	// Port is the port the proxy listens on.
 	// +kubebuilder:default=3128
 	// +kubebuilder:validation:Minimum=1
@@ -168,6 +229,9 @@ type Proxy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode == 'External') || (has(self.provider) && size(self.provider) > 0)",message="spec.provider is required when mode is Managed: name an entry of the providers config"
+	// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'External' || (has(self.address) && size(self.address) > 0)",message="spec.address is required when mode is External: the host name or IP of the existing proxy"
+	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.provider) || (has(self.provider) && self.provider == oldSelf.provider)",message="spec.provider is immutable: delete the Proxy and create it again to use another provider"
 	// +required
 	Spec   ProxySpec   `json:"spec"`
 	Status ProxyStatus `json:"status,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
@@ -15,7 +16,9 @@ import (
 
 // setupHealth adds the provider health monitor, the proxy health engine and orphan GC
 // (leader only) and the discovery API (every replica, with its readiness check) to mgr.
-func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions) error {
+// wake is the reconciler's Wake: orphan GC calls it for the Failed Proxies an instance it
+// deleted was blocking.
+func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions, wake func(context.Context, client.ObjectKey)) error {
 	monitor := &controller.ProviderHealthMonitor{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
@@ -25,7 +28,7 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 		Log:       ctrl.Log.WithName("providerhealth"),
 	}
 	engine, err := health.New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("proxy-health"),
-		health.Options{ProbeURL: h.ProxyProbeURL, Interval: h.ProxyCheckInterval}, ctrl.Log.WithName("health"))
+		health.Options{ProbeURL: h.ProxyProbeURL, Interval: h.ProxyCheckInterval, HeartbeatInterval: h.StatusHeartbeat}, ctrl.Log.WithName("health"))
 	if err != nil {
 		return err
 	}
@@ -34,6 +37,7 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 		Providers: providers,
 		Interval:  h.GCInterval,
 		Grace:     h.GCGrace,
+		Wake:      wake,
 		Log:       ctrl.Log.WithName("gc"),
 	}
 	for _, c := range []struct {

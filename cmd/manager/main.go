@@ -15,6 +15,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -22,6 +23,7 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
@@ -33,6 +35,7 @@ type options struct {
 	maxConcurrentReconciles int
 	quotaRetry              time.Duration
 	pendingRetry            time.Duration
+	failedRecheck           time.Duration
 	metricsAddr             string
 	probeAddr               string
 	leaderElect             bool
@@ -48,6 +51,7 @@ type healthOptions struct {
 	ProviderCheckTimeout  time.Duration
 	ProxyCheckInterval    time.Duration
 	ProxyProbeURL         string
+	StatusHeartbeat       time.Duration
 	GCInterval            time.Duration
 	GCGrace               time.Duration
 	DiscoveryBindAddress  string
@@ -63,6 +67,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 3, "Proxies reconciled at once.")
 	fs.DurationVar(&o.quotaRetry, "quota-retry", controller.DefaultQuotaRetry, "Wait before retrying a Proxy whose provider reported exceeded quota.")
 	fs.DurationVar(&o.pendingRetry, "pending-retry", controller.DefaultPendingRetry, "Wait before asking again for a Proxy whose provider is still working in the background (an image download).")
+	fs.DurationVar(&o.failedRecheck, "failed-recheck-interval", controller.DefaultFailedRecheckInterval, "How often a Proxy Failed because another owner's instance holds its name is tried again (orphan GC also wakes it when it removes that instance).")
+	fs.DurationVar(&o.health.StatusHeartbeat, "proxy-status-heartbeat", health.DefaultHeartbeatInterval, "A probe that changes nothing a user sees is written to the Proxy's status only when its lastProbeTime is this old.")
 	fs.DurationVar(&o.health.ProviderCheckInterval, "provider-check-interval", time.Minute, "How often every provider's targets are checked.")
 	fs.DurationVar(&o.health.ProviderCheckTimeout, "provider-check-timeout", 15*time.Second, "Time limit of one round of provider checks.")
 	fs.DurationVar(&o.health.ProxyCheckInterval, "proxy-check-interval", 30*time.Second, "How often every running proxy is probed.")
@@ -156,6 +162,10 @@ func run(args []string, stderr io.Writer) int {
 		log.Error(err, "setting up components")
 		return 1
 	}
+	if err := setupPools(mgr, cfg); err != nil {
+		log.Error(err, "setting up components")
+		return 1
+	}
 	log.Info("starting manager", "providers", len(providers), "leaderElect", o.leaderElect)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
@@ -197,6 +207,7 @@ func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {
 		LeaderElectionID:              "egress-proxies-operator.egress.hrajfrisbee.cz",
 		LeaderElectionNamespace:       o.leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cache.Options{ByObject: poolCacheByObject()},
 	})
 	if err != nil {
 		return nil, err
@@ -216,6 +227,8 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 		Providers:    providers,
 		QuotaRetry:   o.quotaRetry,
 		PendingRetry: o.pendingRetry,
+
+		FailedRecheckInterval: o.failedRecheck,
 	}
 	if err := r.SetupWithManager(mgr, o.maxConcurrentReconciles); err != nil {
 		return fmt.Errorf("proxy reconciler: %w", err)
@@ -223,7 +236,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	if err := addReadyChecks(mgr, providers); err != nil { // readiness.go
 		return fmt.Errorf("readiness checks: %w", err)
 	}
-	return setupHealth(mgr, providers, o.health)
+	return setupHealth(mgr, providers, o.health, r.Wake)
 }
 
 func closeProviders(providers map[string]provider.Provider, log interface{ Error(error, string, ...any) }) {

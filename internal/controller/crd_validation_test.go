@@ -33,38 +33,29 @@ func TestProxyValidation(t *testing.T) {
 		{"external with a port", v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "192.0.2.7:3128"}, "spec.address must be a host name or an IP address, without a port"},
 		{"external with a URL", v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "http://squid"}, "without a port or scheme"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "v", Namespace: "default"}, Spec: tc.spec}
-			err := testClient.Create(ctx, px, client.DryRunAll)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("rejected: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("error %v, want one saying %q", err, tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkAdmission(t, ctx, tc.spec, tc.want) })
 	}
 }
 
 func TestProxyDefaultsAndImmutableProvider(t *testing.T) {
 	ctx := testContext(t)
 	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "defaults", Namespace: "default"}, Spec: v1alpha1.ProxySpec{Provider: "kvm2-home"}}
-	if err := testClient.Create(ctx, px); err != nil {
+	if err := shared.Client(t).Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = testClient.Delete(ctx, px) })
+	t.Cleanup(func() { _ = shared.Client(t).Delete(ctx, px) })
 	if px.Spec.Mode != v1alpha1.ProxyModeManaged || px.Spec.Port != 3128 {
 		t.Errorf("mode %q port %d, want the defaults Managed and 3128", px.Spec.Mode, px.Spec.Port)
 	}
 	px.Spec.Provider = "gcp-europe"
-	err := testClient.Update(ctx, px)
+	err := shared.Client(t).Update(ctx, px)
 	if err == nil || !strings.Contains(err.Error(), "spec.provider is immutable") {
 		t.Errorf("changing spec.provider: %v, want it refused as immutable", err)
 	}
 	// Other fields stay mutable.
 	px.Spec.Provider = "kvm2-home"
 	px.Spec.Placement.Zone = "nuc"
-	if err := testClient.Update(ctx, px); err != nil {
+	if err := shared.Client(t).Update(ctx, px); err != nil {
 		t.Errorf("changing placement: %v", err)
 	}
 }
@@ -85,7 +76,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 			t.Fatalf("%s: %v", f, err)
 		}
 		px.Namespace = "default"
-		if err := testClient.Create(ctx, px, client.DryRunAll); err != nil {
+		if err := shared.Client(t).Create(ctx, px, client.DryRunAll); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
@@ -94,7 +85,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 func TestProviderHealthIsClusterScoped(t *testing.T) {
 	ctx := testContext(t)
 	ph := &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "kvm2-home"}}
-	if err := testClient.Create(ctx, ph, client.DryRunAll); err != nil {
+	if err := shared.Client(t).Create(ctx, ph, client.DryRunAll); err != nil {
 		t.Fatalf("creating a cluster-scoped ProviderHealth: %v", err)
 	}
 }

@@ -47,6 +47,10 @@ func init() { metrics.Registry.MustRegister(gcDeletedTotal) }
 //
 // A provider whose listing fails is skipped for that sweep with one log line; the others
 // continue. GC runs on the leader only.
+//
+// After deleting an instance, GC wakes (Wake) every Failed Proxy of the same provider
+// whose instance name is the deleted one's: a Proxy deleted and applied again while its
+// old instance stood has failed on that instance (OwnedByOther) and can now be created.
 type OrphanGC struct {
 	// Client lists Proxies (from the manager's cache).
 	Client    client.Client
@@ -54,6 +58,8 @@ type OrphanGC struct {
 	Interval  time.Duration
 	Grace     time.Duration
 	Log       logr.Logger
+	// Wake, when set, has a Proxy reconciled at once (ProxyReconciler.Wake).
+	Wake func(ctx context.Context, key client.ObjectKey)
 
 	now func() time.Time
 }
@@ -135,20 +141,32 @@ func (g *OrphanGC) Sweep(ctx context.Context) (SweepResult, error) {
 	return res, nil
 }
 
-func (g *OrphanGC) proxyUIDs(ctx context.Context) (map[string]bool, error) {
+// proxyOwners is what a sweep knows of the Proxies: their UIDs, and the Failed ones by
+// provider and instance name (the Proxies an instance's deletion may unblock).
+type proxyOwners struct {
+	uids   map[string]bool
+	failed map[[2]string][]client.ObjectKey
+}
+
+func (g *OrphanGC) proxyUIDs(ctx context.Context) (proxyOwners, error) {
 	var list v1alpha1.ProxyList
 	if err := g.Client.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("orphan gc: listing proxies: %w", err)
+		return proxyOwners{}, fmt.Errorf("orphan gc: listing proxies: %w", err)
 	}
-	uids := make(map[string]bool, len(list.Items))
+	o := proxyOwners{uids: make(map[string]bool, len(list.Items)), failed: map[[2]string][]client.ObjectKey{}}
 	for i := range list.Items {
-		uids[string(list.Items[i].UID)] = true
+		px := &list.Items[i]
+		o.uids[string(px.UID)] = true
+		if px.Status.Phase == v1alpha1.PhaseFailed {
+			k := [2]string{px.Spec.Provider, px.InstanceName()}
+			o.failed[k] = append(o.failed[k], client.ObjectKeyFromObject(px))
+		}
 	}
-	return uids, nil
+	return o, nil
 }
 
 // collect deletes the orphans among one provider's instances and returns their IDs.
-func (g *OrphanGC) collect(ctx context.Context, name string, p provider.Provider, insts []provider.Instance, owners map[string]bool) []string {
+func (g *OrphanGC) collect(ctx context.Context, name string, p provider.Provider, insts []provider.Instance, owners proxyOwners) []string {
 	grace := g.Grace
 	if grace <= 0 {
 		grace = DefaultGCGrace
@@ -161,7 +179,7 @@ func (g *OrphanGC) collect(ctx context.Context, name string, p provider.Provider
 		case in.UID == "":
 			log.Info("orphan gc: instance carries no owner uid, leaving it alone")
 			continue
-		case owners[in.UID]:
+		case owners.uids[in.UID]:
 			continue
 		case in.CreatedAt.IsZero() || now.Sub(in.CreatedAt) < grace:
 			// An unknown (zero) CreatedAt never ages: unknown age is no proof of age.
@@ -175,6 +193,12 @@ func (g *OrphanGC) collect(ctx context.Context, name string, p provider.Provider
 		gcDeletedTotal.WithLabelValues(name).Inc()
 		log.Info("orphan gc: deleted orphaned instance", "createdAt", in.CreatedAt, "age", now.Sub(in.CreatedAt).Round(time.Second))
 		deleted = append(deleted, in.ProviderID)
+		for _, key := range owners.failed[[2]string{name, in.Name}] {
+			if g.Wake != nil {
+				log.Info("orphan gc: waking the failed proxy the deleted instance blocked", "proxy", key)
+				g.Wake(ctx, key)
+			}
+		}
 	}
 	return deleted
 }

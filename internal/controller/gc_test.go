@@ -10,10 +10,14 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
 // markedOnly is a provider whose ListByTag returns only the instances carrying its
@@ -28,29 +32,30 @@ func (m *markedOnly) ListByTag(ctx context.Context) ([]provider.Instance, error)
 	return slices.DeleteFunc(all, func(in provider.Instance) bool { return m.unmarked[in.ProviderID] }), err
 }
 
-func gcNamespace(t *testing.T, ctx context.Context) string {
+// GC only lists Proxies: controller-runtime's fake client stands in for the API server.
+func gcClient(t *testing.T) client.Client {
 	t.Helper()
-	return testEnv.Namespace(t, ctx, "gc")
+	return testenv.FakeClient(t, interceptor.Funcs{})
 }
 
 // newProxyObject creates a Proxy with an empty status: what a Proxy looks like while its
 // first Create is still running.
-func newProxyObject(t *testing.T, ctx context.Context, ns, name string) *v1alpha1.Proxy {
+func newProxyObject(t *testing.T, ctx context.Context, c client.Client, name string) *v1alpha1.Proxy {
 	t.Helper()
-	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "gc", Name: name, UID: types.UID("uid-" + name)},
 		Spec: v1alpha1.ProxySpec{Provider: "gc-a"}}
-	if err := testClient.Create(ctx, px); err != nil {
-		t.Fatalf("creating proxy %s/%s: %v", ns, name, err)
+	if err := c.Create(ctx, px); err != nil {
+		t.Fatalf("creating proxy gc/%s: %v", name, err)
 	}
 	return px
 }
 
 func TestOrphanGCSweep(t *testing.T) {
 	ctx := testContext(t)
-	ns := gcNamespace(t, ctx)
+	c := gcClient(t)
 	now := time.Now()
 	old, young := now.Add(-time.Hour), now.Add(-time.Minute)
-	live := newProxyObject(t, ctx, ns, "live")
+	live := newProxyObject(t, ctx, c, "live")
 
 	a := &markedOnly{Fake: providertest.NewFake(), unmarked: map[string]bool{}}
 	b := providertest.NewFake()
@@ -63,7 +68,7 @@ func TestOrphanGCSweep(t *testing.T) {
 	a.unmarked[foreign] = true
 	orphanB := b.SetInstance(provider.Instance{Name: "proxy-orphan-b", UID: "gone-b", CreatedAt: old})
 
-	gc := &OrphanGC{Client: testClient, Providers: map[string]provider.Provider{"gc-a": a, "gc-b": b},
+	gc := &OrphanGC{Client: c, Providers: map[string]provider.Provider{"gc-a": a, "gc-b": b},
 		Grace: 10 * time.Minute, Log: logr.Discard(), now: func() time.Time { return now }}
 	before := testutil.ToFloat64(gcDeletedTotal.WithLabelValues("gc-a"))
 	res, err := gc.Sweep(ctx)
@@ -106,8 +111,8 @@ func TestOrphanGCSweep(t *testing.T) {
 // cache has not seen yet is covered by the grace period.
 func TestOrphanGCInFlightCreate(t *testing.T) {
 	ctx := testContext(t)
-	ns := gcNamespace(t, ctx)
-	px := newProxyObject(t, ctx, ns, "creating")
+	c := gcClient(t)
+	px := newProxyObject(t, ctx, c, "creating")
 	fake := providertest.NewFake()
 	release := make(chan struct{})
 	created := make(chan struct{})
@@ -128,7 +133,7 @@ func TestOrphanGCInFlightCreate(t *testing.T) {
 	// And one whose Proxy this GC's view does not contain yet (a lagging cache).
 	unseen := fake.SetInstance(provider.Instance{Name: "proxy-unseen", UID: "uid-not-in-cache-yet", CreatedAt: now.Add(-5 * time.Second)})
 
-	gc := &OrphanGC{Client: testClient, Providers: map[string]provider.Provider{"gc-a": fake},
+	gc := &OrphanGC{Client: c, Providers: map[string]provider.Provider{"gc-a": fake},
 		Grace: 10 * time.Minute, Log: logr.Discard(), now: func() time.Time { return now }}
 	res, err := gc.Sweep(ctx)
 	if err != nil {
@@ -155,7 +160,7 @@ func TestOrphanGCListingFailureSkipsOnlyThatProvider(t *testing.T) {
 	bad.NextListErr(provider.Transient(errors.New("ssh: connect to host hv1: connection refused")))
 
 	var lines logLines
-	gc := &OrphanGC{Client: testClient, Providers: map[string]provider.Provider{"bad": bad, "good": good},
+	gc := &OrphanGC{Client: gcClient(t), Providers: map[string]provider.Provider{"bad": bad, "good": good},
 		Grace: time.Minute, Log: lines.logger(), now: func() time.Time { return now }}
 	res, err := gc.Sweep(ctx)
 	if err != nil {

@@ -32,7 +32,7 @@ func (s slowCheck) Check(ctx context.Context) []provider.TargetStatus {
 func getPH(t *testing.T, ctx context.Context, name string) *v1alpha1.ProviderHealth {
 	t.Helper()
 	ph := &v1alpha1.ProviderHealth{}
-	if err := testClient.Get(ctx, client.ObjectKey{Name: name}, ph); err != nil {
+	if err := shared.Client(t).Get(ctx, client.ObjectKey{Name: name}, ph); err != nil {
 		t.Fatalf("getting providerhealth %s: %v", name, err)
 	}
 	return ph
@@ -53,13 +53,13 @@ func TestProviderHealthMonitor(t *testing.T) {
 	})
 	rec := tracetest.NewSpanRecorder()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	m := &ProviderHealthMonitor{Client: testClient, Providers: map[string]provider.Provider{
+	m := &ProviderHealthMonitor{Client: shared.Client(t), Providers: map[string]provider.Provider{
 		"ph-home": fake, "ph-slow": slowCheck{providertest.NewFake()}},
 		Timeout: 300 * time.Millisecond, Log: logr.Discard(),
 		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)),
 		now:            func() time.Time { return now }}
 	for _, n := range []string{"ph-home", "ph-slow"} {
-		_ = testClient.Delete(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		_ = shared.Client(t).Delete(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: n}})
 	}
 
 	start := time.Now()
@@ -131,13 +131,13 @@ func TestProviderHealthMonitor(t *testing.T) {
 // The object is recreated when someone deletes it.
 func TestProviderHealthRecreated(t *testing.T) {
 	ctx := testContext(t)
-	m := &ProviderHealthMonitor{Client: testClient, Providers: map[string]provider.Provider{"ph-re": providertest.NewFake()}, Log: logr.Discard()}
+	m := &ProviderHealthMonitor{Client: shared.Client(t), Providers: map[string]provider.Provider{"ph-re": providertest.NewFake()}, Log: logr.Discard()}
 	m.CheckAll(ctx)
-	if err := testClient.Delete(ctx, getPH(t, ctx, "ph-re")); err != nil {
+	if err := shared.Client(t).Delete(ctx, getPH(t, ctx, "ph-re")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, waitLong, "providerhealth ph-re to be deleted", func() (bool, error) {
-		err := testClient.Get(ctx, client.ObjectKey{Name: "ph-re"}, &v1alpha1.ProviderHealth{})
+		err := shared.Client(t).Get(ctx, client.ObjectKey{Name: "ph-re"}, &v1alpha1.ProviderHealth{})
 		return apierrors.IsNotFound(err), err
 	})
 	m.CheckAll(ctx)
@@ -153,16 +153,16 @@ func TestProviderHealthOfRemovedProviderDeleted(t *testing.T) {
 	ctx := testContext(t)
 	uids := map[string]types.UID{}
 	for _, n := range []string{"ph-kept", "ph-removed-1", "ph-removed-2"} {
-		_ = testClient.Delete(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		_ = shared.Client(t).Delete(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: n}})
 		waitFor(t, waitLong, "providerhealth "+n+" to be gone before the test", func() (bool, error) {
-			err := testClient.Create(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: n}})
+			err := shared.Client(t).Create(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: n}})
 			return err == nil, err
 		})
 		uids[n] = getPH(t, ctx, n).UID
 	}
 
 	var lists atomic.Int32
-	c := interceptor.NewClient(noWatch{testClient}, interceptor.Funcs{
+	c := interceptor.NewClient(noWatch{shared.Client(t)}, interceptor.Funcs{
 		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 			if _, ok := list.(*v1alpha1.ProviderHealthList); ok && lists.Add(1) == 1 {
 				return apierrors.NewServiceUnavailable("the first listing fails")
@@ -190,7 +190,7 @@ func TestProviderHealthOfRemovedProviderDeleted(t *testing.T) {
 
 	for _, n := range []string{"ph-removed-1", "ph-removed-2"} {
 		waitFor(t, waitLong, "providerhealth "+n+" of an unconfigured provider to be deleted", func() (bool, error) {
-			err := testClient.Get(ctx, client.ObjectKey{Name: n}, &v1alpha1.ProviderHealth{})
+			err := shared.Client(t).Get(ctx, client.ObjectKey{Name: n}, &v1alpha1.ProviderHealth{})
 			return apierrors.IsNotFound(err), err
 		})
 	}
@@ -206,7 +206,7 @@ func TestProviderHealthOfRemovedProviderDeleted(t *testing.T) {
 
 	// Once removed, the monitor does not look again while it runs: the config cannot
 	// change under a running process, so a later object is not its to remove.
-	if err := testClient.Create(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "ph-removed-1"}}); err != nil {
+	if err := shared.Client(t).Create(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "ph-removed-1"}}); err != nil {
 		t.Fatal(err)
 	}
 	checks := fake.CountOf(providertest.OpCheck)
@@ -217,7 +217,7 @@ func TestProviderHealthOfRemovedProviderDeleted(t *testing.T) {
 	if n := lists.Load(); n != 2 {
 		t.Errorf("%d listings after the removal succeeded, want no more than 2", n)
 	}
-	if err := testClient.Delete(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "ph-removed-1"}}); err != nil {
+	if err := shared.Client(t).Delete(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "ph-removed-1"}}); err != nil {
 		t.Error(err)
 	}
 }

@@ -33,7 +33,7 @@ func benchmarkProxies(b *testing.B, n, workers int) {
 		created := time.Since(start)
 		waitFor(b, 10*time.Minute, fmt.Sprintf("%d proxies Running", n), func() (bool, error) {
 			list := &v1alpha1.ProxyList{}
-			if err := testClient.List(e.ctx, list, client.InNamespace(e.ns)); err != nil {
+			if err := e.c.List(e.ctx, list, client.InNamespace(e.ns)); err != nil {
 				return false, err
 			}
 			running := 0
@@ -63,7 +63,7 @@ func createConcurrently(b *testing.B, e *proxyEnv, n, workers int) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				if err := testClient.Create(e.ctx, e.newProxy(fmt.Sprintf("px-%04d", i))); err != nil {
+				if err := e.c.Create(e.ctx, e.newProxy(fmt.Sprintf("px-%04d", i))); err != nil {
 					errs <- err
 				}
 			}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -22,8 +23,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -43,6 +47,9 @@ const (
 	DefaultPollInterval     = 10 * time.Second
 	DefaultResyncInterval   = 5 * time.Minute
 	DefaultProgressInterval = 3 * time.Second
+	// DefaultFailedRecheckInterval is how often a Proxy Failed with OwnedByOther tries
+	// its Create again.
+	DefaultFailedRecheckInterval = 10 * time.Minute
 )
 
 // ProxyReconciler turns Proxy objects into provider instances.
@@ -68,29 +75,60 @@ type ProxyReconciler struct {
 	ResyncInterval time.Duration
 	// ProgressInterval is the least time between two progress patches of one Proxy.
 	ProgressInterval time.Duration
+	// FailedRecheckInterval is how often a Proxy Failed because an instance of its name
+	// belongs to another owner (reason OwnedByOther) tries its Create again
+	// (DefaultFailedRecheckInterval). Proxies Failed for any other reason are not
+	// re-checked and cost nothing: they wait for a spec change.
+	FailedRecheckInterval time.Duration
+
+	// wake carries the Proxies Wake asks to reconcile; made by SetupWithManager.
+	wake chan event.TypedGenericEvent[*v1alpha1.Proxy]
 }
 
-// +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxies,verbs=get;list;watch;create;update;patch;delete
+// wakeBuffer is how many Wake calls may wait for the controller to take them.
+const wakeBuffer = 256
+
+// The manager's cluster-wide grants. Leader election's Lease lives in the manager's own
+// namespace and is granted there by the namespaced Role in config/rbac; nothing here may
+// write leases (role_test.go checks the generated role).
+// +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxies,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxies/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxies/finalizers,verbs=update
 // +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=providerhealths,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=providerhealths/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // SetupWithManager registers the reconciler with mgr, running maxConcurrent reconciles
-// at once. Only spec changes (a new generation) and deletions wake it; status writes by
-// the reconciler itself or the health engine do not.
+// at once. Only spec changes (a new generation), deletions and Wake wake it; status
+// writes by the reconciler itself or the health engine do not.
 func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
+	r.wake = make(chan event.TypedGenericEvent[*v1alpha1.Proxy], wakeBuffer)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.Proxy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*v1alpha1.Proxy]{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent, RateLimiter: errorBackoff()}).
 		Named("proxy").
 		Complete(r)
+}
+
+// Wake has the Proxy named key reconciled soon, whatever its generation. Orphan GC calls
+// it (OrphanGC.Wake) after deleting an instance of the Proxy's name, the one that kept it
+// Failed with OwnedByOther. It returns without waking anything before SetupWithManager,
+// or when ctx ends while the controller is not taking requests.
+func (r *ProxyReconciler) Wake(ctx context.Context, key client.ObjectKey) {
+	if r.wake == nil {
+		return
+	}
+	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	select {
+	case r.wake <- event.TypedGenericEvent[*v1alpha1.Proxy]{Object: px}:
+	case <-ctx.Done():
+	}
 }
 
 // maxErrorBackoff caps the retry delay after transient errors. controller-runtime's
@@ -168,6 +206,10 @@ func (r *ProxyReconciler) quotaRetry() time.Duration {
 
 func (r *ProxyReconciler) pendingRetry() time.Duration {
 	return orDefault(r.PendingRetry, DefaultPendingRetry)
+}
+
+func (r *ProxyReconciler) failedRecheck() time.Duration {
+	return orDefault(r.FailedRecheckInterval, DefaultFailedRecheckInterval)
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -65,11 +65,11 @@ func TestInstanceNameStableAcrossRecreation(t *testing.T) {
 	e := newProxyEnv(t)
 	first := e.create(e.newProxy("again"))
 	e.waitPhase("again", v1alpha1.PhaseRunning)
-	if err := testClient.Delete(e.ctx, first); err != nil {
+	if err := e.c.Delete(e.ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, waitLong, "proxy again to be gone", func() (bool, error) {
-		err := testClient.Get(e.ctx, client.ObjectKeyFromObject(first), &v1alpha1.Proxy{})
+		err := e.c.Get(e.ctx, client.ObjectKeyFromObject(first), &v1alpha1.Proxy{})
 		return apierrors.IsNotFound(err), err
 	})
 	second := e.create(e.newProxy("again"))
@@ -88,7 +88,8 @@ func TestInstanceNameStableAcrossRecreation(t *testing.T) {
 }
 
 func TestPermanentErrorLatchedUntilSpecChanges(t *testing.T) {
-	e := newProxyEnv(t)
+	// However short the re-check timer, it does not apply to a cause that cannot clear.
+	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.FailedRecheckInterval = time.Millisecond })
 	e.fake.NextCreateErr(provider.Permanent(errors.New(`placement.machineType "huge" is not in kvm2.machineTypes`)))
 	e.create(e.newProxy("perm"))
 	got := e.waitPhase("perm", v1alpha1.PhaseFailed)
@@ -119,7 +120,7 @@ func TestPermanentErrorLatchedUntilSpecChanges(t *testing.T) {
 	// A spec change (new generation) lifts the latch.
 	px := e.get("perm")
 	px.Spec.Placement.MachineType = "medium"
-	if err := testClient.Update(e.ctx, px); err != nil {
+	if err := e.c.Update(e.ctx, px); err != nil {
 		t.Fatal(err)
 	}
 	got = e.waitPhase("perm", v1alpha1.PhaseRunning)
@@ -207,7 +208,7 @@ func TestSpecChangeReplacesInstance(t *testing.T) {
 	first := e.waitPhase("repl", v1alpha1.PhaseRunning)
 	px := e.get("repl")
 	px.Spec.Placement.Region = "elsewhere" // region is in the hash even where a provider ignores it
-	if err := testClient.Update(e.ctx, px); err != nil {
+	if err := e.c.Update(e.ctx, px); err != nil {
 		t.Fatal(err)
 	}
 	got := e.waitProxy("repl", "a new spec hash, Running", func(p *v1alpha1.Proxy) bool {
@@ -232,7 +233,7 @@ func TestSpecChangeReplacesInstance(t *testing.T) {
 	creates := e.fake.CountOf(providertest.OpCreate)
 	px = e.get("repl")
 	px.Spec.Port = 8888
-	if err := testClient.Update(e.ctx, px); err != nil {
+	if err := e.c.Update(e.ctx, px); err != nil {
 		t.Fatal(err)
 	}
 	e.waitProxy("repl", "observedGeneration caught up", func(p *v1alpha1.Proxy) bool { return p.Status.ObservedGeneration == p.Generation })

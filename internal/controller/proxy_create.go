@@ -21,12 +21,17 @@ import (
 func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provider, hash string) (ctrl.Result, error) {
 	px := s.px
 	name := px.InstanceName()
-	msg := fmt.Sprintf("creating instance %s with provider %s", name, px.Spec.Provider)
-	s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning, msg)
-	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, msg)
-	// A Create may take minutes (a first image download): show Provisioning meanwhile.
-	if err := r.patchStatus(ctx, s); err != nil {
-		return ctrl.Result{}, err
+	if ownedByOther(px) {
+		// A re-check: the Proxy stays Failed, with no phase flapping, until the Create succeeds.
+		s.log.V(1).Info("checking a proxy failed on an instance of another owner again", "message", px.Status.Message)
+	} else {
+		msg := fmt.Sprintf("creating instance %s with provider %s", name, px.Spec.Provider)
+		s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning, msg)
+		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, msg)
+		// A Create may take minutes (a first image download): show Provisioning meanwhile.
+		if err := r.patchStatus(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 
 	req := provider.CreateRequest{
@@ -40,12 +45,12 @@ func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provi
 		},
 		CloudInit: []byte(px.Spec.CloudInit),
 		Port:      px.Spec.Port,
+		SpecHash:  hash,
 	}
 	prog := r.newProgress(ctx, s)
 	inst, err := p.Create(provider.WithProgress(ctx, prog.report), req)
 	if latest := prog.stop(); latest != nil {
-		s.px, s.base = latest.DeepCopy(), latest.DeepCopy()
-		px = s.px
+		s.written(latest)
 	}
 	if err != nil {
 		return r.providerError(s, actionCreate, fmt.Errorf("creating instance %s: %w", name, err), true)
@@ -79,6 +84,18 @@ func (r *ProxyReconciler) providerError(s *scope, action string, err error, prov
 		st.Phase, st.Message = v1alpha1.PhaseProvisioning, msg
 		s.setProvisioned(metav1.ConditionFalse, pr.Reason, msg)
 		return ctrl.Result{RequeueAfter: r.pendingRetry()}, nil
+	case errors.Is(err, provider.ErrOwnedByOther):
+		// Permanent for this request, but the other owner's instance may go (orphan GC
+		// deletes it once no Proxy owns it): check again later instead of latching.
+		every := r.failedRecheck()
+		msg := fmt.Sprintf("%v; checked again every %s, and as soon as orphan GC deletes that instance", err, every)
+		if !ownedByOther(s.px) {
+			s.log.Info("proxy phase changed", "from", st.Phase, "to", v1alpha1.PhaseFailed, "reason", v1alpha1.ReasonOwnedByOther, "error", err.Error())
+			s.event(corev1.EventTypeWarning, v1alpha1.ReasonOwnedByOther, action, "%s", msg)
+		}
+		st.Phase, st.Message = v1alpha1.PhaseFailed, msg
+		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonOwnedByOther, msg)
+		return ctrl.Result{RequeueAfter: every}, nil
 	case errors.Is(err, provider.ErrPermanent):
 		if st.Phase != v1alpha1.PhaseFailed {
 			s.log.Info("proxy phase changed", "from", st.Phase, "to", v1alpha1.PhaseFailed, "reason", v1alpha1.ReasonPermanentError, "error", err.Error())
@@ -183,7 +200,7 @@ func progressMessage(pr provider.Progress) string {
 
 func (p *progress) write(pr provider.Progress, event bool) {
 	msg := progressMessage(pr)
-	s := &scope{px: p.px.DeepCopy(), base: p.px.DeepCopy(), r: p.r, log: ctrl.LoggerFrom(p.ctx)}
+	s := p.r.newScope(p.ctx, p.px.DeepCopy())
 	s.px.Status.Message = msg
 	s.setProvisioned(metav1.ConditionFalse, pr.Reason, msg)
 	if event {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,7 +26,7 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.R
 	if mayHaveInstance(px) {
 		p, ok := r.Providers[px.Spec.Provider]
 		if !ok {
-			s.event(corev1.EventTypeWarning, EventInstanceLeft, actionDelete,
+			s.event(corev1.EventTypeWarning, v1alpha1.ReasonInstanceLeftBehind, actionDelete,
 				"provider %q is not configured: instance %s, if it exists, is left behind", px.Spec.Provider, px.InstanceName())
 		} else if err := r.deleteInstance(ctx, s, p); err != nil {
 			return r.providerError(s, actionDelete, err, false)
@@ -40,20 +41,20 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.R
 	return ctrl.Result{}, nil
 }
 
-// mayHaveInstance: a recorded providerID, or a Managed Proxy that got as far as asking
-// its provider (the status write after a Create may have been lost).
+// mayHaveInstance: a recorded providerID, or a Proxy that got as far as asking its
+// provider (the status write after a Create may have been lost) and has not been
+// published as External since. It reads the status, not spec.mode: a Proxy switched
+// from Managed to External still has its Managed status until the switch is reconciled.
 func mayHaveInstance(px *v1alpha1.Proxy) bool {
 	if px.Status.ProviderID != "" {
 		return true
-	}
-	if px.Spec.Mode == v1alpha1.ProxyModeExternal {
-		return false
 	}
 	switch px.Status.Phase {
 	case "", v1alpha1.PhasePending:
 		return false
 	}
-	return true
+	c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned)
+	return c == nil || c.Reason != v1alpha1.ReasonExternal
 }
 
 // deleteInstance shows Deleting and deletes every instance of the Proxy. An instance the
@@ -69,7 +70,7 @@ func (r *ProxyReconciler) deleteInstance(ctx context.Context, s *scope, p provid
 	}
 	ids, err := r.instanceIDs(ctx, px, p)
 	if errors.Is(err, provider.ErrPermanent) {
-		s.event(corev1.EventTypeWarning, EventInstanceLeft, actionList,
+		s.event(corev1.EventTypeWarning, v1alpha1.ReasonInstanceLeftBehind, actionList,
 			"cannot look for instance %s, it is left behind if it exists: %v", px.InstanceName(), err)
 		return nil
 	}
@@ -79,8 +80,9 @@ func (r *ProxyReconciler) deleteInstance(ctx context.Context, s *scope, p provid
 	for _, id := range ids {
 		err := p.Delete(ctx, id)
 		switch {
+		case s.leftBehind(id, err):
 		case errors.Is(err, provider.ErrPermanent):
-			s.event(corev1.EventTypeWarning, EventInstanceLeft, actionDelete,
+			s.event(corev1.EventTypeWarning, v1alpha1.ReasonInstanceLeftBehind, actionDelete,
 				"instance %s cannot be deleted and is left behind: %v", id, err)
 		case err != nil:
 			return fmt.Errorf("deleting instance %s: %w", id, err)
@@ -89,6 +91,20 @@ func (r *ProxyReconciler) deleteInstance(ctx context.Context, s *scope, p provid
 		}
 	}
 	return nil
+}
+
+// leftBehind reports a Delete error saying that the instance may still exist in a place
+// the provider can no longer reach or name (provider.ErrLeftBehind), and records it as a
+// Warning InstanceLeftBehind Event whose note is the provider's message (kvm2 names the
+// host and the virsh commands that remove it by hand). The caller then goes on as if the
+// instance were deleted: nothing the operator can do will delete it.
+func (s *scope) leftBehind(id string, err error) bool {
+	if !errors.Is(err, provider.ErrLeftBehind) {
+		return false
+	}
+	s.log.Info("instance left behind", "providerID", id, "error", err.Error())
+	s.event(corev1.EventTypeWarning, v1alpha1.ReasonInstanceLeftBehind, actionDelete, "%v", err)
+	return true
 }
 
 // instanceIDs returns the recorded providerID or, when none was recorded, the instances

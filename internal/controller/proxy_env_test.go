@@ -31,6 +31,7 @@ type proxyEnv struct {
 	t    testing.TB
 	ctx  context.Context
 	ns   string
+	c    client.Client // uncached, for setting up and reading back
 	fake *providertest.Fake
 	r    *ProxyReconciler
 	// cached reads through the manager's cache, as the reconciler does.
@@ -50,9 +51,10 @@ func newProxyEnv(t testing.TB, opts ...envOption) *proxyEnv {
 func newProxyEnvWorkers(t testing.TB, workers int, opts ...envOption) *proxyEnv {
 	t.Helper()
 	ctx := testContext(t)
-	ns := testEnv.Namespace(t, ctx, "px")
-	mgr := testEnv.NewManager(t, ns, nil)
-	e := &proxyEnv{t: t, ctx: ctx, ns: ns, fake: providertest.NewFake(), cached: mgr.GetClient()}
+	env := shared.Env(t)
+	ns := env.Namespace(t, ctx, "px")
+	mgr := env.NewManager(t, ns, nil)
+	e := &proxyEnv{t: t, ctx: ctx, ns: ns, c: env.Client, fake: providertest.NewFake(), cached: mgr.GetClient()}
 	e.r = &ProxyReconciler{
 		Client:     mgr.GetClient(),
 		Scheme:     mgr.GetScheme(),
@@ -84,7 +86,7 @@ func (e *proxyEnv) newProxy(name string) *v1alpha1.Proxy {
 
 func (e *proxyEnv) create(px *v1alpha1.Proxy) *v1alpha1.Proxy {
 	e.t.Helper()
-	if err := testClient.Create(e.ctx, px); err != nil {
+	if err := e.c.Create(e.ctx, px); err != nil {
 		e.t.Fatalf("creating proxy %s: %v", px.Name, err)
 	}
 	return px
@@ -93,7 +95,7 @@ func (e *proxyEnv) create(px *v1alpha1.Proxy) *v1alpha1.Proxy {
 func (e *proxyEnv) get(name string) *v1alpha1.Proxy {
 	e.t.Helper()
 	px := &v1alpha1.Proxy{}
-	if err := testClient.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
+	if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
 		e.t.Fatalf("getting proxy %s: %v", name, err)
 	}
 	return px
@@ -105,7 +107,7 @@ func (e *proxyEnv) waitProxy(name, what string, cond func(*v1alpha1.Proxy) bool)
 	var px *v1alpha1.Proxy
 	waitFor(e.t, waitLong, fmt.Sprintf("proxy %s/%s: %s", e.ns, name, what), func() (bool, error) {
 		px = &v1alpha1.Proxy{}
-		if err := testClient.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
+		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
 			return false, err
 		}
 		if cond(px) {
@@ -148,7 +150,7 @@ func (e *proxyEnv) waitEvent(name, reason, substr string) eventsv1.Event {
 
 func (e *proxyEnv) events(name string) ([]eventsv1.Event, error) {
 	list := &eventsv1.EventList{}
-	if err := testClient.List(e.ctx, list, client.InNamespace(e.ns)); err != nil {
+	if err := e.c.List(e.ctx, list, client.InNamespace(e.ns)); err != nil {
 		return nil, err
 	}
 	var out []eventsv1.Event

@@ -32,7 +32,7 @@ func TestDeletionRemovesInstanceBeforeFinalizer(t *testing.T) {
 
 	// While Delete fails, the Proxy stays, Deleting, with its finalizer and its instance.
 	deleteFails.Store(true)
-	if err := testClient.Delete(e.ctx, px); err != nil {
+	if err := e.c.Delete(e.ctx, px); err != nil {
 		t.Fatal(err)
 	}
 	e.waitEvent("bye", v1alpha1.ReasonTransientError, "handshake failed")
@@ -50,7 +50,7 @@ func TestDeletionRemovesInstanceBeforeFinalizer(t *testing.T) {
 
 	deleteFails.Store(false)
 	waitFor(t, waitLong, "proxy bye to be gone", func() (bool, error) {
-		err := testClient.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
+		err := e.c.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
 		return apierrors.IsNotFound(err), err
 	})
 	if _, ok := e.fake.Instance(id); ok {
@@ -80,14 +80,14 @@ func TestDeletionFindsUnrecordedInstance(t *testing.T) {
 	base := got.DeepCopy()
 	got.Status.ProviderID, got.Status.IP = "", ""
 	got.Status.Phase = v1alpha1.PhaseProvisioning
-	if err := testClient.Status().Patch(e.ctx, got, client.MergeFrom(base)); err != nil {
+	if err := shared.Client(t).Status().Patch(e.ctx, got, client.MergeFrom(base)); err != nil {
 		t.Fatal(err)
 	}
-	if err := testClient.Delete(e.ctx, px); err != nil {
+	if err := e.c.Delete(e.ctx, px); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, waitLong, "proxy lost to be gone", func() (bool, error) {
-		err := testClient.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
+		err := e.c.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
 		return apierrors.IsNotFound(err), err
 	})
 	if len(e.fake.Instances()) != 0 || e.fake.CountOf(providertest.OpList) == 0 {
@@ -110,11 +110,11 @@ func TestExternalProxyCreatesNothing(t *testing.T) {
 		t.Errorf("Provisioned = %+v, want True/External", c)
 	}
 	e.waitEvent("ext", v1alpha1.ReasonExternal, "proxy.example.net:8080")
-	if err := testClient.Delete(e.ctx, got); err != nil {
+	if err := e.c.Delete(e.ctx, got); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, waitLong, "proxy ext to be gone", func() (bool, error) {
-		err := testClient.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
+		err := e.c.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
 		return apierrors.IsNotFound(err), err
 	})
 	if calls := e.fake.Calls(); len(calls) != 0 {
@@ -139,11 +139,11 @@ func TestUnconfiguredProviderFails(t *testing.T) {
 		t.Errorf("provider called: %v", e.ops())
 	}
 	// Its deletion is not blocked by the missing provider.
-	if err := testClient.Delete(e.ctx, got); err != nil {
+	if err := e.c.Delete(e.ctx, got); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, waitLong, "proxy nowhere to be gone", func() (bool, error) {
-		err := testClient.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
+		err := e.c.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
 		return apierrors.IsNotFound(err), err
 	})
 }
@@ -261,7 +261,7 @@ func TestStatusWriteKeepsHealthEngineFields(t *testing.T) {
 // the uncached client, so the reconciler's pending write carries a stale version.
 func healthEngineMarksReady(ctx context.Context, t *testing.T, stale *v1alpha1.Proxy) {
 	px := &v1alpha1.Proxy{}
-	if err := testClient.Get(ctx, client.ObjectKeyFromObject(stale), px); err != nil {
+	if err := shared.Client(t).Get(ctx, client.ObjectKeyFromObject(stale), px); err != nil {
 		t.Errorf("health write: %v", err)
 		return
 	}
@@ -269,29 +269,23 @@ func healthEngineMarksReady(ctx context.Context, t *testing.T, stale *v1alpha1.P
 	px.Status.Healthy = true
 	px.Status.Phase = v1alpha1.PhaseReady
 	meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded, Message: "probe ok"})
-	if err := testClient.Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := shared.Client(t).Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		t.Errorf("health write: %v", err)
 	}
 }
 
 // An API error on the status write comes back from Reconcile as an error, alone.
 func TestStatusWriteErrorReturned(t *testing.T) {
-	var failing atomic.Bool
-	e := newProxyEnv(t, func(r *ProxyReconciler, mgr ctrl.Manager) {
-		r.Client = interceptor.NewClient(noWatch{mgr.GetClient()}, interceptor.Funcs{
-			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-				if failing.Load() {
-					return apierrors.NewServiceUnavailable("etcd leader changed")
-				}
-				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-			},
-		})
+	px := managedProxy("apierr")
+	px.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, ProviderID: providertest.ProviderID(px.InstanceName()),
+		IP: "10.0.0.5", SpecHash: SpecHash(px), ObservedGeneration: 1}
+	r, _, _ := fakeClusterReconciler(t, px, interceptor.Funcs{
+		SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
+			return apierrors.NewServiceUnavailable("etcd leader changed")
+		},
 	})
-	e.create(e.newProxy("apierr"))
-	e.waitPhase("apierr", v1alpha1.PhaseRunning)
-	failing.Store(true)
-	e.fake.RemoveInstance(e.get("apierr").Status.ProviderID)
-	res, err := e.reconcileNow("apierr")
+	// The instance is gone from the provider: the reconcile has status to write.
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(px)})
 	if !apierrors.IsServiceUnavailable(err) || res != (ctrl.Result{}) {
 		t.Errorf("reconcile = %+v, %v; want the API error alone", res, err)
 	}

@@ -66,7 +66,7 @@ func (r *ProxyReconciler) replace(ctx context.Context, s *scope, p provider.Prov
 	s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning,
 		fmt.Sprintf("replacing instance %s after a spec change", px.InstanceName()))
 	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, px.Status.Message)
-	if err := p.Delete(ctx, id); err != nil {
+	if err := p.Delete(ctx, id); err != nil && !s.leftBehind(id, err) {
 		return fmt.Errorf("deleting instance %s for replacement: %w", id, err)
 	}
 	px.Status.ProviderID, px.Status.IP, px.Status.SpecHash = "", "", ""
@@ -99,11 +99,22 @@ func orState(s string) string {
 
 // latchedFailure reports a Proxy that failed permanently at its current generation.
 func latchedFailure(px *v1alpha1.Proxy) bool {
+	return failedWith(px, v1alpha1.ReasonPermanentError)
+}
+
+// ownedByOther reports a Proxy failed at its current generation because an instance of
+// its name belongs to another owner: a cause that can clear without a spec change, so
+// each reconcile (every FailedRecheckInterval, or woken by orphan GC) tries again.
+func ownedByOther(px *v1alpha1.Proxy) bool {
+	return failedWith(px, v1alpha1.ReasonOwnedByOther)
+}
+
+func failedWith(px *v1alpha1.Proxy, reason string) bool {
 	if px.Status.Phase != v1alpha1.PhaseFailed || px.Status.ObservedGeneration != px.Generation {
 		return false
 	}
 	c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned)
-	return c != nil && c.Reason == v1alpha1.ReasonPermanentError
+	return c != nil && c.Reason == reason
 }
 
 // providerNotConfigured fails a Proxy naming a provider that is not in the providers
@@ -127,15 +138,24 @@ func (r *ProxyReconciler) providerNotConfigured(s *scope) ctrl.Result {
 }
 
 // reconcileExternal publishes an existing proxy: nothing is created, spec.address becomes
-// status.ip. An instance left from a time the Proxy was Managed is deleted first.
+// status.ip. An instance left from a time the Proxy was Managed is deleted first, also
+// one whose providerID was never recorded (found by the Proxy's UID, as on deletion).
 func (r *ProxyReconciler) reconcileExternal(ctx context.Context, s *scope) (ctrl.Result, error) {
 	px := s.px
-	if id := px.Status.ProviderID; id != "" {
-		if p, ok := r.Providers[px.Spec.Provider]; ok {
-			if err := p.Delete(ctx, id); err != nil {
+	if p, ok := r.Providers[px.Spec.Provider]; ok && mayHaveInstance(px) {
+		ids, err := r.instanceIDs(ctx, px, p)
+		if err != nil {
+			return r.providerError(s, actionList, err, false)
+		}
+		for _, id := range ids {
+			err := p.Delete(ctx, id)
+			switch {
+			case s.leftBehind(id, err):
+			case err != nil:
 				return r.providerError(s, actionDelete, fmt.Errorf("deleting instance %s left from Managed mode: %w", id, err), false)
+			default:
+				s.event(corev1.EventTypeNormal, EventInstanceDeleted, actionDelete, "deleted instance %s: the proxy is External now", id)
 			}
-			s.event(corev1.EventTypeNormal, EventInstanceDeleted, actionDelete, "deleted instance %s: the proxy is External now", id)
 		}
 	}
 	px.Status.ProviderID, px.Status.SpecHash = "", ""

@@ -22,7 +22,6 @@ const (
 	EventInstanceGone     = "InstanceGone"
 	EventReplacing        = "Replacing"
 	EventInstanceDeleted  = "InstanceDeleted"
-	EventInstanceLeft     = "InstanceLeftBehind"
 	EventProviderProgress = "Progress"
 )
 
@@ -39,10 +38,15 @@ const (
 // a conflict with another writer (the health engine).
 const statusConflictRetries = 5
 
-// scope is one reconcile of one Proxy: the object as read (base) and as being changed (px).
+// scope is one reconcile of one Proxy: the object as being changed (px), the object as
+// the server last had it (base, the patch's starting point) and the status the
+// reconciler's pending changes are relative to (orig: as read, then as last written).
+// px is updated in place, never swapped, so a caller may keep px := s.px across a
+// status write.
 type scope struct {
 	px   *v1alpha1.Proxy
 	base *v1alpha1.Proxy
+	orig *v1alpha1.ProxyStatus
 	log  logr.Logger
 	// gone is set once the finalizer is removed: the object may no longer exist.
 	gone bool
@@ -53,6 +57,7 @@ func (r *ProxyReconciler) newScope(ctx context.Context, px *v1alpha1.Proxy) *sco
 	return &scope{
 		px:   px,
 		base: px.DeepCopy(),
+		orig: px.Status.DeepCopy(),
 		log:  ctrl.LoggerFrom(ctx).WithValues("instance", px.InstanceName()),
 		r:    r,
 	}
@@ -98,7 +103,8 @@ func (s *scope) event(typ, reason, action, format string, args ...any) {
 
 // patchStatus writes the reconciler's status fields. The write carries the version read,
 // so it cannot overwrite what the health engine wrote meanwhile; on a conflict the
-// reconciler's changes are laid onto a fresh copy and written again.
+// reconciler's changes (relative to s.orig, however many conflicts in a row) are laid
+// onto a fresh copy, which replaces the contents of s.px, and written again.
 func (r *ProxyReconciler) patchStatus(ctx context.Context, s *scope) error {
 	if s.gone {
 		return nil
@@ -108,11 +114,12 @@ func (r *ProxyReconciler) patchStatus(ctx context.Context, s *scope) error {
 	key := client.ObjectKeyFromObject(s.px)
 	for attempt := 1; ; attempt++ {
 		if equality.Semantic.DeepEqual(s.base.Status, s.px.Status) {
+			s.orig = s.px.Status.DeepCopy()
 			return nil
 		}
 		err := r.Client.Status().Patch(ctx, s.px, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}))
 		if err == nil {
-			s.base = s.px.DeepCopy()
+			s.written(s.px)
 			return nil
 		}
 		if !apierrors.IsConflict(err) || attempt == statusConflictRetries {
@@ -122,12 +129,20 @@ func (r *ProxyReconciler) patchStatus(ctx context.Context, s *scope) error {
 		if err := r.reader().Get(ctx, key, fresh); err != nil {
 			return fmt.Errorf("re-reading proxy %s after a status conflict: %w", key, err)
 		}
-		st := fresh.Status.DeepCopy()
-		layOwned(st, &s.base.Status, want)
 		s.base = fresh.DeepCopy()
-		fresh.Status = *st
-		s.px = fresh
+		layOwned(&fresh.Status, s.orig, want)
+		*s.px = *fresh
 	}
+}
+
+// written records px as what the server now holds: the base of the next patch and of
+// the reconciler's next changes. s.px keeps its identity.
+func (s *scope) written(px *v1alpha1.Proxy) {
+	if px != s.px {
+		px.DeepCopyInto(s.px)
+	}
+	s.base = s.px.DeepCopy()
+	s.orig = s.px.Status.DeepCopy()
 }
 
 func (r *ProxyReconciler) reader() client.Reader {
@@ -138,7 +153,8 @@ func (r *ProxyReconciler) reader() client.Reader {
 }
 
 // layOwned copies onto dst each field the reconciler owns that want changed relative to
-// old, leaving the health engine's fields (healthy, Healthy, probe data) as dst has them.
+// old (the status the reconciler's changes started from, not an intermediate re-read),
+// leaving the health engine's fields (healthy, Healthy, probe data) as dst has them.
 func layOwned(dst, old, want *v1alpha1.ProxyStatus) {
 	if want.Phase != old.Phase && !(want.Phase == v1alpha1.PhaseRunning && dst.Phase == v1alpha1.PhaseReady) {
 		dst.Phase = want.Phase

@@ -6,18 +6,15 @@ import (
 	"testing"
 
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
 // One real kube-apiserver and etcd for the whole package, with the CRDs from
-// config/crd/bases. Tests isolate themselves with a namespace (and a manager) of their own.
-var (
-	testEnv    *testenv.Env
-	testClient client.Client // uncached, for setting up and reading back
-)
+// config/crd/bases, started by the first test that needs it. Tests isolate themselves
+// with a namespace (and a manager) of their own.
+var shared = testenv.NewShared()
 
 func TestMain(m *testing.M) {
 	// TEST_LOG=1 shows the controllers' log lines.
@@ -26,7 +23,7 @@ func TestMain(m *testing.M) {
 		logOut = os.Stderr
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
-	os.Exit(testenv.Main(m, func(e *testenv.Env) { testEnv, testClient = e, e.Client }))
+	os.Exit(shared.Run(m))
 }
 
 // waitFor polls cond until it returns true, failing the test with what it was waiting

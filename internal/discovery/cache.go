@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -98,13 +99,15 @@ func sameEntry(a, b *v1alpha1.Proxy) bool {
 		return false
 	}
 	return ea.Name == eb.Name && ea.Namespace == eb.Namespace && ea.URL == eb.URL && ea.Mode == eb.Mode &&
-		ea.Provider == eb.Provider && ea.Region == eb.Region && ea.Zone == eb.Zone &&
-		ea.Healthy == eb.Healthy && ea.EgressIP == eb.EgressIP && maps.Equal(ea.Labels, eb.Labels)
+		ea.Provider == eb.Provider && ea.Region == eb.Region && ea.Zone == eb.Zone && ea.Pool == eb.Pool &&
+		ea.Healthy == eb.Healthy && ea.EgressIP == eb.EgressIP && maps.Equal(ea.Labels, eb.Labels) &&
+		equality.Semantic.DeepEqual(ea.basicAuth, eb.basicAuth)
 }
 
 // EntryFor is how a Proxy appears in the API; ok is false for a Proxy without an address.
-// A proxy counts as healthy only while the health engine holds it Ready and it is not
-// being deleted: a Ready proxy that the reconciler is replacing is not handed out.
+// A proxy counts as healthy only while the health engine holds it Ready, it is not
+// being deleted (a Ready proxy that the reconciler is replacing is not handed out) and it
+// is not cordoned. Pool is the ProxyPool that controls it, if any.
 func EntryFor(px *v1alpha1.Proxy) (Entry, bool) {
 	st := &px.Status
 	if st.IP == "" {
@@ -121,7 +124,12 @@ func EntryFor(px *v1alpha1.Proxy) (Entry, bool) {
 			lbl[k] = v
 		}
 	}
+	var auth *v1alpha1.ProxyBasicAuth
+	if px.Spec.Proxy != nil && px.Spec.Proxy.BasicAuth != nil {
+		auth = px.Spec.Proxy.BasicAuth.DeepCopy()
+	}
 	return Entry{
+		basicAuth: auth,
 		Name:      px.Name,
 		Namespace: px.Namespace,
 		URL:       "http://" + net.JoinHostPort(st.IP, strconv.Itoa(int(port))),
@@ -129,8 +137,10 @@ func EntryFor(px *v1alpha1.Proxy) (Entry, bool) {
 		Provider:  px.Spec.Provider,
 		Region:    px.Spec.Placement.Region,
 		Zone:      px.Spec.Placement.Zone,
-		Healthy:   st.Healthy && st.Phase == v1alpha1.PhaseReady && px.DeletionTimestamp == nil,
-		EgressIP:  st.EgressIP,
-		Labels:    lbl,
+		Pool:      poolOf(px),
+		Healthy: st.Healthy && st.Phase == v1alpha1.PhaseReady && px.DeletionTimestamp == nil &&
+			px.Annotations[v1alpha1.CordonAnnotation] != "true",
+		EgressIP: st.EgressIP,
+		Labels:   lbl,
 	}, true
 }

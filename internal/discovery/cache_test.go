@@ -16,13 +16,13 @@ import (
 
 func newNamespace(t testing.TB, ctx context.Context) string {
 	t.Helper()
-	return testEnv.Namespace(t, ctx, "disc")
+	return shared.Env(t).Namespace(t, ctx, "disc")
 }
 
 // cacheSource starts a manager whose cache watches ns and returns a source over it.
 func cacheSource(t testing.TB, ctx context.Context, ns string) *CacheSource {
 	t.Helper()
-	mgr := testEnv.NewManager(t, ns, nil)
+	mgr := shared.Env(t).NewManager(t, ns, nil)
 	src, err := NewCacheSource(ctx, mgr.GetCache())
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +45,7 @@ type proxySpec struct {
 // would have written, a few at a time.
 func createProxies(t testing.TB, ctx context.Context, ns string, specs []proxySpec) {
 	t.Helper()
+	c := shared.Client(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, len(specs))
 	sem := make(chan struct{}, 16)
@@ -55,12 +56,12 @@ func createProxies(t testing.TB, ctx context.Context, ns string, specs []proxySp
 			defer func() { <-sem; wg.Done() }()
 			px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: s.name, Labels: s.labels},
 				Spec: v1alpha1.ProxySpec{Provider: "kvm2-home", Placement: v1alpha1.ProxyPlacement{Region: "home", Zone: s.zone}}}
-			if err := testClient.Create(ctx, px); err != nil {
+			if err := c.Create(ctx, px); err != nil {
 				errs <- fmt.Errorf("creating proxy %s: %w", s.name, err)
 				return
 			}
 			px.Status = v1alpha1.ProxyStatus{Phase: s.phase, IP: s.ip, Healthy: s.healthy}
-			if err := testClient.Status().Update(ctx, px); err != nil {
+			if err := c.Status().Update(ctx, px); err != nil {
 				errs <- fmt.Errorf("status of proxy %s: %w", s.name, err)
 			}
 		}()
@@ -108,16 +109,16 @@ func TestCacheSource(t *testing.T) {
 
 	// A status write that changes nothing the API shows, then one that does.
 	a := &v1alpha1.Proxy{}
-	if err := testClient.Get(ctx, keyOf(ns, "a"), a); err != nil {
+	if err := shared.Client(t).Get(ctx, keyOf(ns, "a"), a); err != nil {
 		t.Fatal(err)
 	}
 	now := metav1.Now()
 	a.Status.LastProbeTime, a.Status.ProbeLatencyMilliseconds = &now, 17
-	if err := testClient.Status().Update(ctx, a); err != nil {
+	if err := shared.Client(t).Status().Update(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	a.Status.EgressIP = "198.51.100.77"
-	if err := testClient.Status().Update(ctx, a); err != nil {
+	if err := shared.Client(t).Status().Update(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the egress IP change to show", func() bool {
@@ -127,14 +128,14 @@ func TestCacheSource(t *testing.T) {
 
 	// Changes reach the API without a restart: b becomes healthy, a goes away.
 	b := &v1alpha1.Proxy{}
-	if err := testClient.Get(ctx, keyOf(ns, "b"), b); err != nil {
+	if err := shared.Client(t).Get(ctx, keyOf(ns, "b"), b); err != nil {
 		t.Fatal(err)
 	}
 	b.Status.Phase, b.Status.Healthy = v1alpha1.PhaseReady, true
-	if err := testClient.Status().Update(ctx, b); err != nil {
+	if err := shared.Client(t).Status().Update(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	if err := testClient.Delete(ctx, &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "a"}}); err != nil {
+	if err := shared.Client(t).Delete(ctx, &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "a"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "b to be listed and a to be gone", func() bool { return list("") == ns+"/b" })
@@ -147,7 +148,7 @@ func TestCacheSource(t *testing.T) {
 // Only changes the API shows rebuild the snapshot: the health engine's per-round writes
 // (lastProbeTime, latency, the condition's message) do not.
 func TestSameEntry(t *testing.T) {
-	if n := reflect.TypeOf(Entry{}).NumField(); n != 10 {
+	if n := reflect.TypeOf(Entry{}).NumField(); n != 11 {
 		t.Fatalf("Entry has %d fields; compare the new ones in sameEntry and count them here", n)
 	}
 	base := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "p", Labels: map[string]string{"a": "b"}},
@@ -170,6 +171,10 @@ func TestSameEntry(t *testing.T) {
 		"port":                      {func(p *v1alpha1.Proxy) { p.Spec.Port = 8080 }, false},
 		"zone":                      {func(p *v1alpha1.Proxy) { p.Spec.Placement.Zone = "y" }, false},
 		"deleting":                  {func(p *v1alpha1.Proxy) { p.DeletionTimestamp = &now }, false},
+		"allowed source ranges": {func(p *v1alpha1.Proxy) {
+			p.Spec.Proxy = &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"10.0.0.0/8"}}
+		}, true},
+		"basic auth": {func(p *v1alpha1.Proxy) { p.Spec.Proxy = &v1alpha1.ProxyConfig{BasicAuth: authRef("auth-a")} }, false},
 	} {
 		changed := base.DeepCopy()
 		tc.change(changed)

@@ -22,13 +22,21 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) *Snapshot {
 // list serves GET /v1/proxies.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	req, aerr := parseQuery(r.URL.Query(), paramNamespace, paramProvider, paramZone, paramRegion,
-		paramLabelSelector, paramHealthy, paramFormat)
+		paramLabelSelector, paramHealthy, paramFormat, paramCredentials, paramPool)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
+	if req.credentials && s.auth == nil {
+		writeError(w, errNoTokenForCredentials)
+		return
+	}
 	snap := s.snapshot(w, r)
 	if snap == nil {
+		return
+	}
+	if req.credentials {
+		s.credentialed(w, r, req, snap.matching(&req.filter), false)
 		return
 	}
 	if req.filter.empty() { // the common request: precomputed at snapshot time
@@ -54,9 +62,13 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 // key while it stays healthy.
 func (s *Server) pick(w http.ResponseWriter, r *http.Request) {
 	req, aerr := parseQuery(r.URL.Query(), paramKey, paramNamespace, paramProvider, paramZone, paramRegion,
-		paramLabelSelector, paramFormat)
+		paramLabelSelector, paramFormat, paramCredentials, paramPool)
 	if aerr != nil {
 		writeError(w, aerr)
+		return
+	}
+	if req.credentials && s.auth == nil {
+		writeError(w, errNoTokenForCredentials)
 		return
 	}
 	if req.key == "" {
@@ -70,6 +82,10 @@ func (s *Server) pick(w http.ResponseWriter, r *http.Request) {
 	it := snap.pick(req.key, &req.filter)
 	if it == nil {
 		writeError(w, &apiError{status: http.StatusServiceUnavailable, Message: "no healthy proxy matches the request"})
+		return
+	}
+	if req.credentials {
+		s.credentialed(w, r, req, []*item{it}, true)
 		return
 	}
 	if req.format == formatText {

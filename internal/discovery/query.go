@@ -19,6 +19,8 @@ const (
 	paramHealthy       = "healthy"
 	paramFormat        = "format"
 	paramKey           = "key"
+	paramCredentials   = "credentials"
+	paramPool          = "pool"
 )
 
 const (
@@ -28,9 +30,10 @@ const (
 
 // request is a parsed query.
 type request struct {
-	filter filter
-	format string
-	key    string
+	filter      filter
+	format      string
+	key         string
+	credentials bool // each URL with user:password@
 }
 
 // parseQuery parses q for an endpoint that accepts the parameters in allowed.
@@ -51,6 +54,7 @@ func parseQuery(q url.Values, allowed ...string) (*request, *apiError) {
 			provider:  q.Get(paramProvider),
 			zone:      q.Get(paramZone),
 			region:    q.Get(paramRegion),
+			pool:      q.Get(paramPool),
 		},
 		format: formatJSON,
 		key:    q.Get(paramKey),
@@ -72,6 +76,13 @@ func parseQuery(q url.Values, allowed ...string) (*request, *apiError) {
 		r.filter.unhealthyOnly = true
 	default:
 		return nil, badParam(paramHealthy, fmt.Sprintf("invalid value %q for healthy: use true (the default), false or any", h))
+	}
+	switch c := q.Get(paramCredentials); c {
+	case "", "false":
+	case "true":
+		r.credentials = true
+	default:
+		return nil, badParam(paramCredentials, fmt.Sprintf("invalid value %q for credentials: use true or false (the default)", c))
 	}
 	switch f := q.Get(paramFormat); f {
 	case "", formatJSON:

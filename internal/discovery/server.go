@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
 
 // Source yields the current snapshot of published proxies. Implementations serve it
@@ -29,6 +31,9 @@ type Options struct {
 	TokenFile string
 	// TokenReload is how often the token file is re-read (default 30s).
 	TokenReload time.Duration
+	// Credentials reads a Proxy's credentials for ?credentials=true, which is served only
+	// with TokenFile set. Nil: a Proxy with spec.proxy.basicAuth cannot be served so.
+	Credentials proxyconfig.CredentialsFunc
 	Log         logr.Logger
 }
 

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/labels"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 )
 
 // Entry is one proxy as the discovery API shows it.
@@ -17,9 +19,13 @@ type Entry struct {
 	Provider  string            `json:"provider,omitempty"`
 	Region    string            `json:"region,omitempty"`
 	Zone      string            `json:"zone,omitempty"`
+	Pool      string            `json:"pool,omitempty"`
 	Healthy   bool              `json:"healthy"`
 	EgressIP  string            `json:"egressIP,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
+
+	// basicAuth is the Proxy's spec.proxy.basicAuth, for ?credentials=true; never served.
+	basicAuth *v1alpha1.ProxyBasicAuth
 }
 
 // item is an Entry with the per-request work done ahead of time: its JSON encoding,
@@ -68,13 +74,14 @@ func (s *Snapshot) Len() int { return len(s.items) }
 // filter is a parsed query. Empty strings match everything.
 type filter struct {
 	namespace, provider, zone, region string
+	pool                              string          // the ProxyPool controlling the proxy
 	selector                          labels.Selector // nil matches everything
 	anyHealth                         bool            // include unhealthy proxies
 	unhealthyOnly                     bool
 }
 
 func (f *filter) empty() bool {
-	return f.namespace == "" && f.provider == "" && f.zone == "" && f.region == "" &&
+	return f.namespace == "" && f.provider == "" && f.zone == "" && f.region == "" && f.pool == "" &&
 		f.selector == nil && !f.anyHealth && !f.unhealthyOnly
 }
 
@@ -85,7 +92,8 @@ func (f *filter) match(it *item) bool {
 		f.namespace != "" && f.namespace != it.Namespace,
 		f.provider != "" && f.provider != it.Provider,
 		f.zone != "" && f.zone != it.Zone,
-		f.region != "" && f.region != it.Region:
+		f.region != "" && f.region != it.Region,
+		f.pool != "" && f.pool != it.Pool:
 		return false
 	}
 	return f.selector == nil || f.selector.Matches(labels.Set(it.Labels))
@@ -123,6 +131,17 @@ func (s *Snapshot) appendText(b []byte, f *filter) []byte {
 		}
 	}
 	return b
+}
+
+// matching returns the items f matches.
+func (s *Snapshot) matching(f *filter) []*item {
+	var out []*item
+	for i := range s.items {
+		if it := &s.items[i]; f.match(it) {
+			out = append(out, it)
+		}
+	}
+	return out
 }
 
 // pick returns the proxy that wins key among the items f matches (rendezvous hashing),

@@ -15,16 +15,11 @@ import (
 )
 
 // One kube-apiserver and etcd for the package, with the project's CRDs, for the tests of
-// the cache-backed source and the benchmarks with 1,000 Proxies.
+// the cache-backed source and the benchmarks with 1,000 Proxies, started by the first
+// test that needs it (shared.Env skips a test without the envtest binaries).
 var (
-	testEnv    *testenv.Env
-	apiCalls   atomic.Int64 // requests the test process sent to the API server
-	testClient client.Client
-)
-
-func TestMain(m *testing.M) {
-	ctrllog.SetLogger(logr.Discard())
-	os.Exit(testenv.Main(m, func(e *testenv.Env) { testEnv, testClient = e, e.Client }, func(c *rest.Config) {
+	apiCalls atomic.Int64 // requests the test process sent to the API server
+	shared   = testenv.NewShared(func(c *rest.Config) {
 		c.QPS, c.Burst = 500, 1000
 		c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
@@ -32,7 +27,12 @@ func TestMain(m *testing.M) {
 				return rt.RoundTrip(r)
 			})
 		})
-	}))
+	})
+)
+
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(shared.Run(m))
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

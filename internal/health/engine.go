@@ -16,11 +16,14 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
 
 // Defaults of Options.
@@ -28,8 +31,11 @@ const (
 	DefaultInterval    = 30 * time.Second
 	DefaultTimeout     = 10 * time.Second
 	DefaultConcurrency = 32
-	defaultPort        = 3128
-	conflictRetries    = 3
+	// DefaultHeartbeatInterval is the longest a probed Proxy's lastProbeTime goes
+	// unwritten while nothing else about its health changes.
+	DefaultHeartbeatInterval = 10 * time.Minute
+	defaultPort              = 3128
+	conflictRetries          = 3
 )
 
 // Options configure an Engine.
@@ -46,6 +52,13 @@ type Options struct {
 	// FailureThreshold is how many consecutive failures take a healthy proxy out of
 	// rotation (DefaultFailureThreshold).
 	FailureThreshold int32
+	// Credentials, when not nil, gives the credentials a probe sends to a Proxy's proxy.
+	Credentials proxyconfig.CredentialsFunc
+	// HeartbeatInterval: a probe whose outcome changes nothing a user sees (healthy,
+	// phase, egress IP, the Healthy condition, the failure count crossing
+	// FailureThreshold) is not written to the status, unless lastProbeTime is at least
+	// this old (DefaultHeartbeatInterval). Every probe goes to the metrics.
+	HeartbeatInterval time.Duration
 }
 
 // Engine probes every Running or Ready Proxy once per interval. It is a manager
@@ -58,6 +71,17 @@ type Engine struct {
 	opts      Options
 	prober    *prober
 	now       func() time.Time
+
+	mu sync.Mutex
+	// failures holds each probed Proxy's consecutive failed probes, which the status
+	// shows only when a write is due anyway.
+	failures map[types.UID]failureCount
+}
+
+// failureCount is the run of failed probes through one target of one Proxy.
+type failureCount struct {
+	target target
+	n      int32
 }
 
 // New builds an engine. c lists Proxies (from the manager's cache) and patches their
@@ -83,10 +107,14 @@ func New(c client.Client, apiReader client.Reader, rec events.EventRecorder, opt
 	if opts.FailureThreshold <= 0 {
 		opts.FailureThreshold = DefaultFailureThreshold
 	}
+	if opts.HeartbeatInterval <= 0 {
+		opts.HeartbeatInterval = DefaultHeartbeatInterval
+	}
 	if apiReader == nil {
 		apiReader = c
 	}
-	return &Engine{client: c, apiReader: apiReader, recorder: rec, log: log, opts: opts, prober: p, now: time.Now}, nil
+	return &Engine{client: c, apiReader: apiReader, recorder: rec, log: log, opts: opts, prober: p, now: time.Now,
+		failures: map[types.UID]failureCount{}}, nil
 }
 
 // NeedLeaderElection is true: only one replica writes health to the status.
@@ -96,7 +124,8 @@ func (e *Engine) NeedLeaderElection() bool { return true }
 // outlasts the interval delays the next one rather than overlapping it.
 func (e *Engine) Start(ctx context.Context) error {
 	e.log.Info("proxy health engine started", "probeURL", e.opts.ProbeURL, "interval", e.opts.Interval,
-		"timeout", e.opts.Timeout, "concurrency", e.opts.Concurrency, "failureThreshold", e.opts.FailureThreshold)
+		"timeout", e.opts.Timeout, "concurrency", e.opts.Concurrency, "failureThreshold", e.opts.FailureThreshold,
+		"heartbeatInterval", e.opts.HeartbeatInterval)
 	t := time.NewTicker(e.opts.Interval)
 	defer t.Stop()
 	for {
@@ -114,6 +143,8 @@ func (e *Engine) Start(ctx context.Context) error {
 // RoundStats counts what one round did.
 type RoundStats struct {
 	Probed, Succeeded, Failed, WriteErrors int
+	// Writes counts the probe results written to a status (transitions and heartbeats).
+	Writes int
 	// Conflicts counts status writes redone on a fresh copy.
 	Conflicts int
 }
@@ -128,7 +159,8 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 		wg                     sync.WaitGroup
 		sem                    = make(chan struct{}, e.opts.Concurrency)
 		probed, ok, bad, wfail atomic.Int64
-		conflicts              atomic.Int64
+		conflicts, writes      atomic.Int64
+		probing                = make(map[types.UID]bool, len(list.Items))
 	)
 	for i := range list.Items {
 		px := &list.Items[i]
@@ -136,6 +168,7 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 			e.retire(ctx, px)
 			continue
 		}
+		probing[px.UID] = true
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -155,8 +188,11 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 			} else {
 				bad.Add(1)
 			}
-			n, err := e.record(ctx, px, r)
+			n, wrote, err := e.record(ctx, px, r)
 			conflicts.Add(int64(n))
+			if wrote {
+				writes.Add(1)
+			}
 			if err != nil {
 				wfail.Add(1)
 				e.log.Error(err, "recording probe result", "proxy", client.ObjectKeyFromObject(px))
@@ -164,8 +200,38 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 		}()
 	}
 	wg.Wait()
+	e.forget(probing)
 	return RoundStats{Probed: int(probed.Load()), Succeeded: int(ok.Load()), Failed: int(bad.Load()),
-		WriteErrors: int(wfail.Load()), Conflicts: int(conflicts.Load())}, ctx.Err()
+		WriteErrors: int(wfail.Load()), Conflicts: int(conflicts.Load()), Writes: int(writes.Load())}, ctx.Err()
+}
+
+// forget drops the failure runs of Proxies this round did not probe: gone, or out of
+// Running/Ready, they start again from their status when probed again.
+func (e *Engine) forget(probing map[types.UID]bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for uid := range e.failures {
+		if !probing[uid] {
+			delete(e.failures, uid)
+		}
+	}
+}
+
+// failuresOf is the run of failed probes through px's current target: the engine's own
+// count, or the status's when the engine has none (a new leader, a new instance).
+func (e *Engine) failuresOf(px *v1alpha1.Proxy) int32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if f, ok := e.failures[px.UID]; ok && f.target == probeTarget(px) {
+		return f.n
+	}
+	return px.Status.ConsecutiveProbeFailures
+}
+
+func (e *Engine) setFailures(px *v1alpha1.Proxy, n int32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.failures[px.UID] = failureCount{target: probeTarget(px), n: n}
 }
 
 // eligible: the health engine looks only at proxies whose instance runs and has an
@@ -203,7 +269,11 @@ func proxyURL(px *v1alpha1.Proxy) *url.URL {
 }
 
 func (e *Engine) probeOne(ctx context.Context, px *v1alpha1.Proxy) result {
-	r := e.prober.probe(ctx, proxyURL(px), e.opts.Timeout)
+	creds, err := e.credentials(ctx, px)
+	r := result{err: err}
+	if err == nil {
+		r = e.prober.probe(ctx, proxyURL(px), creds, e.opts.Timeout)
+	}
 	if ctx.Err() != nil {
 		return r
 	}
@@ -211,46 +281,102 @@ func (e *Engine) probeOne(ctx context.Context, px *v1alpha1.Proxy) result {
 	if r.err != nil {
 		outcome = "failure"
 	}
-	probesTotal.WithLabelValues(outcome).Inc()
-	probeDuration.Observe(r.latency.Seconds())
+	prov := providerLabel(px)
+	probesTotal.WithLabelValues(outcome, prov).Inc()
+	probeDuration.WithLabelValues(prov).Observe(r.latency.Seconds())
 	e.log.V(1).Info("proxy probed", "proxy", client.ObjectKeyFromObject(px), "result", outcome,
 		"latency", r.latency, "egressIP", r.egressIP, "error", r.err)
 	return r
 }
 
-// record writes r onto the Proxy's status with a merge patch that carries the version
+// record lays r onto the Proxy's status and writes it when something a user sees
+// changed, or the heartbeat of lastProbeTime is due (writeReason); otherwise only the
+// engine's failure count advances. The write is a merge patch that carries the version
 // read, so it never overwrites a concurrent write of the reconciler (a new phase, the
 // Provisioned condition); on a conflict the result is laid onto a fresh copy, unless the
-// reconciler has meanwhile moved the Proxy out of Running/Ready. It returns the number of
-// conflicts met.
-func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int, error) {
+// reconciler has meanwhile moved the Proxy out of Running/Ready or given it another
+// instance or address than the one probed: a probe of the old VM says nothing of the
+// new one. It returns the number of conflicts met and whether the result was written.
+func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int, bool, error) {
 	now := e.now()
 	key := client.ObjectKeyFromObject(px)
+	probed := probeTarget(px)
 	for attempt := 1; ; attempt++ {
 		base := px.DeepCopy()
+		px.Status.ConsecutiveProbeFailures = e.failuresOf(px)
 		tr := apply(px, r, now, e.opts.FailureThreshold)
+		e.setFailures(px, px.Status.ConsecutiveProbeFailures)
+		why := writeReason(&base.Status, &px.Status, now, e.opts.FailureThreshold, e.opts.HeartbeatInterval)
+		if why == "" {
+			return attempt - 1, false, nil
+		}
 		err := e.client.Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 		switch {
 		case err == nil:
+			statusWrites.WithLabelValues(why).Inc()
 			if tr != nil && e.recorder != nil {
 				e.recorder.Eventf(px, nil, tr.typ, tr.reason, "Probe", "%s", tr.note)
 			}
-			return attempt - 1, nil
+			return attempt - 1, true, nil
 		case apierrors.IsNotFound(err):
-			return attempt - 1, nil
+			return attempt - 1, false, nil
 		case !apierrors.IsConflict(err) || attempt == conflictRetries:
-			return attempt - 1, fmt.Errorf("patching health status of proxy %s: %w", key, err)
+			return attempt - 1, false, fmt.Errorf("patching health status of proxy %s: %w", key, err)
 		}
 		fresh := &v1alpha1.Proxy{}
 		if err := e.apiReader.Get(ctx, key, fresh); err != nil {
 			if apierrors.IsNotFound(err) {
-				return attempt, nil
+				return attempt, false, nil
 			}
-			return attempt, fmt.Errorf("re-reading proxy %s after a conflict: %w", key, err)
+			return attempt, false, fmt.Errorf("re-reading proxy %s after a conflict: %w", key, err)
 		}
-		if !eligible(fresh) {
-			return attempt, nil
+		if !eligible(fresh) || probeTarget(fresh) != probed {
+			return attempt, false, nil
 		}
 		px = fresh
 	}
+}
+
+// Why a probe result is written (the status_writes metric's label).
+const (
+	writeTransition = "transition"
+	writeHeartbeat  = "heartbeat"
+)
+
+// writeReason says whether the probe result that turned old into cur must be written:
+// a transition when a field a user sees changed (healthy, phase, egress IP, the Healthy
+// condition, the failure count crossing threshold), a heartbeat when old's
+// lastProbeTime is heartbeat old or missing, "" otherwise. Latency, lastProbeTime and a
+// failure count below or past the threshold alone are no reason.
+func writeReason(old, cur *v1alpha1.ProxyStatus, now time.Time, threshold int32, heartbeat time.Duration) string {
+	oc := meta.FindStatusCondition(old.Conditions, v1alpha1.ConditionHealthy)
+	nc := meta.FindStatusCondition(cur.Conditions, v1alpha1.ConditionHealthy)
+	condChanged := (oc == nil) != (nc == nil) ||
+		(oc != nil && (oc.Status != nc.Status || oc.Reason != nc.Reason || oc.Message != nc.Message))
+	if old.Healthy != cur.Healthy || old.Phase != cur.Phase || old.EgressIP != cur.EgressIP || condChanged ||
+		(old.ConsecutiveProbeFailures >= threshold) != (cur.ConsecutiveProbeFailures >= threshold) {
+		return writeTransition
+	}
+	if old.LastProbeTime == nil || now.Sub(old.LastProbeTime.Time) >= heartbeat {
+		return writeHeartbeat
+	}
+	return ""
+}
+
+// providerLabel is the provider a Proxy's probes are counted under: spec.provider, or
+// "external" for an External proxy.
+func providerLabel(px *v1alpha1.Proxy) string {
+	if px.Spec.Mode == v1alpha1.ProxyModeExternal || px.Spec.Provider == "" {
+		return "external"
+	}
+	return px.Spec.Provider
+}
+
+// target is what one probe went through: the instance and the address it was reached at.
+type target struct {
+	providerID, url string
+}
+
+func probeTarget(px *v1alpha1.Proxy) target {
+	return target{providerID: px.Status.ProviderID, url: proxyURL(px).String()}
 }

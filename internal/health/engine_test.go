@@ -36,8 +36,8 @@ func TestEngineTransitionsWithoutFlapping(t *testing.T) {
 	e := newEngineEnv(t, nil)
 	fp := healthtest.New(t, "127.0.0.3")
 	e.proxyAt("m", v1alpha1.ProxyModeManaged, fp.Host, fp.Port, v1alpha1.PhaseRunning)
-	okBefore := testutil.ToFloat64(probesTotal.WithLabelValues("success"))
-	badBefore := testutil.ToFloat64(probesTotal.WithLabelValues("failure"))
+	okBefore := testutil.ToFloat64(probesTotal.WithLabelValues("success", "fake-home"))
+	badBefore := testutil.ToFloat64(probesTotal.WithLabelValues("failure", "fake-home"))
 
 	if st := e.round(); st.Probed != 1 || st.Succeeded != 1 || st.WriteErrors != 0 {
 		t.Fatalf("first round: %+v", st)
@@ -54,11 +54,18 @@ func TestEngineTransitionsWithoutFlapping(t *testing.T) {
 	}
 	e.waitEvent("m", v1alpha1.ReasonProbeSucceeded, 1)
 
+	// Lost probes below the threshold change nothing a user sees: no status write (the
+	// engine counts them itself).
 	fp.SetMode(healthtest.Fail)
+	rv := px.ResourceVersion
 	for i := int32(1); i <= 2; i++ {
-		e.round()
-		if got := observe(e.get("m")); got != (health{v1alpha1.PhaseReady, true, metav1.ConditionTrue, i}) {
-			t.Fatalf("after %d failed probe(s): %+v; one lost probe must not take it out of rotation", i, got)
+		if st := e.round(); st.Writes != 0 {
+			t.Errorf("after %d failed probe(s): %d writes, want none", i, st.Writes)
+		}
+		px := e.get("m")
+		if got := observe(px); got != (health{v1alpha1.PhaseReady, true, metav1.ConditionTrue, 0}) || px.ResourceVersion != rv {
+			t.Fatalf("after %d failed probe(s): %+v at version %s (was %s); one lost probe must not take it out of rotation",
+				i, got, px.ResourceVersion, rv)
 		}
 	}
 	e.round()
@@ -84,10 +91,10 @@ func TestEngineTransitionsWithoutFlapping(t *testing.T) {
 	if px.Status.ProviderID != "fake/m" || px.Status.IP != fp.Host {
 		t.Errorf("the reconciler's fields changed: %+v", px.Status)
 	}
-	if d := testutil.ToFloat64(probesTotal.WithLabelValues("success")) - okBefore; d != 2 {
+	if d := testutil.ToFloat64(probesTotal.WithLabelValues("success", "fake-home")) - okBefore; d != 2 {
 		t.Errorf("probes_total{result=success} rose by %v, want 2", d)
 	}
-	if d := testutil.ToFloat64(probesTotal.WithLabelValues("failure")) - badBefore; d != 3 {
+	if d := testutil.ToFloat64(probesTotal.WithLabelValues("failure", "fake-home")) - badBefore; d != 3 {
 		t.Errorf("probes_total{result=failure} rose by %v, want 3", d)
 	}
 }
@@ -131,7 +138,7 @@ func TestEngineClearsHealthOutsideRunning(t *testing.T) {
 		t.Fatalf("not healthy after a good probe: %+v", px.Status)
 	}
 	px.Status.Phase = v1alpha1.PhaseProvisioning
-	if err := testClient.Status().Update(e.ctx, px); err != nil {
+	if err := e.c.Status().Update(e.ctx, px); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, waitLong, "the engine's cache to see the proxy Provisioning", func() (bool, error) {
@@ -195,17 +202,17 @@ func TestEngineDoesNotOverwriteReconcilerPhase(t *testing.T) {
 	e := newEngineEnv(t, nil)
 	fp := healthtest.New(t, "")
 	e.proxyAt("r", v1alpha1.ProxyModeManaged, fp.Host, fp.Port, v1alpha1.PhaseRunning)
-	stale := &staleLister{Client: testClient}
-	if err := testClient.List(e.ctx, &stale.list, client.InNamespace(e.ns)); err != nil {
+	stale := &staleLister{Client: e.c}
+	if err := e.c.List(e.ctx, &stale.list, client.InNamespace(e.ns)); err != nil {
 		t.Fatal(err)
 	}
 	px := e.get("r")
 	px.Status.Phase = v1alpha1.PhaseProvisioning
 	px.Status.Message = "replacing the instance"
-	if err := testClient.Status().Update(e.ctx, px); err != nil {
+	if err := e.c.Status().Update(e.ctx, px); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := New(stale, testClient, nil, e.engine.opts, e.engine.log)
+	eng, err := New(stale, e.c, nil, e.engine.opts, e.engine.log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +236,7 @@ func TestEngineShutdownIsNotAFailure(t *testing.T) {
 	fp := healthtest.New(t, "")
 	fp.SetMode(healthtest.Hang)
 	e.proxyAt("s", v1alpha1.ProxyModeManaged, fp.Host, fp.Port, v1alpha1.PhaseReady)
-	failuresBefore := testutil.ToFloat64(probesTotal.WithLabelValues("failure"))
+	failuresBefore := testutil.ToFloat64(probesTotal.WithLabelValues("failure", "fake-home"))
 	ctx, cancel := context.WithCancel(e.ctx)
 	go func() {
 		for fp.Requests.Load() == 0 {
@@ -243,7 +250,7 @@ func TestEngineShutdownIsNotAFailure(t *testing.T) {
 	if s := e.get("s").Status; s.ConsecutiveProbeFailures != 0 || s.LastProbeTime != nil {
 		t.Errorf("the cancelled probe was recorded: %+v", s)
 	}
-	if d := testutil.ToFloat64(probesTotal.WithLabelValues("failure")) - failuresBefore; d != 0 {
+	if d := testutil.ToFloat64(probesTotal.WithLabelValues("failure", "fake-home")) - failuresBefore; d != 0 {
 		t.Errorf("the cancelled probe counted as %v failure(s) in proxy_operator_proxy_probes_total", d)
 	}
 }

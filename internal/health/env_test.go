@@ -27,6 +27,7 @@ type engineEnv struct {
 	t      testing.TB
 	ctx    context.Context
 	ns     string
+	c      client.Client // uncached, for setting up and reading back
 	mgr    ctrl.Manager
 	engine *Engine
 }
@@ -34,8 +35,9 @@ type engineEnv struct {
 func newEngineEnv(t testing.TB, mutate func(*Options)) *engineEnv {
 	t.Helper()
 	ctx := testContext(t)
-	ns := testEnv.Namespace(t, ctx, "health")
-	mgr := testEnv.NewManager(t, ns, func(o *ctrl.Options) {
+	env := shared.Env(t)
+	ns := env.Namespace(t, ctx, "health")
+	mgr := env.NewManager(t, ns, func(o *ctrl.Options) {
 		o.Logger = zap.New(zap.UseDevMode(true), zap.WriteTo(testWriter{t}))
 	})
 	target := whoamiServer(t)
@@ -55,7 +57,7 @@ func newEngineEnv(t testing.TB, mutate func(*Options)) *engineEnv {
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		t.Fatal("cache did not sync")
 	}
-	return &engineEnv{t: t, ctx: ctx, ns: ns, mgr: mgr, engine: eng}
+	return &engineEnv{t: t, ctx: ctx, ns: ns, c: env.Client, mgr: mgr, engine: eng}
 }
 
 // whoamiServer serves the discovery API's probe target on loopback.
@@ -84,13 +86,13 @@ func (e *engineEnv) proxyAt(name string, mode v1alpha1.ProxyMode, host string, p
 	} else {
 		px.Spec.Provider = "fake-home"
 	}
-	if err := testClient.Create(e.ctx, px); err != nil {
+	if err := e.c.Create(e.ctx, px); err != nil {
 		e.t.Fatalf("creating proxy %s: %v", name, err)
 	}
 	px.Status = v1alpha1.ProxyStatus{Phase: phase, IP: host, ProviderID: "fake/" + name,
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionProvisioned, Status: metav1.ConditionTrue,
 			Reason: v1alpha1.ReasonInstanceRunning, Message: "instance running", LastTransitionTime: metav1.Now()}}}
-	if err := testClient.Status().Update(e.ctx, px); err != nil {
+	if err := e.c.Status().Update(e.ctx, px); err != nil {
 		e.t.Fatalf("setting status of proxy %s: %v", name, err)
 	}
 	waitFor(e.t, waitLong, "the engine's cache to see proxy "+name+" "+string(phase), func() (bool, error) {
@@ -104,7 +106,7 @@ func (e *engineEnv) proxyAt(name string, mode v1alpha1.ProxyMode, host string, p
 func (e *engineEnv) get(name string) *v1alpha1.Proxy {
 	e.t.Helper()
 	px := &v1alpha1.Proxy{}
-	if err := testClient.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
+	if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
 		e.t.Fatalf("getting proxy %s: %v", name, err)
 	}
 	return px
@@ -129,7 +131,7 @@ func (e *engineEnv) waitEvent(name, reason string, n int) {
 
 func (e *engineEnv) countEvents(name, reason string) int {
 	var list eventsv1.EventList
-	if err := testClient.List(e.ctx, &list, client.InNamespace(e.ns)); err != nil {
+	if err := e.c.List(e.ctx, &list, client.InNamespace(e.ns)); err != nil {
 		return 0
 	}
 	n := 0

@@ -8,15 +8,19 @@ import (
 var (
 	probesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "proxy_operator_proxy_probes_total",
-		Help: "Probes through proxies, by result (success or failure).",
-	}, []string{"result"})
-	probeDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Help: "Probes through proxies, by result (success or failure) and provider (external for External proxies).",
+	}, []string{"result", "provider"})
+	probeDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "proxy_operator_proxy_probe_duration_seconds",
-		Help:    "Duration of probes through proxies, successful or not.",
+		Help:    "Duration of probes through proxies, successful or not, by provider (external for External proxies).",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-	})
+	}, []string{"provider"})
+	statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "proxy_operator_proxy_health_status_writes_total",
+		Help: "Probe results written to a Proxy's status, by why: transition (something a user sees changed) or heartbeat (lastProbeTime refreshed).",
+	}, []string{"why"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(probesTotal, probeDuration)
+	metrics.Registry.MustRegister(probesTotal, probeDuration, statusWrites)
 }

@@ -39,7 +39,7 @@ func TestProbeThroughProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 		fp := healthtest.New(t, "127.0.0.7")
-		r := pr.probe(context.Background(), fpURL(fp), 5*time.Second)
+		r := pr.probe(context.Background(), fpURL(fp), nil, 5*time.Second)
 		if r.err != nil {
 			t.Fatalf("%s: %v", format, r.err)
 		}
@@ -61,14 +61,14 @@ func TestProbeFailures(t *testing.T) {
 	fp := healthtest.New(t, "")
 
 	fp.SetMode(healthtest.Fail)
-	r := pr.probe(context.Background(), fpURL(fp), 5*time.Second)
+	r := pr.probe(context.Background(), fpURL(fp), nil, 5*time.Second)
 	if r.err == nil || !strings.Contains(r.err.Error(), "502") || !strings.Contains(r.err.Error(), fp.Host) {
 		t.Errorf("502 from the proxy: %v", r.err)
 	}
 
 	fp.SetMode(healthtest.Hang)
 	start := time.Now()
-	r = pr.probe(context.Background(), fpURL(fp), 200*time.Millisecond)
+	r = pr.probe(context.Background(), fpURL(fp), nil, 200*time.Millisecond)
 	if r.err == nil || !strings.Contains(r.err.Error(), "deadline") {
 		t.Errorf("hanging proxy: %v", r.err)
 	}
@@ -77,7 +77,7 @@ func TestProbeFailures(t *testing.T) {
 	}
 
 	fp.Close()
-	r = pr.probe(context.Background(), fpURL(fp), 5*time.Second)
+	r = pr.probe(context.Background(), fpURL(fp), nil, 5*time.Second)
 	if r.err == nil || !strings.Contains(r.err.Error(), "refused") {
 		t.Errorf("closed proxy: %v", r.err)
 	}

@@ -43,7 +43,9 @@ func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32) *transi
 		if st.Phase == v1alpha1.PhaseRunning {
 			st.Phase = v1alpha1.PhaseReady
 		}
-		msg := fmt.Sprintf("probe through %s:%d succeeded in %dms", st.IP, px.Spec.Port, st.ProbeLatencyMilliseconds)
+		// No latency here: the message is compared to decide on a write, and the latency
+		// of every probe is in the metrics.
+		msg := fmt.Sprintf("probe through %s:%d succeeded", st.IP, px.Spec.Port)
 		if st.EgressIP != "" {
 			msg += ", egress IP " + st.EgressIP
 		}
@@ -55,7 +57,9 @@ func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32) *transi
 	}
 
 	st.ConsecutiveProbeFailures++
-	msg := fmt.Sprintf("%d consecutive failed probes; last: %v", st.ConsecutiveProbeFailures, r.err)
+	// The count is in consecutiveProbeFailures, not in the message, which is compared
+	// to decide on a write.
+	msg := fmt.Sprintf("probes failing; last: %v", r.err)
 	if wasHealthy && st.ConsecutiveProbeFailures < threshold {
 		// Still in rotation: keep Healthy=True and say nothing until the threshold.
 		return nil
@@ -68,7 +72,8 @@ func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32) *transi
 	if !wasHealthy {
 		return nil // it was not in rotation; the condition says why, no Event per round
 	}
-	return &transition{corev1.EventTypeWarning, v1alpha1.ReasonProbeFailed, "proxy is unhealthy after " + msg}
+	return &transition{corev1.EventTypeWarning, v1alpha1.ReasonProbeFailed,
+		fmt.Sprintf("proxy is unhealthy after %d consecutive failed probes; last: %v", st.ConsecutiveProbeFailures, r.err)}
 }
 
 func setHealthy(px *v1alpha1.Proxy, status metav1.ConditionStatus, reason, msg string) {

@@ -6,23 +6,20 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
-// One kube-apiserver and etcd for the package, with the project's CRDs.
-var (
-	testEnv    *testenv.Env
-	testClient client.Client
-)
+// One kube-apiserver and etcd for the package, with the project's CRDs, started by the
+// first test that needs it (shared.Env skips the test without the envtest binaries).
+var shared = testenv.NewShared(func(c *rest.Config) {
+	c.QPS, c.Burst = 500, 1000 // the benchmark writes 1,000 statuses per round
+})
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
-	os.Exit(testenv.Main(m, func(e *testenv.Env) { testEnv, testClient = e, e.Client }, func(c *rest.Config) {
-		c.QPS, c.Burst = 500, 1000 // the benchmark writes 1,000 statuses per round
-	}))
+	os.Exit(shared.Run(m))
 }
 
 var (

@@ -32,11 +32,34 @@ var (
 // finish deleting, but says so with a Warning event instead of a "deleted" one.
 var ErrLeftBehind = errors.New("instance left behind")
 
-// ErrOwnedByOther is not a class: Create wraps it (with ErrPermanent) when the instance
-// of the requested name belongs to another owner UID, a state that can clear by itself
-// (orphan GC removes an instance whose owner is gone), so the reconciler knows such a
-// latch is worth re-checking.
-var ErrOwnedByOther = errors.New("owned by another")
+// ErrOwnedByOther is not a class either: Create wraps it (with ErrPermanent) when the
+// instance of the requested name exists but belongs to another Proxy UID of this install (a
+// Proxy deleted and applied again, or restored from a backup, while its old instance is
+// still there). An instance of another install is plain ErrPermanent: this install's GC
+// never removes it, so nothing here can clear it. Retrying the same request cannot succeed while
+// that instance stands, but the cause can clear by itself (orphan GC deletes the old
+// instance once no Proxy owns it), so the reconciler checks such a Failed Proxy again
+// on a slow timer and as soon as orphan GC deletes an instance of that name, instead of
+// latching it Failed until its spec changes.
+var ErrOwnedByOther = errors.New("instance owned by another")
+
+// OwnedByOther marks err with ErrOwnedByOther and the ErrPermanent class, keeping its
+// text: provider.OwnedByOther(fmt.Errorf("domain %s on host %s belongs to UID %s, not %s", ...)).
+func OwnedByOther(err error) error {
+	if err == nil {
+		return nil
+	}
+	return Permanent(&markError{mark: ErrOwnedByOther, err: err})
+}
+
+// markError carries a marker next to an error, like classError, showing only the error.
+type markError struct {
+	mark error
+	err  error
+}
+
+func (e *markError) Error() string   { return e.err.Error() }
+func (e *markError) Unwrap() []error { return []error{e.err, e.mark} }
 
 // classError carries a class next to the underlying error, so that errors.Is finds both
 // the class and whatever the cause wraps, while Error() shows only the cause.

@@ -3,8 +3,10 @@
 // and holds the set-up those tests share: a namespace per test, a manager whose cache
 // watches only it, and waiting on a condition.
 //
-// The binaries are built once per machine by hack/envtest-assets.sh; KUBEBUILDER_ASSETS
-// names their directory (make test-unit sets it).
+// The binaries are built once per machine by hack/envtest-assets.sh (make envtest);
+// KUBEBUILDER_ASSETS names their directory (make test-unit sets it). A package's tests
+// share one server started on first need (Shared), so its tests that need none run
+// without the binaries.
 package testenv
 
 import (
@@ -12,19 +14,24 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 )
 
-// ErrNoAssets is returned when KUBEBUILDER_ASSETS is not set. The tests fail rather than
-// skip: a skipped envtest tier would pass without testing anything.
-var ErrNoAssets = errors.New("KUBEBUILDER_ASSETS is not set: run with KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) (or make test-unit)")
+// ErrNoAssets is returned when KUBEBUILDER_ASSETS is not set. Shared.Env and StartT skip
+// the test on it, unless RequireVar is set (make test-unit sets it): there it fails, since
+// a skipped envtest tier would pass without testing anything.
+var ErrNoAssets = errors.New("KUBEBUILDER_ASSETS is not set: build the envtest binaries with make envtest, " +
+	"then run with KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) (make test-unit does both)")
 
 // Env is a running API server with the project's CRDs installed.
 type Env struct {
@@ -50,17 +57,14 @@ func Start(tune ...func(*rest.Config)) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
+	scheme, err := Scheme()
+	if err != nil {
 		return nil, err
 	}
 	env := &envtest.Environment{CRDDirectoryPaths: []string{crds}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	if err != nil {
-		return nil, fmt.Errorf("starting envtest from KUBEBUILDER_ASSETS=%s (make test-unit builds the binaries): %w",
+		return nil, fmt.Errorf("starting envtest from KUBEBUILDER_ASSETS=%s (make envtest builds the binaries): %w",
 			os.Getenv("KUBEBUILDER_ASSETS"), err)
 	}
 	e := &Env{Config: cfg, Scheme: scheme, KubeConfig: env.KubeConfig, env: env}
@@ -71,6 +75,32 @@ func Start(tune ...func(*rest.Config)) (*Env, error) {
 		return nil, errors.Join(fmt.Errorf("client for envtest: %w", err), e.Stop())
 	}
 	return e, nil
+}
+
+// Scheme returns a scheme with client-go's types and the project's.
+func Scheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return scheme, nil
+}
+
+// FakeClient returns controller-runtime's fake client (no API server) holding objs, with
+// the status subresource of the project's types, its calls going through funcs first:
+// for tests that need object reads and writes with injected conflicts or errors only.
+func FakeClient(t testing.TB, funcs interceptor.Funcs, objs ...client.Object) client.WithWatch {
+	t.Helper()
+	scheme, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.Proxy{}, &v1alpha1.ProviderHealth{}).
+		WithInterceptorFuncs(funcs).Build()
 }
 
 // Stop stops the API server and etcd.

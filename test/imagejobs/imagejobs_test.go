@@ -33,15 +33,14 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
-var testEnv *testenv.Env
-
+// TEST_LOG=1 shows the controllers' log lines.
 func TestMain(m *testing.M) {
 	logOut := io.Discard
 	if os.Getenv("TEST_LOG") != "" {
 		logOut = os.Stderr
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
-	os.Exit(testenv.Main(m, func(e *testenv.Env) { testEnv = e }))
+	os.Exit(m.Run())
 }
 
 // pacedServer serves one image; while paced it sends chunk bytes every tick, so a
@@ -134,6 +133,7 @@ func addresses(ctx context.Context, fakes ...*libvirtfake.Fake) {
 // default 3 workers, B's Proxies reach Running and the delete finishes while A's download
 // is still in flight, and A's 10 Proxies cause exactly one download.
 func TestImageDownloadHoldsNoWorker(t *testing.T) {
+	testEnv := testenv.StartT(t)
 	ctx := testenv.Context(t)
 	fakeA, fakeB := libvirtfake.New(), libvirtfake.New()
 	sshA := sshtest.NewEnv(t, fakeA.ServeConn)

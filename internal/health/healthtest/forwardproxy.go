@@ -1,15 +1,20 @@
 // Package healthtest holds a tiny HTTP forward proxy for tests and benchmarks of the
-// health engine: it forwards absolute-form GETs, dials out from a chosen loopback address
-// (so a probe target sees a distinct egress IP), and can be switched to fail or to hang.
+// health engine: it forwards absolute-form GETs and tunnels CONNECTs, dials out from a
+// chosen loopback address (so a probe target sees a distinct egress IP), can be switched
+// to fail or to hang, and, like tinyproxy, can demand basic auth and refuse sources.
 package healthtest
 
 import (
+	"crypto/subtle"
+	"encoding/base64"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -38,6 +43,19 @@ type ForwardProxy struct {
 
 	mode      atomic.Int32
 	transport *http.Transport
+	dialer    *net.Dialer
+
+	mu      sync.Mutex
+	auth    *Auth
+	sources []netip.Prefix
+}
+
+// Auth is the basic-auth a proxy demands. A request without Proxy-Authorization is
+// answered 407 Proxy Authentication Required; one with wrong credentials WrongStatus,
+// which is 401 Unauthorized when zero, as tinyproxy 1.11 answers (squid answers 407).
+type Auth struct {
+	Username, Password string
+	WrongStatus        int
 }
 
 // New starts a forward proxy whose outgoing connections come from egressIP (a loopback
@@ -48,7 +66,7 @@ func New(tb testing.TB, egressIP string) *ForwardProxy {
 	if egressIP != "" {
 		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(egressIP)}
 	}
-	p := &ForwardProxy{transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true, Proxy: nil}}
+	p := &ForwardProxy{transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true, Proxy: nil}, dialer: d}
 	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
 	u, _ := url.Parse(p.srv.URL)
 	port, _ := strconv.Atoi(u.Port())
@@ -59,6 +77,65 @@ func New(tb testing.TB, egressIP string) *ForwardProxy {
 
 // SetMode switches how the proxy answers from the next request on.
 func (p *ForwardProxy) SetMode(m Mode) { p.mode.Store(int32(m)) }
+
+// RequireAuth makes the proxy demand a (nil: no longer demand any credentials).
+func (p *ForwardProxy) RequireAuth(a *Auth) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.auth = a
+}
+
+// AllowSources makes the proxy serve only clients whose address is in one of nets,
+// answering others 403 Access denied as tinyproxy does for a source no Allow line lists.
+// No nets: every source is served.
+func (p *ForwardProxy) AllowSources(nets ...netip.Prefix) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sources = nets
+}
+
+// refuse answers and returns true when the request's source or credentials are refused.
+func (p *ForwardProxy) refuse(w http.ResponseWriter, r *http.Request) bool {
+	p.mu.Lock()
+	auth, sources := p.auth, p.sources
+	p.mu.Unlock()
+	if len(sources) > 0 {
+		ap, err := netip.ParseAddrPort(r.RemoteAddr)
+		allowed := false
+		for _, n := range sources {
+			allowed = allowed || (err == nil && n.Contains(ap.Addr().Unmap()))
+		}
+		if !allowed {
+			statusLine(w, http.StatusForbidden, "Access denied")
+			return true
+		}
+	}
+	if auth == nil {
+		return false
+	}
+	got := r.Header.Get("Proxy-Authorization")
+	if got == "" {
+		w.Header().Set("Proxy-Authenticate", `Basic realm="healthtest"`)
+		statusLine(w, http.StatusProxyAuthRequired, "Proxy Authentication Required")
+		return true
+	}
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte(auth.Username+":"+auth.Password))
+	if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+		code := auth.WrongStatus
+		if code == 0 {
+			code = http.StatusUnauthorized
+		}
+		statusLine(w, code, http.StatusText(code))
+		return true
+	}
+	return false
+}
+
+// statusLine answers code with tinyproxy's words for it as the page (net/http writes
+// the standard reason phrase in the status line).
+func statusLine(w http.ResponseWriter, code int, text string) {
+	http.Error(w, text, code)
+}
 
 // Close stops the proxy; later connections are refused.
 func (p *ForwardProxy) Close() {
@@ -76,6 +153,13 @@ func (p *ForwardProxy) serve(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 		return
 	}
+	if p.refuse(w, r) {
+		return
+	}
+	if r.Method == http.MethodConnect {
+		p.tunnel(w, r)
+		return
+	}
 	if r.URL.Host == "" { // origin-form: not a proxy request
 		http.Error(w, "forward proxy: want an absolute URL", http.StatusBadRequest)
 		return
@@ -87,6 +171,7 @@ func (p *ForwardProxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	out.Header = r.Header.Clone()
 	out.Header.Del("Proxy-Connection")
+	out.Header.Del("Proxy-Authorization")
 	res, err := p.transport.RoundTrip(out)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
@@ -98,4 +183,38 @@ func (p *ForwardProxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(res.StatusCode)
 	_, _ = io.Copy(w, res.Body)
+}
+
+// tunnel answers a CONNECT: it dials the target and copies bytes both ways.
+func (p *ForwardProxy) tunnel(w http.ResponseWriter, r *http.Request) {
+	up, err := p.dialer.DialContext(r.Context(), "tcp", r.Host)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer up.Close()
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "forward proxy: cannot take over the connection", http.StatusInternalServerError)
+		return
+	}
+	down, buf, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer down.Close()
+	if _, err := io.WriteString(down, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, buf); closeWrite(up); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(down, up); closeWrite(down); done <- struct{}{} }()
+	<-done
+	<-done
+}
+
+func closeWrite(c net.Conn) {
+	if tc, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = tc.CloseWrite()
+	}
 }

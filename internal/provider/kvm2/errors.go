@@ -91,15 +91,3 @@ func sshRefused(err error) bool {
 	// x/crypto/ssh reports a refused key only as text.
 	return strings.Contains(err.Error(), "ssh: unable to authenticate")
 }
-
-// markedError adds a marker sentinel (such as provider.ErrOwnedByOther) to err without
-// changing its message, so errors.Is finds both.
-type markedError struct {
-	err    error
-	marker error
-}
-
-func (e *markedError) Error() string   { return e.err.Error() }
-func (e *markedError) Unwrap() []error { return []error{e.err, e.marker} }
-
-func withMarker(marker, err error) error { return &markedError{err: err, marker: marker} }

@@ -136,8 +136,8 @@ func (p *Provider) checkAdoption(host, name, uid string, m mark, found bool) err
 		return otherInstallError(provider.ErrPermanent, host, name, m)
 	}
 	if m.UID != "" && m.UID != uid {
-		return provider.Permanent(withMarker(provider.ErrOwnedByOther,
-			fmt.Errorf("domain %s on host %s belongs to UID %s, not to UID %s", name, host, m.UID, uid)))
+		return provider.OwnedByOther(
+			fmt.Errorf("domain %s on host %s belongs to UID %s, not to UID %s", name, host, m.UID, uid))
 	}
 	return nil
 }

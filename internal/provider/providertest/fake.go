@@ -254,8 +254,8 @@ func (f *Fake) Create(ctx context.Context, req provider.CreateRequest) (provider
 	id := ProviderID(req.Name)
 	if inst, ok := f.instances[id]; ok {
 		if inst.UID != req.UID {
-			return provider.Instance{}, provider.Errorf(provider.ErrPermanent,
-				"fake: instance %s is owned by uid %q, not %q", req.Name, inst.UID, req.UID)
+			return provider.Instance{}, provider.OwnedByOther(fmt.Errorf(
+				"fake: instance %s is owned by uid %q, not %q", req.Name, inst.UID, req.UID))
 		}
 		return inst, nil
 	}

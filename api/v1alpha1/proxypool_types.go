@@ -1,0 +1,254 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Labels and annotations the ProxyPool controller puts on, or reads from, its children.
+const (
+	// PoolLabel carries the name of the ProxyPool a child Proxy belongs to.
+	PoolLabel = "egress.hrajfrisbee.cz/pool"
+	// TemplateHashLabel carries the hash of the pool template a child was made from.
+	TemplateHashLabel = "egress.hrajfrisbee.cz/template-hash"
+	// BornAnnotation is when the pool made a child (RFC 3339, by the controller's clock):
+	// the start of its rotation age and of the Oldest/Newest deletion orders.
+	BornAnnotation = "egress.hrajfrisbee.cz/born"
+	// CordonAnnotation set to "true" on a Proxy takes it out of discovery and its pool's
+	// EndpointSlice at once and makes it the first child of its pool to be replaced.
+	CordonAnnotation = "egress.hrajfrisbee.cz/cordon"
+)
+
+// Condition types on a ProxyPool.
+const (
+	// PoolConditionAvailable is True while at least replicas - maxUnavailable children
+	// have been Ready for minReadySeconds.
+	PoolConditionAvailable = "Available"
+	// PoolConditionProgressing is True while the pool creates, replaces or deletes
+	// children; False once it holds replicas up-to-date available children, or when it
+	// cannot go on.
+	PoolConditionProgressing = "Progressing"
+	// PoolConditionPlacementValid is False when the template or a spread entry names a
+	// provider or zone the providers config lacks.
+	PoolConditionPlacementValid = "PlacementValid"
+)
+
+// Condition reasons on a ProxyPool.
+const (
+	PoolReasonMinimumAvailable    = "MinimumReplicasAvailable"
+	PoolReasonMinimumUnavailable  = "MinimumReplicasUnavailable"
+	PoolReasonScalingUp           = "ScalingUp"
+	PoolReasonScalingDown         = "ScalingDown"
+	PoolReasonRollingOut          = "RollingOut"
+	PoolReasonReplacing           = "Replacing"
+	PoolReasonWaitingForAvailable = "WaitingForAvailable"
+	PoolReasonComplete            = "Complete"
+	PoolReasonStalled             = "Stalled"
+	PoolReasonPlacementValid      = "Valid"
+	PoolReasonUnknownProvider     = "UnknownProvider"
+	PoolReasonUnknownZone         = "UnknownZone"
+)
+
+// PoolDeletionOrder says which children go first when a pool has more than it needs.
+// +kubebuilder:validation:Enum=Random;Newest;Oldest
+type PoolDeletionOrder string
+
+const (
+	DeletionOrderRandom PoolDeletionOrder = "Random"
+	DeletionOrderNewest PoolDeletionOrder = "Newest"
+	DeletionOrderOldest PoolDeletionOrder = "Oldest"
+)
+
+// ProxyTemplateMetadata is the metadata every child Proxy gets.
+type ProxyTemplateMetadata struct {
+	// Labels of each child, besides the pool and template-hash labels the pool sets.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// Annotations of each child.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// ProxyTemplate is what each child Proxy is made from.
+type ProxyTemplate struct {
+	// +optional
+	Metadata ProxyTemplateMetadata `json:"metadata,omitempty"`
+	// Spec of each child; a spread entry may set its provider and zone.
+	// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode == 'Managed'",message="spec.template.spec.mode must be Managed: a pool creates its proxies"
+	// +required
+	Spec ProxySpec `json:"spec"`
+}
+
+// PoolSpreadEntry is one place children go to.
+// +kubebuilder:validation:XValidation:rule="(has(self.provider) && size(self.provider) > 0) || (has(self.zone) && size(self.zone) > 0)",message="a spread entry must set provider, zone or both"
+type PoolSpreadEntry struct {
+	// Provider overrides the template's spec.provider.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Provider string `json:"provider,omitempty"`
+	// Zone overrides the template's spec.placement.zone (kvm2: a host name).
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Zone string `json:"zone,omitempty"`
+	// Weight is this entry's share of the children relative to the other entries.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Weight int32 `json:"weight,omitempty"`
+}
+
+// PoolRollingUpdate bounds a rollout, as in a Deployment or a cluster-api
+// MachineDeployment: a number or a percentage of replicas (surge rounds up,
+// unavailability rounds down).
+type PoolRollingUpdate struct {
+	// MaxSurge is how many children beyond replicas may exist during a rollout.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')",message="maxSurge must be a non-negative number or a percentage such as 25%"
+	// +optional
+	MaxSurge *intstr.IntOrString `json:"maxSurge,omitempty"`
+	// MaxUnavailable is how many children below replicas may be unavailable during a
+	// rollout, a rotation or a replacement.
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')",message="maxUnavailable must be a non-negative number or a percentage such as 25%"
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// PoolStrategy says how children are replaced.
+type PoolStrategy struct {
+	// +kubebuilder:default={}
+	// +optional
+	RollingUpdate PoolRollingUpdate `json:"rollingUpdate,omitempty"`
+}
+
+// PoolRotation replaces children by age.
+type PoolRotation struct {
+	// MaxAge is the longest a child lives; it is replaced surge-first once past its
+	// deadline. Empty: no rotation.
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="rotation.maxAge must be a positive duration such as 6h"
+	// +optional
+	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
+	// Jitter brings each child's deadline forward by its own share of up to this
+	// percentage of maxAge, so children made together do not expire together.
+	// +kubebuilder:validation:Pattern=`^([0-9]|[1-9][0-9]|100)%$`
+	// +optional
+	Jitter string `json:"jitter,omitempty"`
+}
+
+// PoolDeletion says which children are deleted first.
+type PoolDeletion struct {
+	// Order among children that are neither cordoned nor unhealthy (those go first).
+	// +kubebuilder:default=Oldest
+	// +optional
+	Order PoolDeletionOrder `json:"order,omitempty"`
+}
+
+// PoolService names the selector-less Service (and its EndpointSlice) through which the
+// pool publishes its healthy children.
+type PoolService struct {
+	// Name of the Service, in the pool's namespace.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	// +required
+	Name string `json:"name"`
+}
+
+// ProxyPoolSpec is what the user asks for.
+// +kubebuilder:validation:XValidation:rule="!((type(self.strategy.rollingUpdate.maxSurge) == int ? self.strategy.rollingUpdate.maxSurge == 0 : self.strategy.rollingUpdate.maxSurge == '0%') && (type(self.strategy.rollingUpdate.maxUnavailable) == int ? self.strategy.rollingUpdate.maxUnavailable == 0 : self.strategy.rollingUpdate.maxUnavailable == '0%'))",message="spec.strategy.rollingUpdate: maxSurge and maxUnavailable cannot both be 0: nothing could ever be replaced"
+// +kubebuilder:validation:XValidation:rule="(has(self.template.spec.provider) && size(self.template.spec.provider) > 0) || (has(self.spread) && size(self.spread) > 0 && self.spread.all(e, has(e.provider) && size(e.provider) > 0))",message="spec.template.spec.provider is required unless every spread entry sets a provider"
+type ProxyPoolSpec struct {
+	// Replicas is how many child Proxies the pool keeps.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+	// Template is what each child is made from. A change is rolled out by creating new
+	// children and deleting old ones; a child's spec is never edited.
+	// +required
+	Template ProxyTemplate `json:"template"`
+	// Spread lists where children go, round-robin by weight. Empty: the template's own
+	// provider and zone.
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Spread []PoolSpreadEntry `json:"spread,omitempty"`
+	// +kubebuilder:default={}
+	// +optional
+	Strategy PoolStrategy `json:"strategy,omitempty"`
+	// +optional
+	Rotation PoolRotation `json:"rotation,omitempty"`
+	// MinReadySeconds is how long a new child must be Ready before it counts as available.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MinReadySeconds int32 `json:"minReadySeconds,omitempty"`
+	// +kubebuilder:default={}
+	// +optional
+	Deletion PoolDeletion `json:"deletion,omitempty"`
+	// Service, when set, publishes the healthy children as the EndpointSlice of a
+	// selector-less Service the pool owns.
+	// +optional
+	Service *PoolService `json:"service,omitempty"`
+}
+
+// ProxyPoolStatus is what the controller observed.
+type ProxyPoolStatus struct {
+	// Replicas is the number of children, being deleted or not.
+	// +optional
+	Replicas int32 `json:"replicas"`
+	// ReadyReplicas counts children whose proxy is Ready (healthy).
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+	// AvailableReplicas counts children Ready for at least minReadySeconds and not
+	// cordoned.
+	// +optional
+	AvailableReplicas int32 `json:"availableReplicas"`
+	// UpToDateReplicas counts children made from the current template.
+	// +optional
+	UpToDateReplicas int32 `json:"upToDateReplicas"`
+	// Selector selects the children, as a label selector string (for the scale
+	// subresource and a HorizontalPodAutoscaler).
+	// +optional
+	Selector string `json:"selector,omitempty"`
+	// ObservedGeneration is the metadata.generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Available, Progressing and PlacementValid.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ProxyPool keeps a number of Proxies made from one template, spread over providers and
+// zones, rolled and rotated surge-first.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=ppool
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`
+// +kubebuilder:printcolumn:name="Up-To-Date",type=integer,JSONPath=`.status.upToDateReplicas`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ProxyPool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   ProxyPoolSpec   `json:"spec"`
+	Status ProxyPoolStatus `json:"status,omitempty"`
+}
+
+// ProxyPoolList is a list of ProxyPools.
+// +kubebuilder:object:root=true
+type ProxyPoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ProxyPool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ProxyPool{}, &ProxyPoolList{})
+}

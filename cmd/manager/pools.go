@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// setupPools adds the ProxyPool reconciler, which checks pool placements against cfg.
+func setupPools(mgr ctrl.Manager, cfg *provider.Config) error {
+	r := &controller.ProxyPoolReconciler{
+		Client:   mgr.GetClient(),
+		Scheme:   mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder("proxypool-controller"),
+		Zones:    poolZones(cfg),
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("proxy pool reconciler: %w", err)
+	}
+	return nil
+}
+
+// poolZones lists each configured provider with the zones a pool may name for it: the
+// host names of a kvm2 or kvm block. A type without such a list accepts any zone.
+func poolZones(cfg *provider.Config) map[string][]string {
+	out := make(map[string][]string, len(cfg.Providers))
+	for _, pc := range cfg.Providers {
+		var zones []string
+		for _, block := range []*provider.KVMConfig{pc.KVM2, pc.KVM} {
+			if block == nil {
+				continue
+			}
+			for _, h := range block.Hosts {
+				zones = append(zones, h.Name)
+			}
+		}
+		out[pc.Name] = zones
+	}
+	return out
+}
+
+// poolCacheByObject limits the manager's cache of Services and EndpointSlices, which the
+// pool reconciler watches, to those labelled with a pool: a cluster's own are many and
+// none of the operator's business.
+func poolCacheByObject() map[client.Object]cache.ByObject {
+	req, err := labels.NewRequirement(v1alpha1.PoolLabel, selection.Exists, nil)
+	if err != nil { // a constant, valid label key
+		panic(err)
+	}
+	sel := labels.NewSelector().Add(*req)
+	return map[client.Object]cache.ByObject{
+		&corev1.Service{}:            {Label: sel},
+		&discoveryv1.EndpointSlice{}: {Label: sel},
+	}
+}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// A pool's spread is checked against the host names of each kvm2 and kvm block.
+func TestPoolZonesAreTheHostNames(t *testing.T) {
+	cfg := &provider.Config{Providers: []provider.ProviderConfig{
+		{Name: "kvm2-home", Type: provider.TypeKVM2, KVM2: &provider.KVMConfig{Hosts: []provider.KVMHost{{Name: "beelink"}, {Name: "nuc"}}}},
+		{Name: "old-lab", Type: provider.TypeKVM, KVM: &provider.KVMConfig{Hosts: []provider.KVMHost{{Name: "tower"}}}},
+		{Name: "empty", Type: provider.TypeKVM2, KVM2: &provider.KVMConfig{}},
+	}}
+	want := map[string][]string{"kvm2-home": {"beelink", "nuc"}, "old-lab": {"tower"}, "empty": nil}
+	if got := poolZones(cfg); !reflect.DeepEqual(got, want) {
+		t.Errorf("poolZones = %v, want %v", got, want)
+	}
+}
+
+// The manager caches only the Services and EndpointSlices of pools.
+func TestPoolCacheSelectsPoolObjects(t *testing.T) {
+	by := poolCacheByObject()
+	if len(by) != 2 {
+		t.Fatalf("cache restrictions for %d kinds, want Services and EndpointSlices", len(by))
+	}
+	for obj, o := range by {
+		if !o.Label.Matches(labels.Set{v1alpha1.PoolLabel: "news"}) || o.Label.Matches(labels.Set{"app": "web"}) {
+			t.Errorf("%T: selector %q", obj, o.Label)
+		}
+	}
+}

@@ -1,0 +1,66 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// spec.proxy as the API server checks it: CIDRs by CEL's isCIDR, the range list required
+// on a Managed Proxy, the Secret's name.
+func TestProxyConfigValidation(t *testing.T) {
+	ctx := testContext(t)
+	managed := func(pc *v1alpha1.ProxyConfig) v1alpha1.ProxySpec {
+		return v1alpha1.ProxySpec{Provider: "kvm2-home", Proxy: pc}
+	}
+	auth := func(name string) *v1alpha1.ProxyBasicAuth {
+		return &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: v1alpha1.SecretName(name)}}
+	}
+	ranges := func(r ...v1alpha1.CIDR) []v1alpha1.CIDR { return r }
+	for _, tc := range []struct {
+		name string
+		spec v1alpha1.ProxySpec
+		want string // "" = accepted
+	}{
+		{"ranges only", managed(&v1alpha1.ProxyConfig{AllowedSourceRanges: ranges("10.0.0.0/8", "192.168.1.0/24")}), ""},
+		{"IPv6 range", managed(&v1alpha1.ProxyConfig{AllowedSourceRanges: ranges("2001:db8::/32")}), ""},
+		{"a single address as /32", managed(&v1alpha1.ProxyConfig{AllowedSourceRanges: ranges("192.0.2.7/32")}), ""},
+		{"ranges and basic auth", managed(&v1alpha1.ProxyConfig{AllowedSourceRanges: ranges("10.0.0.0/8"), BasicAuth: auth("crawl-proxy-auth")}), ""},
+		{"no ranges on Managed", managed(&v1alpha1.ProxyConfig{BasicAuth: auth("crawl-proxy-auth")}),
+			"spec.proxy.allowedSourceRanges is required when spec.proxy is set on a Managed Proxy"},
+		{"empty spec.proxy", managed(&v1alpha1.ProxyConfig{}), "spec.proxy.allowedSourceRanges is required"},
+		{"address without prefix", managed(&v1alpha1.ProxyConfig{AllowedSourceRanges: ranges("10.0.0.1")}),
+			`spec.proxy.allowedSourceRanges[0]: Invalid value: "10.0.0.1": must be a network in CIDR notation`},
+		{"not an address", managed(&v1alpha1.ProxyConfig{AllowedSourceRanges: ranges("10.0.0.0/8", "office")}),
+			`spec.proxy.allowedSourceRanges[1]: Invalid value: "office": must be a network in CIDR notation`},
+		{"prefix too long", managed(&v1alpha1.ProxyConfig{AllowedSourceRanges: ranges("10.0.0.0/33")}), "must be a network in CIDR notation"},
+		{"host bits set (the renderer writes the network)", managed(&v1alpha1.ProxyConfig{AllowedSourceRanges: ranges("10.1.2.3/8")}), ""},
+		{"secret name with upper case", managed(&v1alpha1.ProxyConfig{AllowedSourceRanges: ranges("10.0.0.0/8"), BasicAuth: auth("Crawl")}),
+			"spec.proxy.basicAuth.secretRef.name must be the name of a Secret"},
+		{"secret name empty", managed(&v1alpha1.ProxyConfig{AllowedSourceRanges: ranges("10.0.0.0/8"), BasicAuth: auth("")}),
+			"spec.proxy.basicAuth.secretRef.name"},
+		{"External with basic auth only", v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "squid.example.net",
+			Proxy: &v1alpha1.ProxyConfig{BasicAuth: auth("squid-auth")}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkAdmission(t, ctx, tc.spec, tc.want) })
+	}
+}
+
+// checkAdmission dry-runs the creation of a Proxy with spec and fails the test unless the
+// API server accepts it (want "") or refuses it with an error containing want.
+func checkAdmission(t *testing.T, ctx context.Context, spec v1alpha1.ProxySpec, want string) {
+	t.Helper()
+	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "v", Namespace: "default"}, Spec: spec}
+	err := shared.Client(t).Create(ctx, px, client.DryRunAll)
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("rejected: %v", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("error %v, want one saying %q", err, want)
+	}
+}

@@ -1,0 +1,394 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// poolScope is one reconcile of one pool: what was read and what was decided.
+type poolScope struct {
+	pool     *v1alpha1.ProxyPool
+	base     *v1alpha1.ProxyPool
+	now      time.Time
+	hash     string
+	replicas int32
+	surge    int32
+	unavail  int32
+	// children are the pool's Proxies, by name; info their classification, same order.
+	children []*v1alpha1.Proxy
+	info     []poolChild
+	// spread: the entries' effective placements and whether each can be used.
+	placements []placement
+	usable     []bool
+	// placementProblem is the PlacementValid condition's reason and message when false.
+	placementReason, placementMessage string
+	plan                              plan
+	// specErr is a spec the API server accepted but the controller cannot use.
+	specErr error
+	maxAge  time.Duration
+	jitter  float64
+}
+
+// placement is where a child goes: its provider and zone.
+type placement struct{ provider, zone string }
+
+func (p placement) String() string {
+	var parts []string
+	if p.provider != "" {
+		parts = append(parts, "provider "+p.provider)
+	}
+	if p.zone != "" {
+		parts = append(parts, "zone "+p.zone)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// TemplateHash is the hash of a pool template that labels the children made from it.
+func TemplateHash(t *v1alpha1.ProxyTemplate) string {
+	b, err := json.Marshal(t)
+	if err != nil { // strings, maps and numbers only
+		panic(err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:10]
+}
+
+// observe reads the pool's children and classifies them.
+func (r *ProxyPoolReconciler) observe(ctx context.Context, pool *v1alpha1.ProxyPool) (*poolScope, error) {
+	s := &poolScope{pool: pool, base: pool.DeepCopy(), now: r.now(), hash: TemplateHash(&pool.Spec.Template)}
+	if pool.Spec.Replicas != nil {
+		s.replicas = *pool.Spec.Replicas
+	}
+	ru := pool.Spec.Strategy.RollingUpdate
+	var err error
+	if s.surge, s.unavail, err = resolveFenceposts(ru.MaxSurge, ru.MaxUnavailable, s.replicas); err != nil {
+		s.specErr = err
+	}
+	if pool.Spec.Rotation.MaxAge != nil {
+		s.maxAge = pool.Spec.Rotation.MaxAge.Duration
+	}
+	if s.jitter, err = parseJitter(pool.Spec.Rotation.Jitter); err != nil {
+		s.specErr = err
+	}
+	r.resolvePlacements(s)
+
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	list := &v1alpha1.ProxyList{}
+	if err := reader.List(ctx, list, client.InNamespace(pool.Namespace), client.MatchingLabels{v1alpha1.PoolLabel: pool.Name}); err != nil {
+		return nil, fmt.Errorf("listing the children of proxy pool %s/%s: %w", pool.Namespace, pool.Name, err)
+	}
+	for i := range list.Items {
+		px := &list.Items[i]
+		if !metav1.IsControlledBy(px, pool) {
+			continue // labelled by hand, or a former pool's of the same name
+		}
+		s.children = append(s.children, px)
+		s.info = append(s.info, s.classify(px))
+	}
+	return s, nil
+}
+
+// resolvePlacements checks the template's provider and every spread entry against the
+// providers config, and marks which entries children may go to.
+func (r *ProxyPoolReconciler) resolvePlacements(s *poolScope) {
+	spec := &s.pool.Spec
+	base := placement{provider: spec.Template.Spec.Provider, zone: spec.Template.Spec.Placement.Zone}
+	entries := spec.Spread
+	if len(entries) == 0 {
+		entries = []v1alpha1.PoolSpreadEntry{{Weight: 1}}
+	}
+	var problems []string
+	for i, e := range entries {
+		p := base
+		if e.Provider != "" {
+			p.provider = e.Provider
+		}
+		if e.Zone != "" {
+			p.zone = e.Zone
+		}
+		s.placements = append(s.placements, p)
+		what := "spec.template"
+		if len(spec.Spread) > 0 {
+			what = fmt.Sprintf("spec.spread[%d] (%s)", i, p)
+		}
+		zones, ok := r.Zones[p.provider]
+		switch {
+		case !ok:
+			s.usable = append(s.usable, false)
+			problems = append(problems, fmt.Sprintf("%s: provider %q is not in the providers config", what, p.provider))
+			if s.placementReason == "" {
+				s.placementReason = v1alpha1.PoolReasonUnknownProvider
+			}
+		case p.zone != "" && len(zones) > 0 && !slices.Contains(zones, p.zone):
+			s.usable = append(s.usable, false)
+			problems = append(problems, fmt.Sprintf("%s: zone %q is not one of provider %s's zones (%s)", what, p.zone, p.provider, strings.Join(zones, ", ")))
+			if s.placementReason == "" {
+				s.placementReason = v1alpha1.PoolReasonUnknownZone
+			}
+		default:
+			s.usable = append(s.usable, true)
+		}
+	}
+	s.placementMessage = strings.Join(problems, "; ")
+}
+
+// weights are the spread entries' weights (1 for the template's own placement).
+func (s *poolScope) weights() []int32 {
+	if len(s.pool.Spec.Spread) == 0 {
+		return []int32{1}
+	}
+	w := make([]int32, len(s.pool.Spec.Spread))
+	for i, e := range s.pool.Spec.Spread {
+		w[i] = max(e.Weight, 1)
+	}
+	return w
+}
+
+// entryOf is the index of the usable spread entry px is placed on, or -1.
+func (s *poolScope) entryOf(px *v1alpha1.Proxy) int {
+	at := placement{provider: px.Spec.Provider, zone: px.Spec.Placement.Zone}
+	for i, p := range s.placements {
+		if s.usable[i] && p == at {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *poolScope) classify(px *v1alpha1.Proxy) poolChild {
+	st := &px.Status
+	c := poolChild{
+		name:     px.Name,
+		created:  bornAt(px),
+		deleting: !px.DeletionTimestamp.IsZero(),
+		upToDate: px.Labels[v1alpha1.TemplateHashLabel] == s.hash && s.entryOf(px) >= 0,
+		cordoned: px.Annotations[v1alpha1.CordonAnnotation] == "true",
+		failed:   st.Phase == v1alpha1.PhaseFailed,
+		ready:    st.Phase == v1alpha1.PhaseReady && st.Healthy,
+	}
+	if c.ready && !c.cordoned && !c.deleting {
+		c.available = !s.now.Before(readySince(px).Add(s.minReady()))
+	}
+	if s.maxAge > 0 {
+		c.expired = !s.now.Before(rotationDeadline(c.created, string(px.UID), s.maxAge, s.jitter))
+	}
+	return c
+}
+
+// bornAt is when the pool made px: its born annotation, else its creation time.
+func bornAt(px *v1alpha1.Proxy) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, px.Annotations[v1alpha1.BornAnnotation]); err == nil {
+		return t
+	}
+	return px.CreationTimestamp.Time
+}
+
+func (s *poolScope) minReady() time.Duration {
+	return time.Duration(s.pool.Spec.MinReadySeconds) * time.Second
+}
+
+// readySince is when px last became healthy (its Healthy condition's transition).
+func readySince(px *v1alpha1.Proxy) time.Time {
+	if c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy); c != nil && c.Status == metav1.ConditionTrue {
+		return c.LastTransitionTime.Time
+	}
+	return px.CreationTimestamp.Time
+}
+
+// act carries out the plan: deletions first (they make room under the surge bound),
+// then creations.
+func (r *ProxyPoolReconciler) act(ctx context.Context, s *poolScope) error {
+	if s.specErr != nil {
+		return nil // reported in status; a spec change wakes the pool again
+	}
+	if !slices.Contains(s.usable, true) {
+		// Nowhere to put a replacement: leave every child as it is (PlacementValid says why).
+		return nil
+	}
+	s.plan = planPool(s.info, s.replicas, s.surge, s.unavail, s.pool.Spec.Deletion.Order, string(s.pool.UID))
+	log := ctrl.LoggerFrom(ctx)
+	for _, name := range s.plan.delete {
+		i := slices.IndexFunc(s.children, func(px *v1alpha1.Proxy) bool { return px.Name == name })
+		px := s.children[i]
+		why := deletionCause(&s.info[i], s.replicas)
+		uid := px.UID
+		if err := r.Client.Delete(ctx, px, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting child proxy %s/%s of pool %s: %w", px.Namespace, px.Name, s.pool.Name, err)
+		}
+		log.Info("deleted pool child", "child", px.Name, "cause", why)
+		r.event(s.pool, corev1.EventTypeNormal, EventChildDeleted, actionDelete, "deleted child %s: %s", px.Name, why)
+		s.info[i].deleting = true
+		s.info[i].available = false
+	}
+	if s.plan.create == 0 {
+		if s.plan.stalled && !s.wasStalled() {
+			r.event(s.pool, corev1.EventTypeWarning, EventPoolStalled, actionReconcile, "%s", s.stalledMessage())
+		}
+		return nil
+	}
+	var batch []*v1alpha1.Proxy
+	var at []placement
+	counts := s.entryCounts()
+	weights := s.weights()
+	for n := 0; n < s.plan.create; n++ {
+		e := pickSpread(counts, weights, s.usable)
+		if e < 0 {
+			break // PlacementValid says why
+		}
+		px, err := r.newChild(s, s.placements[e])
+		if err != nil {
+			return err
+		}
+		counts[e]++
+		batch, at = append(batch, px), append(at, s.placements[e])
+	}
+	return r.createChildren(ctx, s, batch, at)
+}
+
+// createChildren creates the children in batches of 1, 2, 4, … (at most
+// createBatchLimit), each batch at once, stopping after a batch with a failure: a
+// provider quota or an admission webhook that refuses one child refuses the rest too,
+// and a pool of a thousand is not made one round trip at a time.
+func (r *ProxyPoolReconciler) createChildren(ctx context.Context, s *poolScope, children []*v1alpha1.Proxy, at []placement) error {
+	log := ctrl.LoggerFrom(ctx)
+	for start, size := 0, 1; start < len(children); start, size = start+size, min(2*size, createBatchLimit) {
+		end := min(start+size, len(children))
+		errs := make([]error, end-start)
+		var wg sync.WaitGroup
+		for i := start; i < end; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i-start] = r.Client.Create(ctx, children[i])
+			}()
+		}
+		wg.Wait()
+		for i := start; i < end; i++ {
+			if errs[i-start] != nil {
+				continue
+			}
+			px := children[i]
+			log.Info("created pool child", "child", px.Name, "placement", at[i].String())
+			r.event(s.pool, corev1.EventTypeNormal, EventChildCreated, actionCreate, "created child %s (%s)", px.Name, at[i])
+			s.children = append(s.children, px)
+			s.info = append(s.info, s.classify(px))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("creating child proxies of pool %s/%s: %w", s.pool.Namespace, s.pool.Name, err)
+		}
+	}
+	return nil
+}
+
+// createBatchLimit is the most children created at once.
+const createBatchLimit = 32
+
+// entryCounts counts the children each spread entry holds that the pool keeps.
+func (s *poolScope) entryCounts() []int {
+	counts := make([]int, len(s.placements))
+	for i, px := range s.children {
+		if !s.info[i].good() {
+			continue
+		}
+		if e := s.entryOf(px); e >= 0 {
+			counts[e]++
+		}
+	}
+	return counts
+}
+
+// newChild builds a child Proxy from the template, placed at p, named <pool>-<5 random>.
+func (r *ProxyPoolReconciler) newChild(s *poolScope, p placement) (*v1alpha1.Proxy, error) {
+	t := &s.pool.Spec.Template
+	labels := maps.Clone(t.Metadata.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[v1alpha1.PoolLabel] = s.pool.Name
+	labels[v1alpha1.TemplateHashLabel] = s.hash
+	px := &v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: s.pool.Name + "-",
+			Namespace:    s.pool.Namespace,
+			Labels:       labels,
+			Annotations:  maps.Clone(t.Metadata.Annotations),
+		},
+		Spec: *t.Spec.DeepCopy(),
+	}
+	if px.Annotations == nil {
+		px.Annotations = map[string]string{}
+	}
+	delete(px.Annotations, v1alpha1.CordonAnnotation)
+	px.Annotations[v1alpha1.BornAnnotation] = s.now.UTC().Format(time.RFC3339Nano)
+	px.Spec.Provider = p.provider
+	px.Spec.Placement.Zone = p.zone
+	if err := controllerutil.SetControllerReference(s.pool, px, r.Scheme); err != nil {
+		return nil, fmt.Errorf("owner reference on a child of pool %s: %w", s.pool.Name, err)
+	}
+	return px, nil
+}
+
+// deletionCause says in a few words why a child is deleted.
+func deletionCause(c *poolChild, replicas int32) string {
+	switch {
+	case c.cordoned:
+		return "cordoned"
+	case c.failed:
+		return "failed"
+	case !c.upToDate:
+		return "made from an older template or placement"
+	case c.expired:
+		return "past its rotation deadline"
+	default:
+		return fmt.Sprintf("scaling down to %d replicas", replicas)
+	}
+}
+
+// nextDeadline is how long until the next child becomes available or reaches its
+// rotation deadline, when one will.
+func (s *poolScope) nextDeadline() (time.Duration, bool) {
+	var next time.Time
+	consider := func(t time.Time) {
+		if t.After(s.now) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	for i, px := range s.children {
+		c := &s.info[i]
+		if c.deleting {
+			continue
+		}
+		if c.ready && !c.available && !c.cordoned {
+			consider(readySince(px).Add(s.minReady()))
+		}
+		if s.maxAge > 0 && !c.expired {
+			consider(rotationDeadline(c.created, string(px.UID), s.maxAge, s.jitter))
+		}
+	}
+	if next.IsZero() {
+		return 0, false
+	}
+	return next.Sub(s.now), true
+}

@@ -1,0 +1,209 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+)
+
+// What the pool tests do to children and read back: a bounds sampler, status and
+// annotation changes as the health engine, the reconciler or a user would make them,
+// the EndpointSlice, the pool's Events and what the pool owns.
+
+// bounds samples a pool's children until stopped and records the most that existed at
+// once and the fewest available (Ready for minReady by the fake clock, not cordoned, not
+// being deleted).
+type bounds struct {
+	stop               func()
+	mu                 sync.Mutex
+	maxTotal, minAvail int
+	samples            int
+}
+
+func (e *poolEnv) watchBounds(pool string, minReady time.Duration) *bounds {
+	b := &bounds{maxTotal: -1, minAvail: 1 << 30}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			list := &v1alpha1.ProxyList{}
+			if err := e.c.List(ctx, list, client.InNamespace(e.ns), client.MatchingLabels{v1alpha1.PoolLabel: pool}); err == nil {
+				avail := 0
+				for i := range list.Items {
+					if availableAt(&list.Items[i], e.clock.Now(), minReady) {
+						avail++
+					}
+				}
+				b.mu.Lock()
+				b.maxTotal, b.minAvail = max(b.maxTotal, len(list.Items)), min(b.minAvail, avail)
+				b.samples++
+				b.mu.Unlock()
+			}
+			time.Sleep(5 * time.Millisecond) // sampling period, not a wait for a condition
+		}
+	}()
+	b.stop = func() { cancel(); <-done }
+	return b
+}
+
+// check stops the sampler and fails the test unless every sample kept the bounds.
+func (b *bounds) check(t testing.TB, maxTotal, minAvail int) {
+	t.Helper()
+	b.stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.samples < 10 {
+		t.Fatalf("only %d samples of the pool", b.samples)
+	}
+	if b.maxTotal > maxTotal {
+		t.Errorf("%d children existed at once, bound replicas + maxSurge = %d (%d samples)", b.maxTotal, maxTotal, b.samples)
+	}
+	if b.minAvail < minAvail {
+		t.Errorf("only %d children were available at one point, bound replicas - maxUnavailable = %d (%d samples)", b.minAvail, minAvail, b.samples)
+	}
+	t.Logf("%d samples: at most %d children, at least %d available", b.samples, b.maxTotal, b.minAvail)
+}
+
+func availableAt(px *v1alpha1.Proxy, now time.Time, minReady time.Duration) bool {
+	if px.Status.Phase != v1alpha1.PhaseReady || !px.Status.Healthy || !px.DeletionTimestamp.IsZero() ||
+		px.Annotations[v1alpha1.CordonAnnotation] == "true" {
+		return false
+	}
+	return !now.Before(readySince(px).Add(minReady))
+}
+
+// consistently fails the test if cond stops holding within the next second.
+func consistently(t testing.TB, what string, cond func() (bool, error)) {
+	t.Helper()
+	for i := 0; i < 20; i++ {
+		if ok, err := cond(); !ok {
+			t.Fatalf("no longer %s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond) // the span over which nothing may change
+	}
+}
+
+// patchChild changes a child's metadata (status false) or status (true) with mutate.
+func (e *poolEnv) patchChild(name string, status bool, mutate func(*v1alpha1.Proxy)) {
+	e.t.Helper()
+	testenv.WaitFor(e.t, waitLong, "patching child "+name, func() (bool, error) {
+		px := &v1alpha1.Proxy{}
+		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
+			return false, err
+		}
+		base := px.DeepCopy()
+		mutate(px)
+		patch := client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
+		var err error
+		if status {
+			err = e.c.Status().Patch(e.ctx, px, patch)
+		} else {
+			err = e.c.Patch(e.ctx, px, patch)
+		}
+		return err == nil, err
+	})
+}
+
+// cordon sets the cordon annotation on a child, as `kubectl annotate` would.
+func (e *poolEnv) cordon(name string) {
+	e.patchChild(name, false, func(px *v1alpha1.Proxy) {
+		if px.Annotations == nil {
+			px.Annotations = map[string]string{}
+		}
+		px.Annotations[v1alpha1.CordonAnnotation] = "true"
+	})
+}
+
+// setUnhealthy marks a child unhealthy as the health engine does after failed probes.
+func (e *poolEnv) setUnhealthy(name string) {
+	e.hold(name)
+	e.patchChild(name, true, func(px *v1alpha1.Proxy) {
+		px.Status.Phase, px.Status.Healthy = v1alpha1.PhaseRunning, false
+		meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonProbeFailed,
+			Message: "3 consecutive failed probes", LastTransitionTime: metav1.NewTime(e.clock.Now()),
+		})
+	})
+}
+
+// setFailed marks a child Failed as the Proxy reconciler does on a permanent error.
+func (e *poolEnv) setFailed(name string) {
+	e.hold(name)
+	e.patchChild(name, true, func(px *v1alpha1.Proxy) {
+		px.Status.Phase, px.Status.Healthy = v1alpha1.PhaseFailed, false
+		px.Status.ObservedGeneration = px.Generation
+		meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonPermanentError,
+			Message: "instance is gone for good",
+		})
+	})
+}
+
+// waitSlice waits until the EndpointSlice's endpoints, as child name → ready, satisfy cond.
+func (e *poolEnv) waitSlice(name, what string, cond func(map[string]bool) bool) *discoveryv1.EndpointSlice {
+	e.t.Helper()
+	es := &discoveryv1.EndpointSlice{}
+	testenv.WaitFor(e.t, waitLong, "endpoint slice "+name+": "+what, func() (bool, error) {
+		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, es); err != nil {
+			return false, err
+		}
+		eps := map[string]bool{}
+		for _, ep := range es.Endpoints {
+			eps[ep.TargetRef.Name] = ep.Conditions.Ready != nil && *ep.Conditions.Ready
+		}
+		return cond(eps), fmt.Errorf("endpoints %v", eps)
+	})
+	return es
+}
+
+// poolEvents are the notes of the pool's Events with reason.
+func (e *poolEnv) poolEvents(pool, reason string) []string {
+	e.t.Helper()
+	list := &eventsv1.EventList{}
+	if err := e.c.List(e.ctx, list, client.InNamespace(e.ns)); err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range list.Items {
+		if ev.Regarding.Kind == "ProxyPool" && ev.Regarding.Name == pool && ev.Reason == reason {
+			out = append(out, ev.Note)
+		}
+	}
+	return out
+}
+
+// ownedBy lists the Proxies, Services and EndpointSlices whose controller is uid.
+func (e *poolEnv) ownedBy(uid types.UID) []client.Object {
+	e.t.Helper()
+	var out []client.Object
+	for _, l := range []client.ObjectList{&v1alpha1.ProxyList{}, &corev1.ServiceList{}, &discoveryv1.EndpointSliceList{}} {
+		if err := e.c.List(e.ctx, l, client.InNamespace(e.ns)); err != nil {
+			e.t.Fatal(err)
+		}
+		objs, err := meta.ExtractList(l)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, o := range objs {
+			obj := o.(client.Object)
+			if ref := metav1.GetControllerOf(obj); ref != nil && ref.UID == uid {
+				out = append(out, obj)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,159 @@
+package controller
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+)
+
+// The ProxyPool CRD's schema and CEL rules, as the API server applies them.
+func testPoolValidation(t *testing.T, env *testenv.Env) {
+	ctx := testenv.Context(t)
+	valid := func() v1alpha1.ProxyPoolSpec {
+		return v1alpha1.ProxyPoolSpec{
+			Replicas: ptr.To[int32](3),
+			Template: v1alpha1.ProxyTemplate{Spec: v1alpha1.ProxySpec{Provider: "kvm2-home"}},
+		}
+	}
+	is := func(v intstr.IntOrString) *intstr.IntOrString { return &v }
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1alpha1.ProxyPoolSpec)
+		want   string // "" = accepted
+	}{
+		{"valid", func(*v1alpha1.ProxyPoolSpec) {}, ""},
+		{"zero replicas", func(s *v1alpha1.ProxyPoolSpec) { s.Replicas = ptr.To[int32](0) }, ""},
+		{"negative replicas", func(s *v1alpha1.ProxyPoolSpec) { s.Replicas = ptr.To[int32](-1) }, "spec.replicas in body should be greater than or equal to 0"},
+		{"surge and unavailable both 0", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Strategy.RollingUpdate = v1alpha1.PoolRollingUpdate{MaxSurge: is(intstr.FromInt32(0)), MaxUnavailable: is(intstr.FromInt32(0))}
+		}, "maxSurge and maxUnavailable cannot both be 0"},
+		{"surge and unavailable both 0%", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Strategy.RollingUpdate = v1alpha1.PoolRollingUpdate{MaxSurge: is(intstr.FromString("0%")), MaxUnavailable: is(intstr.FromInt32(0))}
+		}, "maxSurge and maxUnavailable cannot both be 0"},
+		{"surge 0 unavailable 1", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Strategy.RollingUpdate = v1alpha1.PoolRollingUpdate{MaxSurge: is(intstr.FromInt32(0)), MaxUnavailable: is(intstr.FromInt32(1))}
+		}, ""},
+		{"percentages", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Strategy.RollingUpdate = v1alpha1.PoolRollingUpdate{MaxSurge: is(intstr.FromString("25%")), MaxUnavailable: is(intstr.FromString("10%"))}
+		}, ""},
+		{"not a percentage", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Strategy.RollingUpdate.MaxSurge = is(intstr.FromString("many"))
+		}, "maxSurge must be a non-negative number or a percentage"},
+		{"negative unavailable", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Strategy.RollingUpdate.MaxUnavailable = is(intstr.FromInt32(-1))
+		}, "maxUnavailable must be a non-negative number or a percentage"},
+		{"unknown deletion order", func(s *v1alpha1.ProxyPoolSpec) { s.Deletion.Order = "Youngest" }, `Unsupported value: "Youngest"`},
+		{"zero maxAge", func(s *v1alpha1.ProxyPoolSpec) { s.Rotation.MaxAge = &metav1.Duration{} }, "rotation.maxAge must be a positive duration"},
+		{"jitter over 100%", func(s *v1alpha1.ProxyPoolSpec) { s.Rotation.Jitter = "150%" }, "spec.rotation.jitter"},
+		{"external template", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Template.Spec = v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "squid", Provider: "x"}
+		}, "spec.template.spec.mode must be Managed"},
+		{"no provider anywhere", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Template.Spec.Provider = ""
+			s.Spread = []v1alpha1.PoolSpreadEntry{{Provider: "a"}, {Zone: "nuc"}}
+		}, "spec.template.spec.provider is required unless every spread entry sets a provider"},
+		{"providers from spread", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Template.Spec.Provider = ""
+			s.Spread = []v1alpha1.PoolSpreadEntry{{Provider: "a"}, {Provider: "b", Zone: "nuc", Weight: 2}}
+		}, ""},
+		{"empty spread entry", func(s *v1alpha1.ProxyPoolSpec) { s.Spread = []v1alpha1.PoolSpreadEntry{{Weight: 2}} }, "a spread entry must set provider, zone or both"},
+		{"zero weight", func(s *v1alpha1.ProxyPoolSpec) { s.Spread = []v1alpha1.PoolSpreadEntry{{Zone: "a", Weight: -1}} }, "weight in body should be greater than or equal to 1"},
+		{"bad service name", func(s *v1alpha1.ProxyPoolSpec) { s.Service = &v1alpha1.PoolService{Name: "Proxies_1"} }, "spec.service.name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := valid()
+			tc.mutate(&spec)
+			pool := &v1alpha1.ProxyPool{ObjectMeta: metav1.ObjectMeta{Name: "v", Namespace: "default"}, Spec: spec}
+			err := env.Client.Create(ctx, pool, client.DryRunAll)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("rejected: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Omitted fields get the defaults: one replica, maxSurge 1, maxUnavailable 0, deletion
+// order Oldest, spread weight 1; the template's Proxy defaults apply too.
+func testPoolDefaults(t *testing.T, env *testenv.Env) {
+	ctx := testenv.Context(t)
+	pool := &v1alpha1.ProxyPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "defaults", Namespace: "default"},
+		Spec: v1alpha1.ProxyPoolSpec{
+			Template: v1alpha1.ProxyTemplate{Spec: v1alpha1.ProxySpec{Provider: "kvm2-home"}},
+			Spread:   []v1alpha1.PoolSpreadEntry{{Zone: "nuc"}},
+		},
+	}
+	if err := env.Client.Create(ctx, pool, client.DryRunAll); err != nil {
+		t.Fatal(err)
+	}
+	s := pool.Spec
+	ru := s.Strategy.RollingUpdate
+	switch {
+	case s.Replicas == nil || *s.Replicas != 1:
+		t.Errorf("replicas %v, want 1", s.Replicas)
+	case ru.MaxSurge == nil || *ru.MaxSurge != intstr.FromInt32(1):
+		t.Errorf("maxSurge %v, want 1", ru.MaxSurge)
+	case ru.MaxUnavailable == nil || *ru.MaxUnavailable != intstr.FromInt32(0):
+		t.Errorf("maxUnavailable %v, want 0", ru.MaxUnavailable)
+	case s.Deletion.Order != v1alpha1.DeletionOrderOldest:
+		t.Errorf("deletion order %q, want Oldest", s.Deletion.Order)
+	case s.Spread[0].Weight != 1:
+		t.Errorf("spread weight %d, want 1", s.Spread[0].Weight)
+	case s.Template.Spec.Mode != v1alpha1.ProxyModeManaged || s.Template.Spec.Port != 3128:
+		t.Errorf("template mode %q port %d, want Managed and 3128", s.Template.Spec.Mode, s.Template.Spec.Port)
+	}
+}
+
+// config/samples/proxypool.yaml is accepted as it is, and its spread names hosts of the
+// sample providers config.
+func testPoolSample(t *testing.T, env *testenv.Env) {
+	ctx := testenv.Context(t)
+	dir, err := testenv.CRDDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Dir(filepath.Dir(filepath.Dir(dir))) // dir is <root>/config/crd/bases
+	data, err := os.ReadFile(filepath.Join(root, "config", "samples", "proxypool.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := &v1alpha1.ProxyPool{}
+	if err := yaml.UnmarshalStrict(data, pool); err != nil {
+		t.Fatalf("config/samples/proxypool.yaml: %v", err)
+	}
+	pool.Namespace = "default"
+	if err := env.Client.Create(ctx, pool, client.DryRunAll); err != nil {
+		t.Fatalf("config/samples/proxypool.yaml is rejected: %v", err)
+	}
+	cfg, err := provider.LoadConfig(filepath.Join(root, "config", "samples", "providers-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zones := map[string]bool{}
+	for _, pc := range cfg.Providers {
+		if pc.Name == pool.Spec.Template.Spec.Provider && pc.KVM2 != nil {
+			for _, h := range pc.KVM2.Hosts {
+				zones[h.Name] = true
+			}
+		}
+	}
+	for i, e := range pool.Spec.Spread {
+		if !zones[e.Zone] {
+			t.Errorf("spread[%d] zone %q is not a host of %s in the sample providers config", i, e.Zone, pool.Spec.Template.Spec.Provider)
+		}
+	}
+}

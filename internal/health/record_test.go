@@ -1,0 +1,180 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+)
+
+// recordAfterReplacement probes px (the old instance), lets the reconciler publish
+// another instance before the engine's write, and returns the Proxy after record.
+// The write conflicts once, as it does when the reconciler wrote in between.
+func recordAfterReplacement(t *testing.T, px *v1alpha1.Proxy, replace func(*v1alpha1.ProxyStatus)) (*v1alpha1.Proxy, int) {
+	t.Helper()
+	patches := 0
+	c := testenv.FakeClient(t, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			patches++
+			if patches > 1 {
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			}
+			stored := &v1alpha1.Proxy{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), stored); err != nil {
+				return err
+			}
+			replace(&stored.Status)
+			if err := c.Status().Update(ctx, stored); err != nil {
+				return err
+			}
+			return apierrors.NewConflict(schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "proxies"},
+				obj.GetName(), errors.New("the object has been modified"))
+		},
+	}, px.DeepCopy())
+	eng, err := New(c, c, nil, Options{ProbeURL: "http://127.0.0.1:1/v1/whoami"}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := &v1alpha1.Proxy{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(px), listed); err != nil {
+		t.Fatal(err)
+	}
+	conflicts, _, err := eng.record(context.Background(), listed, result{latency: 5 * time.Millisecond, egressIP: "198.51.100.7"})
+	if err != nil {
+		t.Fatalf("record: %v", err)
+	}
+	got := &v1alpha1.Proxy{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(px), got); err != nil {
+		t.Fatal(err)
+	}
+	return got, conflicts
+}
+
+func runningProxy() *v1alpha1.Proxy {
+	return &v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Name: "swap", Namespace: "default"},
+		Spec:       v1alpha1.ProxySpec{Provider: "kvm2-home", Port: 3128},
+		Status:     v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, ProviderID: "kvm2://hv1/proxy-old", IP: "10.0.0.1"},
+	}
+}
+
+// A good probe of the old VM, recorded after a conflict with the reconciler publishing
+// a new VM (another providerID or address), must not mark the never-probed new VM Ready.
+func TestRecordDropsResultOfAnotherInstance(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		replace func(*v1alpha1.ProxyStatus)
+	}{
+		{"new instance and address", func(st *v1alpha1.ProxyStatus) {
+			st.ProviderID, st.IP = "kvm2://hv2/proxy-new", "10.0.0.2"
+		}},
+		{"same instance, new address", func(st *v1alpha1.ProxyStatus) { st.IP = "10.0.0.2" }},
+		{"new instance at the same address", func(st *v1alpha1.ProxyStatus) { st.ProviderID = "kvm2://hv2/proxy-new" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, conflicts := recordAfterReplacement(t, runningProxy(), tc.replace)
+			if conflicts != 1 {
+				t.Errorf("%d conflicts, want 1", conflicts)
+			}
+			st := got.Status
+			if st.Phase != v1alpha1.PhaseRunning || st.Healthy || st.LastProbeTime != nil || st.EgressIP != "" {
+				t.Errorf("status %+v: the old instance's probe was applied to the new one", st)
+			}
+		})
+	}
+}
+
+// The same conflict with a write that left the probed instance and address alone (the
+// reconciler's message, say): the result is laid onto the fresh copy.
+func TestRecordAppliesResultAfterUnrelatedConflict(t *testing.T) {
+	got, conflicts := recordAfterReplacement(t, runningProxy(), func(st *v1alpha1.ProxyStatus) {
+		st.Message = "instance proxy-old is running at 10.0.0.1"
+	})
+	if conflicts != 1 {
+		t.Errorf("%d conflicts, want 1", conflicts)
+	}
+	st := got.Status
+	if st.Phase != v1alpha1.PhaseReady || !st.Healthy || st.EgressIP != "198.51.100.7" || st.Message != "instance proxy-old is running at 10.0.0.1" {
+		t.Errorf("status %+v, want Ready and healthy with the reconciler's message kept", st)
+	}
+}
+
+// Steady probes write nothing; a change a user sees is written at once, and
+// lastProbeTime is refreshed once per heartbeat interval.
+func TestRecordWritesTransitionsAndHeartbeatsOnly(t *testing.T) {
+	px := runningProxy()
+	writes := 0
+	c := testenv.FakeClient(t, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			writes++
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	}, px.DeepCopy())
+	eng, err := New(c, c, nil, Options{ProbeURL: "http://127.0.0.1:1/v1/whoami", FailureThreshold: 3,
+		HeartbeatInterval: 10 * time.Minute}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	eng.now = func() time.Time { return now }
+	ok := result{latency: 5 * time.Millisecond, egressIP: "198.51.100.7"}
+	bad := result{err: errors.New("probe through 10.0.0.1:3128: connection refused"), latency: time.Millisecond}
+	heartbeats := testutil.ToFloat64(statusWrites.WithLabelValues(writeHeartbeat))
+
+	for i, step := range []struct {
+		after    time.Duration
+		r        result
+		write    bool
+		phase    v1alpha1.ProxyPhase
+		failures int32 // as the status shows them
+	}{
+		{0, ok, true, v1alpha1.PhaseReady, 0},                 // Running -> Ready
+		{30 * time.Second, ok, false, v1alpha1.PhaseReady, 0}, // nothing changed
+		{30 * time.Second, result{latency: 9 * time.Millisecond, egressIP: "198.51.100.7"}, false, v1alpha1.PhaseReady, 0}, // latency alone
+		{30 * time.Second, result{latency: 5 * time.Millisecond, egressIP: "198.51.100.8"}, true, v1alpha1.PhaseReady, 0},  // egress IP
+		{30 * time.Second, bad, false, v1alpha1.PhaseReady, 0},                                                             // 1 of 3: still in rotation
+		{30 * time.Second, bad, false, v1alpha1.PhaseReady, 0},                                                             // 2 of 3
+		{30 * time.Second, bad, true, v1alpha1.PhaseRunning, 3},                                                            // threshold crossed
+		{30 * time.Second, bad, false, v1alpha1.PhaseRunning, 3},                                                           // still failing, same message
+		{10 * time.Minute, bad, true, v1alpha1.PhaseRunning, 5},                                                            // heartbeat, with the engine's count
+		{30 * time.Second, ok, true, v1alpha1.PhaseReady, 0},                                                               // recovered
+		{9 * time.Minute, ok, false, v1alpha1.PhaseReady, 0},                                                               // heartbeat not due yet
+		{time.Minute, ok, true, v1alpha1.PhaseReady, 0},                                                                    // 10 minutes since the last write
+	} {
+		now = now.Add(step.after)
+		listed := &v1alpha1.Proxy{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(px), listed); err != nil {
+			t.Fatal(err)
+		}
+		before := writes
+		if _, wrote, err := eng.record(context.Background(), listed, step.r); err != nil || wrote != step.write {
+			t.Fatalf("step %d: record wrote=%v err=%v, want wrote=%v", i, wrote, err, step.write)
+		}
+		got := &v1alpha1.Proxy{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(px), got); err != nil {
+			t.Fatal(err)
+		}
+		st := got.Status
+		if (writes > before) != step.write || st.Phase != step.phase || st.ConsecutiveProbeFailures != step.failures {
+			t.Fatalf("step %d: %d writes, phase %s, failures %d; want write=%v, %s, %d",
+				i, writes-before, st.Phase, st.ConsecutiveProbeFailures, step.write, step.phase, step.failures)
+		}
+		if step.write && !st.LastProbeTime.Time.Equal(now) {
+			t.Errorf("step %d: lastProbeTime %v, want %v", i, st.LastProbeTime, now)
+		}
+	}
+	if d := testutil.ToFloat64(statusWrites.WithLabelValues(writeHeartbeat)) - heartbeats; d != 2 {
+		t.Errorf("status_writes_total{why=heartbeat} rose by %v, want 2", d)
+	}
+}

@@ -1,0 +1,222 @@
+package proxyconfig
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/mail"
+	"net/textproto"
+	"strings"
+	"unicode/utf8"
+)
+
+// CloudConfig renders the #cloud-config document that configures tinyproxy:
+//
+//   - packages: [tinyproxy], for images that lack it (a no-op where it is installed);
+//   - write_files: tinyproxy.conf, owned root:tinyproxy with mode 0640 since it may hold the
+//     password, and deferred to cloud-init's final stage so that the tinyproxy group
+//     exists by then (it comes with the package; deferral needs cloud-init 21.4 or later);
+//   - runcmd: restart tinyproxy, which runs after both, so the service uses the file;
+//   - merge_how: when combined with the user's cloud-config, lists (packages, write_files,
+//     runcmd) are appended to the user's and the user's other keys are kept.
+func CloudConfig(c Config) ([]byte, error) {
+	conf, err := tinyproxyConf(c)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.WriteString(`#cloud-config
+# Rendered by egress-proxies-operator from the Proxy's spec.proxy.
+merge_how:
+  - name: list
+    settings: [append]
+  - name: dict
+    settings: [no_replace, recurse_list]
+packages:
+  - tinyproxy
+write_files:
+  - path: ` + TinyproxyConfPath + `
+    owner: root:tinyproxy
+    permissions: "0640"
+    defer: true
+    content: |
+`)
+	for _, line := range strings.SplitAfter(strings.TrimSuffix(conf, "\n"), "\n") {
+		b.WriteString("      " + line)
+	}
+	b.WriteString(`
+runcmd:
+  - [systemctl, restart, tinyproxy]
+`)
+	return b.Bytes(), nil
+}
+
+// UserData is the instance's user-data for c and the user's own cloud-init (spec.cloudInit):
+// the rendered cloud-config alone when user is empty, otherwise a MIME multipart document
+// with the user's part (or parts) first and the rendered cloud-config last, so that its
+// merge rules apply on top of the user's. The boundary is derived from the content, so the
+// same inputs give the same bytes (and spec hash).
+//
+// The user's part keeps its kind, which cloud-init reads from the first line:
+//
+//	#cloud-config           text/cloud-config
+//	#!                      text/x-shellscript
+//	#include                text/x-include-url
+//	#include-once           text/x-include-once-url
+//	#cloud-boothook         text/cloud-boothook
+//	#cloud-config-archive   text/cloud-config-archive
+//	#part-handler           text/part-handler
+//	## template: jinja      text/jinja2
+//	Content-Type: or        a MIME document: its parts are taken over as they are
+//	MIME-Version:
+//
+// Anything else (plain text, gzip) is refused: cloud-init would not know what to do with it.
+func UserData(c Config, user string) ([]byte, error) {
+	rendered, err := CloudConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(user) == "" {
+		return rendered, nil
+	}
+	parts, err := userParts(user)
+	if err != nil {
+		return nil, err
+	}
+	parts = append(parts, part{header: partHeader("text/cloud-config", "proxy.cfg", rendered), body: rendered})
+	return multipartDocument(parts)
+}
+
+// ErrUserCloudInit is wrapped by UserData's errors about spec.cloudInit. The messages
+// never quote it.
+var ErrUserCloudInit = errors.New("spec.cloudInit cannot be combined with spec.proxy")
+
+type part struct {
+	header textproto.MIMEHeader
+	body   []byte
+}
+
+// firstLineTypes maps the first line of a user-data document to its MIME type, longest
+// prefix first where one is another's prefix.
+var firstLineTypes = []struct{ prefix, ctype string }{
+	{"#cloud-config-archive", "text/cloud-config-archive"},
+	{"#cloud-config", "text/cloud-config"},
+	{"#cloud-boothook", "text/cloud-boothook"},
+	{"#include-once", "text/x-include-once-url"},
+	{"#include", "text/x-include-url"},
+	{"#part-handler", "text/part-handler"},
+	{"## template: jinja", "text/jinja2"},
+	{"#!", "text/x-shellscript"},
+}
+
+func userParts(user string) ([]part, error) {
+	if !utf8.ValidString(user) {
+		return nil, fmt.Errorf("%w: it is not UTF-8 text (gzip is not supported here)", ErrUserCloudInit)
+	}
+	first, _, _ := strings.Cut(user, "\n")
+	first = strings.TrimRight(first, "\r")
+	if hasPrefixFold(first, "content-type:") || hasPrefixFold(first, "mime-version:") {
+		return mimeParts(user)
+	}
+	for _, t := range firstLineTypes {
+		if strings.HasPrefix(first, t.prefix) {
+			return []part{{header: partHeader(t.ctype, "user-data", []byte(user)), body: []byte(user)}}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: its first line must say what it is (#cloud-config, #!, #include, #cloud-boothook, ## template: jinja, or a MIME document's Content-Type:)", ErrUserCloudInit)
+}
+
+// mimeParts takes over the parts of a user's MIME document, headers and bodies as they are.
+func mimeParts(user string) ([]part, error) {
+	msg, err := mail.ReadMessage(strings.NewReader(user))
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading its MIME headers: %w", ErrUserCloudInit, err)
+	}
+	mt, params, err := mime.ParseMediaType(msg.Header.Get("Content-Type"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: its Content-Type: %w", ErrUserCloudInit, err)
+	}
+	if !strings.HasPrefix(mt, "multipart/") {
+		body, err := io.ReadAll(msg.Body)
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading its body: %w", ErrUserCloudInit, err)
+		}
+		h := textproto.MIMEHeader(msg.Header)
+		return []part{{header: h, body: body}}, nil
+	}
+	r := multipart.NewReader(msg.Body, params["boundary"])
+	var parts []part
+	for {
+		p, err := r.NextRawPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading part %d of its multipart body: %w", ErrUserCloudInit, len(parts)+1, err)
+		}
+		body, err := io.ReadAll(p)
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading part %d of its multipart body: %w", ErrUserCloudInit, len(parts)+1, err)
+		}
+		parts = append(parts, part{header: p.Header, body: body})
+	}
+	if len(parts) == 0 {
+		return nil, fmt.Errorf("%w: its multipart body has no parts", ErrUserCloudInit)
+	}
+	return parts, nil
+}
+
+func partHeader(ctype, filename string, body []byte) textproto.MIMEHeader {
+	charset, encoding := "us-ascii", "7bit"
+	for _, b := range body {
+		if b >= 0x80 {
+			charset, encoding = "utf-8", "8bit"
+			break
+		}
+	}
+	h := textproto.MIMEHeader{}
+	h.Set("Content-Type", mime.FormatMediaType(ctype, map[string]string{"charset": charset}))
+	h.Set("Mime-Version", "1.0")
+	h.Set("Content-Transfer-Encoding", encoding)
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": filename}))
+	return h
+}
+
+// multipartDocument writes parts as a multipart/mixed document whose boundary is a hash
+// of the parts: stable for the same parts, and (a hash of them) found in none of them.
+func multipartDocument(parts []part) ([]byte, error) {
+	sum := sha256.New()
+	for _, p := range parts {
+		sum.Write(p.body)
+	}
+	boundary := "epo-" + hex.EncodeToString(sum.Sum(nil))[:32]
+	var b bytes.Buffer
+	b.WriteString("Content-Type: " + mime.FormatMediaType("multipart/mixed", map[string]string{"boundary": boundary}) + "\r\n")
+	b.WriteString("MIME-Version: 1.0\r\n\r\n")
+	w := multipart.NewWriter(&b)
+	if err := w.SetBoundary(boundary); err != nil {
+		return nil, fmt.Errorf("multipart boundary %s: %w", boundary, err)
+	}
+	for _, p := range parts {
+		pw, err := w.CreatePart(p.header)
+		if err != nil {
+			return nil, fmt.Errorf("writing a user-data part: %w", err)
+		}
+		if _, err := pw.Write(p.body); err != nil {
+			return nil, fmt.Errorf("writing a user-data part: %w", err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("closing the user-data multipart: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}

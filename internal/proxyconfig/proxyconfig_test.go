@@ -1,0 +1,326 @@
+package proxyconfig
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/mail"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// compareGolden compares got with testdata/name, or rewrites the file under -update.
+func compareGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading golden file (run go test -update to create it): %v", err)
+	}
+	if string(want) != string(got) {
+		t.Fatalf("%s differs from the output (run go test -update if the change is intended)\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+func sampleConfig() Config {
+	return Config{
+		Port:                3128,
+		AllowedSourceRanges: []string{"10.0.0.0/8", "192.168.1.0/24", "2001:db8::/32"},
+		Credentials:         &Credentials{Username: "crawler", Password: "Xk9-q.Tr_22"},
+	}
+}
+
+func TestCloudConfigGolden(t *testing.T) {
+	noAuth := sampleConfig()
+	noAuth.Credentials = nil
+	noAuth.Port = 8888
+	for name, c := range map[string]Config{
+		"cloud-config-basic-auth.golden": sampleConfig(),
+		"cloud-config-no-auth.golden":    noAuth,
+	} {
+		got, err := CloudConfig(c)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		compareGolden(t, name, got)
+	}
+}
+
+// The rendered document is YAML cloud-init reads as meant: one deferred file with
+// tinyproxy's configuration, the package, the restart.
+func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
+	doc, err := CloudConfig(sampleConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(doc), "#cloud-config\n") {
+		t.Fatalf("does not start with #cloud-config:\n%s", doc)
+	}
+	var cc struct {
+		Packages   []string `json:"packages"`
+		WriteFiles []struct {
+			Path        string `json:"path"`
+			Owner       string `json:"owner"`
+			Permissions string `json:"permissions"`
+			Content     string `json:"content"`
+			Defer       bool   `json:"defer"`
+		} `json:"write_files"`
+		Runcmd   [][]string `json:"runcmd"`
+		MergeHow []struct {
+			Name     string   `json:"name"`
+			Settings []string `json:"settings"`
+		} `json:"merge_how"`
+	}
+	if err := yaml.UnmarshalStrict(doc, &cc); err != nil {
+		t.Fatal(err)
+	}
+	if len(cc.MergeHow) != 2 || cc.MergeHow[0].Name != "list" || cc.MergeHow[0].Settings[0] != "append" {
+		t.Errorf("merge_how %+v: lists must be appended to the user's", cc.MergeHow)
+	}
+	if len(cc.Packages) != 1 || cc.Packages[0] != "tinyproxy" {
+		t.Errorf("packages %v", cc.Packages)
+	}
+	if len(cc.WriteFiles) != 1 {
+		t.Fatalf("write_files %+v", cc.WriteFiles)
+	}
+	f := cc.WriteFiles[0]
+	if f.Path != TinyproxyConfPath || f.Owner != "root:tinyproxy" || f.Permissions != "0640" || !f.Defer {
+		t.Errorf("file %+v", f)
+	}
+	for _, line := range []string{"Port 3128", "Allow 10.0.0.0/8", "Allow 192.168.1.0/24", "Allow 2001:db8::/32",
+		"BasicAuth crawler Xk9-q.Tr_22", "DisableViaHeader Yes", "ConnectPort 443", "User tinyproxy"} {
+		if !strings.Contains("\n"+f.Content, "\n"+line+"\n") {
+			t.Errorf("tinyproxy.conf lacks the line %q:\n%s", line, f.Content)
+		}
+	}
+	if strings.Count(f.Content, "ConnectPort") != 1 {
+		t.Errorf("CONNECT must be limited to 443 alone:\n%s", f.Content)
+	}
+	if len(cc.Runcmd) != 1 || strings.Join(cc.Runcmd[0], " ") != "systemctl restart tinyproxy" {
+		t.Errorf("runcmd %v", cc.Runcmd)
+	}
+}
+
+// userDocs are user cloud-inits of each kind UserData combines.
+var userDocs = map[string]string{
+	"cloud-config": "#cloud-config\npackages: [htop]\nruncmd:\n  - [touch, /run/user-was-here]\n",
+	"shellscript":  "#!/bin/sh\necho hello > /run/hello\n",
+	"mime": "Content-Type: multipart/mixed; boundary=\"user-b\"\nMIME-Version: 1.0\n\n" +
+		"--user-b\nContent-Type: text/cloud-config\n\n#cloud-config\ntimezone: Europe/Prague\n" +
+		"--user-b\nContent-Type: text/x-shellscript\nContent-Transfer-Encoding: base64\n\nIyEvYmluL3NoCnRydWUK\n" +
+		"--user-b--\n",
+}
+
+func TestUserDataGolden(t *testing.T) {
+	alone, err := UserData(sampleConfig(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, _ := CloudConfig(sampleConfig())
+	if string(alone) != string(rendered) {
+		t.Errorf("without a user cloud-init the user-data is not the rendered cloud-config alone:\n%s", alone)
+	}
+	for kind, user := range userDocs {
+		got, err := UserData(sampleConfig(), user)
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		compareGolden(t, "user-data-"+kind+".golden", got)
+		again, _ := UserData(sampleConfig(), user)
+		if string(again) != string(got) {
+			t.Errorf("%s: two renderings differ, so would the spec hash", kind)
+		}
+	}
+}
+
+// readParts parses a multipart user-data document as cloud-init does and returns each
+// part's media type and decoded body.
+func readParts(t *testing.T, doc []byte) (types, bodies []string) {
+	t.Helper()
+	msg, err := mail.ReadMessage(strings.NewReader(string(doc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Header.Get("Mime-Version") != "1.0" {
+		t.Errorf("no MIME-Version header: cloud-init would not read it as MIME")
+	}
+	mt, params, err := mime.ParseMediaType(msg.Header.Get("Content-Type"))
+	if err != nil || mt != "multipart/mixed" {
+		t.Fatalf("content type %q: %v", mt, err)
+	}
+	r := multipart.NewReader(msg.Body, params["boundary"])
+	for {
+		p, err := r.NextPart()
+		if errors.Is(err, io.EOF) {
+			return types, bodies
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt, _, _ := mime.ParseMediaType(p.Header.Get("Content-Type"))
+		b, _ := io.ReadAll(p)
+		if p.Header.Get("Content-Transfer-Encoding") == "base64" {
+			b = []byte(strings.TrimSpace(string(b))) // kept encoded, as given
+		}
+		types, bodies = append(types, pt), append(bodies, string(b))
+	}
+}
+
+func TestUserDataParts(t *testing.T) {
+	rendered, _ := CloudConfig(sampleConfig())
+	for kind, want := range map[string][]string{
+		"cloud-config": {"text/cloud-config", "text/cloud-config"},
+		"shellscript":  {"text/x-shellscript", "text/cloud-config"},
+		"mime":         {"text/cloud-config", "text/x-shellscript", "text/cloud-config"},
+	} {
+		doc, err := UserData(sampleConfig(), userDocs[kind])
+		if err != nil {
+			t.Fatal(err)
+		}
+		types, bodies := readParts(t, doc)
+		if strings.Join(types, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: parts %v, want %v", kind, types, want)
+			continue
+		}
+		if bodies[len(bodies)-1] != string(rendered) {
+			t.Errorf("%s: the last part is not the rendered cloud-config:\n%s", kind, bodies[len(bodies)-1])
+		}
+		switch kind {
+		case "mime":
+			if bodies[0] != "#cloud-config\ntimezone: Europe/Prague" || bodies[1] != "IyEvYmluL3NoCnRydWUK" {
+				t.Errorf("the user's parts changed: %q", bodies[:2])
+			}
+		default:
+			if bodies[0] != userDocs[kind] {
+				t.Errorf("%s: the user's part changed: %q", kind, bodies[0])
+			}
+		}
+	}
+}
+
+func TestUserDataKinds(t *testing.T) {
+	for first, want := range map[string]string{
+		"#cloud-config":          "text/cloud-config",
+		"#cloud-config-archive":  "text/cloud-config-archive",
+		"#cloud-boothook":        "text/cloud-boothook",
+		"#include":               "text/x-include-url",
+		"#include-once":          "text/x-include-once-url",
+		"#part-handler":          "text/part-handler",
+		"## template: jinja":     "text/jinja2",
+		"#!/usr/bin/env python3": "text/x-shellscript",
+		"#cloud-config\r":        "text/cloud-config",
+		"Content-Type: text/x-shellscript\nMIME-Version: 1.0\n": "text/x-shellscript",
+		"MIME-Version: 1.0\nContent-Type: text/cloud-config\n":  "text/cloud-config",
+	} {
+		doc, err := UserData(sampleConfig(), first+"\nbody\n")
+		if err != nil {
+			t.Errorf("%q: %v", first, err)
+			continue
+		}
+		if types, _ := readParts(t, doc); len(types) != 2 || types[0] != want {
+			t.Errorf("%q: parts %v, want %s first", first, types, want)
+		}
+	}
+}
+
+func TestUserDataUTF8(t *testing.T) {
+	doc, err := UserData(sampleConfig(), "#cloud-config\nfinal_message: Hotovo, příteli\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), `text/cloud-config; charset=utf-8`) || !strings.Contains(string(doc), "Content-Transfer-Encoding: 8bit") {
+		t.Errorf("a UTF-8 part is not labelled as such:\n%s", doc)
+	}
+}
+
+func TestConfigFor(t *testing.T) {
+	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "crawl"}, Spec: v1alpha1.ProxySpec{
+		Port:  3129,
+		Proxy: &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"10.1.2.3/8", "192.0.2.7/32"}},
+	}}
+	creds := &Credentials{Username: "u", Password: "p"}
+	c := ConfigFor(px, creds)
+	if c.Port != 3129 || strings.Join(c.AllowedSourceRanges, ",") != "10.1.2.3/8,192.0.2.7/32" || c.Credentials != creds {
+		t.Fatalf("%+v", c)
+	}
+	conf, err := tinyproxyConf(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(conf, "\nAllow 10.0.0.0/8\n") || !strings.Contains(conf, "\nAllow 192.0.2.7/32\n") {
+		t.Errorf("ranges not written as networks:\n%s", conf)
+	}
+}
+
+func TestRenderErrors(t *testing.T) {
+	long := strings.Repeat("a", 200)
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		user   string
+		is     error
+		want   string
+	}{
+		{"port zero", func(c *Config) { c.Port = 0 }, "", nil, "spec.port 0: want a port from 1 to 65535"},
+		{"port too high", func(c *Config) { c.Port = 70000 }, "", nil, "spec.port 70000"},
+		{"no ranges", func(c *Config) { c.AllowedSourceRanges = nil }, "", ErrNoSourceRanges, "spec.proxy.allowedSourceRanges is empty"},
+		{"a range without prefix", func(c *Config) { c.AllowedSourceRanges = []string{"10.0.0.0/8", "10.0.0.1"} }, "", nil,
+			`spec.proxy.allowedSourceRanges[1] "10.0.0.1": want a network in CIDR notation`},
+		{"a zone", func(c *Config) { c.AllowedSourceRanges = []string{"fe80::%eth0/64"} }, "", nil, "spec.proxy.allowedSourceRanges[0]"},
+		{"empty username", func(c *Config) { c.Credentials.Username = "" }, "", ErrBadCredentials, "username is empty"},
+		{"empty password", func(c *Config) { c.Credentials.Password = "" }, "", ErrBadCredentials, "password is empty"},
+		{"space in password", func(c *Config) { c.Credentials.Password = "two words" }, "", ErrBadCredentials,
+			"password holds a character other than letters A-Z and a-z, digits, '-', '.' and '_'"},
+		{"quote in username", func(c *Config) { c.Credentials.Username = `a"b` }, "", ErrBadCredentials, "username holds a character other than"},
+		{"newline in password", func(c *Config) { c.Credentials.Password = "a\nAllow 0.0.0.0/0" }, "", ErrBadCredentials, "password holds a character"},
+		{"hash in password", func(c *Config) { c.Credentials.Password = "a#b" }, "", ErrBadCredentials, "password holds a character"},
+		{"colon in username", func(c *Config) { c.Credentials.Username = "a:b" }, "", ErrBadCredentials, "username holds a character"},
+		{"non-ASCII password", func(c *Config) { c.Credentials.Password = "heslíčko" }, "", ErrBadCredentials, "password holds a character"},
+		{"too long together", func(c *Config) { c.Credentials.Username, c.Credentials.Password = long, long[:57] }, "", ErrBadCredentials,
+			"username and password are 257 characters together, at most 256"},
+		{"plain-text user cloud-init", nil, "hello\n", ErrUserCloudInit, "its first line must say what it is"},
+		{"gzip user cloud-init", nil, "\x1f\x8b\x08\x00\xff", ErrUserCloudInit, "not UTF-8 text"},
+		{"bad MIME headers", nil, "Content-Type: text/plain\nno colon here\n\nx", ErrUserCloudInit, "reading its MIME headers"},
+		{"bad Content-Type", nil, "Content-Type: ;;\n\nx", ErrUserCloudInit, "its Content-Type"},
+		{"multipart without parts", nil, "Content-Type: multipart/mixed; boundary=b\n\n--b--\n", ErrUserCloudInit, "has no parts"},
+		{"multipart cut short", nil, "Content-Type: multipart/mixed; boundary=b\n\n--b\nContent-Type: text/x-shellscript\n\n#!/bin/sh\n", ErrUserCloudInit,
+			"reading part 1 of its multipart body"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := sampleConfig()
+			if tc.mutate != nil {
+				tc.mutate(&c)
+			}
+			_, err := UserData(c, tc.user)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) {
+				t.Fatalf("error %v, want one saying %q (and wrapping %v)", err, tc.want, tc.is)
+			}
+			if c.Credentials != nil && len(c.Credentials.Password) > 2 && strings.Contains(err.Error(), c.Credentials.Password) {
+				t.Errorf("the error quotes the password: %v", err)
+			}
+			if tc.user != "" && strings.Contains(err.Error(), strings.TrimSpace(tc.user)) {
+				t.Errorf("the error quotes the user's cloud-init: %v", err)
+			}
+			if _, herr := SpecHashInput(c, tc.user); herr == nil || herr.Error() != err.Error() {
+				t.Errorf("SpecHashInput: %v, want the same error", herr)
+			}
+		})
+	}
+}
