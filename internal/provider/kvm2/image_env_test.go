@@ -108,7 +108,7 @@ func (e *imgEnv) wantNotCached(t *testing.T) {
 	}
 }
 
-// putMarker places a base volume holding the served image and a marker holding content.
+// putCached places a base volume holding the served image and a marker holding content.
 func (e *imgEnv) putCached(t *testing.T, marker string) {
 	t.Helper()
 	if err := e.fake.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: e.img.baseVol(), Format: "qcow2",
