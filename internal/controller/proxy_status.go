@@ -18,12 +18,11 @@ import (
 
 // Event reasons beyond the condition reasons in api/v1alpha1.
 const (
-	EventPending          = "Pending"
-	EventInstanceGone     = "InstanceGone"
-	EventReplacing        = "Replacing"
-	EventInstanceDeleted  = "InstanceDeleted"
-	EventInstanceLeft     = "InstanceLeftBehind"
-	EventProviderProgress = "Progress"
+	EventPending         = "Pending"
+	EventInstanceGone    = "InstanceGone"
+	EventReplacing       = "Replacing"
+	EventInstanceDeleted = "InstanceDeleted"
+	EventInstanceLeft    = "InstanceLeftBehind"
 )
 
 // Event actions (the events API's "what was being done").
