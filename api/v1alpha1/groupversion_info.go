@@ -7,17 +7,30 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is the group and version of every type in this package.
 	GroupVersion = schema.GroupVersion{Group: "egress.hrajfrisbee.cz", Version: "v1alpha1"}
 
-	// SchemeBuilder registers the types of this package with a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	// SchemeBuilder registers the types of this package with a scheme. The package
+	// depends on apimachinery alone (not controller-runtime), so it stays cheap to import.
+	SchemeBuilder = runtime.NewSchemeBuilder(func(s *runtime.Scheme) error {
+		metav1.AddToGroupVersion(s, GroupVersion)
+		return nil
+	})
 
 	// AddToScheme adds the types of this package to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+// register adds objs, under GroupVersion, to what AddToScheme registers.
+func register(objs ...runtime.Object) {
+	SchemeBuilder.Register(func(s *runtime.Scheme) error {
+		s.AddKnownTypes(GroupVersion, objs...)
+		return nil
+	})
+}

@@ -89,8 +89,8 @@ func TestImageFetchedOnFirstCreateThenCached(t *testing.T) {
 	var span sdktrace.ReadOnlySpan
 	for _, s := range spansFor(e.host) {
 		for _, a := range s.Attributes() {
-			if strings.Contains(a.Value.Emit(), "sig=") || strings.Contains(a.Value.Emit(), "/images/") {
-				t.Errorf("span %s attribute %s carries the URL: %s", s.Name(), a.Key, a.Value.Emit())
+			if strings.Contains(a.Value.String(), "sig=") || strings.Contains(a.Value.String(), "/images/") {
+				t.Errorf("span %s attribute %s carries the URL: %s", s.Name(), a.Key, a.Value.String())
 			}
 		}
 		if s.Name() == "kvm2.download" {
@@ -103,8 +103,8 @@ func TestImageFetchedOnFirstCreateThenCached(t *testing.T) {
 	u := must(url.Parse(e.srv.URL))
 	for key, want := range map[string]string{"kvm2.volume": e.img.baseVol(), "kvm2.url_host": u.Host,
 		"kvm2.sha256_configured": "false", "kvm2.bytes": strconv.Itoa(testImageSize)} {
-		if v, ok := attr(span, key); !ok || v.Emit() != want {
-			t.Errorf("span attribute %s = %q, want %q", key, v.Emit(), want)
+		if v, ok := attr(span, key); !ok || v.String() != want {
+			t.Errorf("span attribute %s = %q, want %q", key, v.String(), want)
 		}
 	}
 
