@@ -259,13 +259,16 @@ func TestImageStalledMirrorEndsByDownloadDeadline(t *testing.T) {
 	e := newImgEnv(t, nil)
 	e.srv.setMode(serveStall)
 	e.p.images.download = 1500 * time.Millisecond
+	// The upload and transfer budgets are far away, so only the download deadline can end
+	// it however loaded the machine is.
+	e.p.hosts.budgets.smallUpload, e.p.hosts.budgets.transfer = 10*time.Minute, 10*time.Minute
 	start := time.Now()
 	_, err := e.create("vm-a")
 	wantClass(t, err, provider.ErrTransient, context.DeadlineExceeded)
 	if !strings.Contains(err.Error(), fmt.Sprintf("the body ended after %d of %d bytes", testImageSize/2, testImageSize)) {
 		t.Fatalf("error %q does not say where the body ended", err)
 	}
-	if took := time.Since(start); took >= testBudgets.smallUpload {
+	if took := time.Since(start); took >= e.p.hosts.budgets.smallUpload {
 		t.Fatalf("took %s, the upload budget would have ended it", took)
 	}
 	// The stream itself ended cleanly with what had arrived: the connection was not
