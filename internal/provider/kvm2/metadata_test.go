@@ -67,6 +67,7 @@ func TestParseMetadata(t *testing.T) {
 	}
 }
 
+//fuzzsmoke:count 10000
 func FuzzParseMetadata(f *testing.F) {
 	good, _ := marshalMetadata(metadataURI, "uid-1", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	for _, s := range []string{good, "", "<instance/>", `<k:instance xmlns:k="` + metadataURI + `"><k:managed>true</k:managed></k:instance>`} {
