@@ -256,5 +256,5 @@ type ProxyList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Proxy{}, &ProxyList{})
+	register(&Proxy{}, &ProxyList{})
 }
