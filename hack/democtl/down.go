@@ -115,6 +115,11 @@ type sweeper struct {
 // fails naming every domain left, with the commands that remove it by hand; when none is
 // left the record is removed, so a second sweep finds nothing to do.
 func (s *sweeper) sweep(ctx context.Context) error {
+	unlock, err := lockRecord(s.record)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	r, err := loadRecord(s.record)
 	if err != nil {
 		return err

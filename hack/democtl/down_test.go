@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -325,5 +327,29 @@ func TestLoadRecordRefusesACorruptFile(t *testing.T) {
 	}
 	if _, err := loadRecord(rec); err == nil || !strings.Contains(err.Error(), rec) {
 		t.Errorf("loadRecord of a corrupt file: %v, want an error naming %s", err, rec)
+	}
+}
+
+// The control plane's rounds and down's delete-all record concurrently, each from its own
+// list; neither may lose what the other added.
+func TestRecordKeepsConcurrentAdditions(t *testing.T) {
+	rec := recordPath(t)
+	const n = 20
+	var wg sync.WaitGroup
+	for i := range n {
+		c := newFakeClient(testProxy("default", fmt.Sprintf("p-%d", i), fmt.Sprintf("uid-%d", i), false))
+		wg.Go(func() {
+			if _, err := recordProxies(context.Background(), c, rec); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	r, err := loadRecord(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Proxies) != n {
+		t.Errorf("the record holds %d Proxies, want all %d: %+v", len(r.Proxies), n, r.Proxies)
 	}
 }

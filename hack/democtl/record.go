@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,14 +55,37 @@ func (r *record) save(path string) error {
 	if err != nil {
 		return fmt.Errorf("encoding the record %s: %w", path, err)
 	}
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
 		return fmt.Errorf("writing the record %s: %w", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	_, err = tmp.Write(append(data, '\n'))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
 		return fmt.Errorf("writing the record %s: %w", path, err)
 	}
 	return nil
+}
+
+// lockRecord takes an exclusive lock beside the record at path, so the control plane's
+// rounds and down's own recording never lose each other's additions; the returned func
+// releases it.
+func lockRecord(path string) (func(), error) {
+	f, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("locking the record %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("locking the record %s: %w", path, err)
+	}
+	return func() { _ = f.Close() }, nil
 }
 
 // add records the Proxies not recorded yet and reports whether any was new.
@@ -91,6 +115,11 @@ func recordProxies(ctx context.Context, c client.Client, path string) ([]v1alpha
 	if err := c.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("listing the Proxies: %w", err)
 	}
+	unlock, err := lockRecord(path)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	r, err := loadRecord(path)
 	if err != nil {
 		return nil, err
