@@ -211,7 +211,8 @@ delete_proxies() {
   fi
   if pid_alive "$STATE/manager.pid"; then
     log "deleting every Proxy in the cluster; the manager removes their VMs (waiting up to ${DOWN_TIMEOUT}s)"
-    "$DEMOCTL" delete-all --kubeconfig "$KUBECONFIG_PATH" --record "$RECORD" --wait --timeout "${DOWN_TIMEOUT}s" ||
+    "$DEMOCTL" delete-all --kubeconfig "$KUBECONFIG_PATH" --record "$RECORD" \
+      --manager-pid "$(<"$STATE/manager.pid")" --timeout "${DOWN_TIMEOUT}s" ||
       log "not every Proxy went (above); what is left is removed directly once the manager is stopped"
   else
     log "the manager is not running: deleting every Proxy, then removing their domains directly"

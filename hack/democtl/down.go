@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,11 +22,11 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
 
-// deleteAll records and deletes every Proxy of the cluster, in all namespaces. With wait
-// (the manager is running, so their finalizers are released as their VMs go) it follows
-// them until none is left, printing what is left whenever that changes, and fails naming
-// the Proxies still there when timeout passes.
-func deleteAll(ctx context.Context, c client.Client, recordPath string, wait bool, timeout, poll time.Duration, out io.Writer) error {
+// deleteAll records and deletes every Proxy of the cluster, in all namespaces. With a
+// managerPid (the manager is running, so their finalizers are released as their VMs go)
+// it follows them until none is left, printing what is left whenever that changes, and
+// fails naming the Proxies still there when timeout passes or the manager exits.
+func deleteAll(ctx context.Context, c client.Client, recordPath string, managerPid int, timeout, poll time.Duration, out io.Writer) error {
 	items, err := recordProxies(ctx, c, recordPath)
 	if err != nil {
 		return err
@@ -39,7 +41,7 @@ func deleteAll(ctx context.Context, c client.Client, recordPath string, wait boo
 		}
 	}
 	fmt.Fprintf(out, "deleting %d Proxies: %s\n", len(items), proxyNames(items))
-	if !wait {
+	if managerPid == 0 {
 		fmt.Fprintln(out, "the manager is not running: their finalizers stay until their domains are removed directly")
 		return nil
 	}
@@ -63,6 +65,9 @@ func deleteAll(ctx context.Context, c client.Client, recordPath string, wait boo
 		if time.Since(start) > timeout {
 			return fmt.Errorf("after %s, of the %d Proxies deleted %s", timeout, len(items), line)
 		}
+		if processGone(managerPid) {
+			return fmt.Errorf("the manager (pid %d) is not running any more; of the %d Proxies deleted %s", managerPid, len(items), line)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the Proxies to go: %w", ctx.Err())
@@ -73,6 +78,18 @@ func deleteAll(ctx context.Context, c client.Client, recordPath string, wait boo
 
 // describeLeft names each Proxy with its phase and what its status says, the reason a
 // user wants to read when it does not go.
+// processGone reports whether pid is no longer a running process: it does not exist, or it
+// is a zombie nobody has reaped yet (to kill -0 that still looks alive).
+func processGone(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses, the state follows the last ")".
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X'
+}
+
 func describeLeft(items []v1alpha1.Proxy) string {
 	parts := make([]string, 0, len(items))
 	for i := range items {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -76,7 +78,7 @@ func TestDeleteAllDeletesEveryNamespacesProxiesAndWaitsForThem(t *testing.T) {
 
 	rec := recordPath(t)
 	var out bytes.Buffer
-	if err := deleteAll(context.Background(), c, rec, true, time.Minute, 10*time.Millisecond, &out); err != nil {
+	if err := deleteAll(context.Background(), c, rec, os.Getpid(), time.Minute, 10*time.Millisecond, &out); err != nil {
 		t.Fatalf("deleteAll: %v\n%s", err, out.String())
 	}
 	var list v1alpha1.ProxyList
@@ -100,7 +102,7 @@ func TestDeleteAllDeletesEveryNamespacesProxiesAndWaitsForThem(t *testing.T) {
 func TestDeleteAllNamesTheProxiesLeftAtTheDeadline(t *testing.T) {
 	c := newFakeClient(testProxy("crawlers", "stuck", "uid-1", false)) // no manager releases it
 	var out bytes.Buffer
-	err := deleteAll(context.Background(), c, recordPath(t), true, 50*time.Millisecond, 5*time.Millisecond, &out)
+	err := deleteAll(context.Background(), c, recordPath(t), os.Getpid(), 50*time.Millisecond, 5*time.Millisecond, &out)
 	if err == nil {
 		t.Fatalf("deleteAll returned no error with a Proxy left\n%s", out.String())
 	}
@@ -112,10 +114,36 @@ func TestDeleteAllNamesTheProxiesLeftAtTheDeadline(t *testing.T) {
 	}
 }
 
+// A manager that dies during down (or had died just before it looked) releases no
+// finalizer: waiting for it would only run out the deadline.
+func TestDeleteAllStopsWaitingWhenTheManagerExits(t *testing.T) {
+	c := newFakeClient(testProxy("default", "a", "uid-1", false))
+	manager := exec.Command("sleep", "600")
+	if err := manager.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := manager.Process.Kill(); err != nil { // a zombie until waited for
+		t.Fatal(err)
+	}
+	for _, reaped := range []bool{false, true} {
+		if reaped {
+			_ = manager.Wait()
+		}
+		start := time.Now()
+		err := deleteAll(context.Background(), c, recordPath(t), manager.Process.Pid, 10*time.Minute, 5*time.Millisecond, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "not running any more") || !strings.Contains(err.Error(), "default/a") {
+			t.Errorf("reaped %v: deleteAll = %v, want an error saying the manager is gone and naming default/a", reaped, err)
+		}
+		if d := time.Since(start); d > 5*time.Minute {
+			t.Errorf("reaped %v: deleteAll waited %s for a dead manager", reaped, d)
+		}
+	}
+}
+
 func TestDeleteAllWithoutWaitLeavesTheFinalizersToTheSweep(t *testing.T) {
 	c := newFakeClient(testProxy("default", "a", "uid-1", false))
 	var out bytes.Buffer
-	if err := deleteAll(context.Background(), c, recordPath(t), false, time.Minute, time.Millisecond, &out); err != nil {
+	if err := deleteAll(context.Background(), c, recordPath(t), 0, time.Minute, time.Millisecond, &out); err != nil {
 		t.Fatal(err)
 	}
 	var px v1alpha1.Proxy
@@ -132,7 +160,7 @@ func TestDeleteAllWithoutWaitLeavesTheFinalizersToTheSweep(t *testing.T) {
 
 func TestDeleteAllWithNoProxySaysSo(t *testing.T) {
 	var out bytes.Buffer
-	if err := deleteAll(context.Background(), newFakeClient(), recordPath(t), true, time.Minute, time.Millisecond, &out); err != nil {
+	if err := deleteAll(context.Background(), newFakeClient(), recordPath(t), os.Getpid(), time.Minute, time.Millisecond, &out); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "no Proxy in the cluster") {
@@ -317,6 +345,40 @@ func TestRecordAddsEachProxyOnce(t *testing.T) {
 	}
 	if len(r.Proxies) != 2 || r.Proxies[0].UID != "uid-a" || r.Proxies[1].Instance != testProxy("x", "b", "", false).InstanceName() {
 		t.Errorf("record %+v, want uid-a then x/b, each once", r.Proxies)
+	}
+}
+
+// A control-plane round that listed the Proxies before a sweep released their finalizers
+// must not save that list after the sweep removed the record: the record would come back
+// naming Proxies that are gone. The round lists under the record's lock, so the sweep
+// waits for it.
+func TestRecordRoundDoesNotOutliveASweep(t *testing.T) {
+	a := testProxy("default", "a", "uid-a", true)
+	rec, f, _ := recordedWithDomain(t, a, "")
+	objects := newFakeClient(a)
+	sweepDone := make(chan error, 1)
+	round := interceptor.NewClient(objects.(client.WithWatch), interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			err := c.List(ctx, list, opts...) // the round's list, the Proxy still there
+			go func() { sweepDone <- (&sweeper{prov: f, c: objects, record: rec, out: &bytes.Buffer{}}).sweep(ctx) }()
+			select {
+			case err := <-sweepDone:
+				t.Errorf("the sweep finished (err %v) while a round was between its list and its save", err)
+				sweepDone <- err
+			case <-time.After(500 * time.Millisecond):
+			}
+			return err
+		},
+	})
+	if _, err := recordProxies(context.Background(), round, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sweepDone; err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	if _, err := os.Stat(rec); !errors.Is(err, os.ErrNotExist) {
+		r, _ := loadRecord(rec)
+		t.Errorf("the record is back after the sweep (%v): %+v", err, r)
 	}
 }
 

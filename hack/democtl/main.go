@@ -9,8 +9,8 @@
 //	democtl apply --kubeconfig K -f FILE       # create or update the Proxy in FILE
 //	democtl wait --kubeconfig K --name N       # follow the Proxy until Ready, printing progress
 //	democtl get --kubeconfig K                 # the Proxies, as a table
-//	democtl delete-all --kubeconfig K --record R [--wait]
-//	                                           # record and delete every Proxy; with --wait follow them until gone
+//	democtl delete-all --kubeconfig K --record R [--manager-pid P]
+//	                                           # record and delete every Proxy; with the manager's pid follow them until gone
 //	democtl sweep --providers-config P --record R [--kubeconfig K]
 //	                                           # remove the recorded Proxies' domains left on the host
 package main
@@ -42,7 +42,7 @@ func main() {
 	name := fs.String("name", "", "the Proxy's name")
 	timeout := fs.Duration("timeout", 30*time.Minute, "how long to wait (wait, delete-all)")
 	recordPath := fs.String("record", "", "the record of the cluster's Proxies (controlplane, delete-all, sweep)")
-	wait := fs.Bool("wait", false, "follow the deleted Proxies until they are gone (delete-all; the manager must be running)")
+	managerPid := fs.Int("manager-pid", 0, "the running manager's pid: follow the deleted Proxies until they are gone or it exits (delete-all)")
 	providersConfig := fs.String("providers-config", "", "the manager's providers config (sweep)")
 	_ = fs.Parse(os.Args[2:])
 
@@ -59,7 +59,7 @@ func main() {
 	case "get":
 		err = printTable(*kubeconfig)
 	case "delete-all":
-		err = runDeleteAll(*kubeconfig, *recordPath, *wait, *timeout)
+		err = runDeleteAll(*kubeconfig, *recordPath, *managerPid, *timeout)
 	case "sweep":
 		err = runSweep(*providersConfig, *recordPath, *kubeconfig)
 	default:
@@ -71,7 +71,7 @@ func main() {
 	}
 }
 
-func runDeleteAll(kubeconfig, recordPath string, wait bool, timeout time.Duration) error {
+func runDeleteAll(kubeconfig, recordPath string, managerPid int, timeout time.Duration) error {
 	if recordPath == "" {
 		return fmt.Errorf("--record is required")
 	}
@@ -79,7 +79,7 @@ func runDeleteAll(kubeconfig, recordPath string, wait bool, timeout time.Duratio
 	if err != nil {
 		return err
 	}
-	return deleteAll(context.Background(), c, recordPath, wait, timeout, time.Second, os.Stdout)
+	return deleteAll(context.Background(), c, recordPath, managerPid, timeout, time.Second, os.Stdout)
 }
 
 // runSweep builds the kvm2 provider of the demo's providers config (its one entry) and

@@ -111,15 +111,17 @@ func (r *record) has(uid string) bool {
 // recordProxies lists every Proxy (all namespaces) through c and adds them to the record
 // at path.
 func recordProxies(ctx context.Context, c client.Client, path string) ([]v1alpha1.Proxy, error) {
-	var list v1alpha1.ProxyList
-	if err := c.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("listing the Proxies: %w", err)
-	}
+	// Listed under the lock: a list taken before a sweep released the finalizers must not
+	// be saved after it, bringing back a record of Proxies that are gone.
 	unlock, err := lockRecord(path)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	var list v1alpha1.ProxyList
+	if err := c.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing the Proxies: %w", err)
+	}
 	r, err := loadRecord(path)
 	if err != nil {
 		return nil, err
