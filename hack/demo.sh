@@ -52,11 +52,19 @@ DEMOCTL=$ROOT/bin/democtl
 
 # start NAME CMD...: runs CMD in a session of its own (so it outlives this script and the
 # terminal), output to $STATE/NAME.log, pid in $STATE/NAME.pid. Not a process group leader
-# here, setsid execs CMD in place, so $! is CMD's own pid.
+# here, setsid execs CMD in place, so $! is CMD's own pid. Descriptors beyond 0-2 are
+# closed first: a lock or pipe the caller holds (`flock FILE make demo`) must not stay
+# held by the demo's processes until make demo-down.
 start() {
   local name=$1
   shift
-  setsid "$@" >>"$STATE/$name.log" 2>&1 </dev/null &
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if ((fd > 2)); then exec {fd}>&-; fi 2>/dev/null
+    done
+    exec setsid "$@" >>"$STATE/$name.log" 2>&1 </dev/null
+  ) &
   echo $! >"$STATE/$name.pid"
 }
 
