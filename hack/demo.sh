@@ -15,7 +15,8 @@
 # (hack/libvirt-host.sh down stops it). Re-running up with everything running only reports.
 #
 # down deletes the Proxies while the manager still runs, so their finalizers remove the VMs,
-# and waits for them; only then does it stop the manager. The control plane records every
+# and waits for them (until DEMO_DOWN_TIMEOUT, or the manager exits); only then does it
+# stop the manager. The control plane records every
 # Proxy it holds (namespace, name, UID) in proxies.json, and after the manager is stopped
 # down removes, with the kvm2 provider's own Delete, any domain still carrying the mark of
 # a recorded UID: one the manager could not remove in time, or all of them when the
