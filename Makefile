@@ -131,8 +131,12 @@ demo: ## Local control plane, local libvirt host and the operator, ending with a
 	hack/demo.sh up
 
 .PHONY: demo-down
-demo-down: ## Stop everything make demo started.
+demo-down: ## Delete every Proxy in the demo (their VMs with them), then stop what make demo started.
 	hack/demo.sh down
+
+.PHONY: kubectl
+kubectl: ## Build kubectl (the envtest kube-apiserver's version) into the cache and print its path.
+	@echo "$$(hack/envtest-assets.sh kubectl)/kubectl"
 
 KVM_SSH_KEY ?= $(HOME)/.ssh/proxy-operator_ed25519
 KVM_KNOWN_HOSTS ?= $(HOME)/.ssh/kvm_known_hosts
