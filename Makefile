@@ -11,6 +11,13 @@ SHELL := /usr/bin/env bash
 CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/egress-proxies-operator
 CONTROLLER_GEN_VERSION ?= v0.23.0
 CONTROLLER_GEN := $(CACHE)/bin/controller-gen-$(CONTROLLER_GEN_VERSION)
+# staticcheck 2026.2.2; the newest honnef.co/go/tools release that builds with this Go.
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK := $(CACHE)/bin/staticcheck-$(STATICCHECK_VERSION)
+# Every build tag a test file of the module carries; vet and staticcheck run once per tag.
+BUILD_TAGS := integration e2e
+# The shell scripts shellcheck reads: everything under hack/ and .ci/ that runs in a shell.
+SHELL_SCRIPTS = $(sort $(wildcard hack/*.sh hack/lib/*.sh .ci/*))
 GO_TEST_FLAGS ?=
 
 .PHONY: all
@@ -40,6 +47,11 @@ $(CONTROLLER_GEN):
 	GOBIN=$(CACHE)/bin/tmp-cg go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(CACHE)/bin/tmp-cg/controller-gen $@ && rmdir $(CACHE)/bin/tmp-cg
 
+$(STATICCHECK):
+	mkdir -p $(CACHE)/bin
+	GOBIN=$(CACHE)/bin/tmp-sc go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(CACHE)/bin/tmp-sc/staticcheck $@ && rmdir $(CACHE)/bin/tmp-sc
+
 # The types live in api/; every +kubebuilder:rbac marker lives in internal/controller.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
@@ -67,12 +79,25 @@ envtest: ## Build kube-apiserver and etcd for envtest into the cache (once per v
 .PHONY: test
 test: lint verify-generated test-unit test-integration-kvm2 test-e2e ## Run every test tier.
 
+# Each gate runs even when an earlier one failed, so one run lists every finding; lint
+# fails if any did. Missing tools are built (staticcheck) or installed (shellcheck, by
+# hack/deps.sh), never skipped.
 .PHONY: lint
-lint: ## go vet and gofmt.
-	go vet ./...
-	go vet -tags=integration ./...
-	go vet -tags=e2e ./...
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+lint: $(STATICCHECK) ## gofmt, go mod tidy, go vet and staticcheck under every build tag, shellcheck.
+	@hack/deps.sh
+	@failed=(); \
+	gate() { local name=$$1; shift; echo "lint: $$name"; "$$@" || failed+=("$$name"); }; \
+	gofmt_clean() { local out; out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt needed:"; echo "$$out"; return 1; }; }; \
+	tidy_clean() { go mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy and commit"; return 1; }; }; \
+	gate gofmt gofmt_clean; \
+	gate "go mod tidy" tidy_clean; \
+	for tags in "" $(BUILD_TAGS); do \
+	  gate "go vet$${tags:+ -tags=$$tags}" go vet -tags="$$tags" ./...; \
+	  gate "staticcheck$${tags:+ -tags=$$tags}" $(STATICCHECK) -tags="$$tags" ./...; \
+	done; \
+	gate shellcheck shellcheck $(SHELL_SCRIPTS); \
+	if [ $${#failed[@]} -gt 0 ]; then echo "lint: failed: $${failed[*]}"; exit 1; fi; \
+	echo "lint: all gates passed"
 
 .PHONY: test-unit
 test-unit: envtest ## Unit and envtest tiers, with -race.
@@ -106,8 +131,12 @@ demo: ## Local control plane, local libvirt host and the operator, ending with a
 	hack/demo.sh up
 
 .PHONY: demo-down
-demo-down: ## Stop everything make demo started.
+demo-down: ## Delete every Proxy in the demo (their VMs with them), then stop what make demo started.
 	hack/demo.sh down
+
+.PHONY: kubectl
+kubectl: ## Build kubectl (the envtest kube-apiserver's version) into the cache and print its path.
+	@echo "$$(hack/envtest-assets.sh kubectl)/kubectl"
 
 KVM_SSH_KEY ?= $(HOME)/.ssh/proxy-operator_ed25519
 KVM_KNOWN_HOSTS ?= $(HOME)/.ssh/kvm_known_hosts

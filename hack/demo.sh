@@ -1,24 +1,39 @@
 #!/usr/bin/env bash
 # The operator end to end on this one machine: a local control plane (kube-apiserver and
 # etcd), the local libvirt host, the guest image served on the bridge, and the manager, all
-# started in the background; then the sample Proxy, followed until it is Ready.
+# started in the background; then the sample Proxy, followed until it is Ready. It ends by
+# printing the kubectl commands (kubectl built into the cache, the API server's version)
+# that add more Proxies and look at them.
 #
 #   hack/demo.sh up       set up and start what is missing, apply the sample, wait for Ready
-#   hack/demo.sh down     delete the sample Proxy (and so its VM), stop what up started
+#   hack/demo.sh down     delete every Proxy in the demo's cluster (and so their VMs), then
+#                         stop what up started
 #   hack/demo.sh status   what is running
 #
 # Everything up starts is recorded by pid file in ${XDG_CACHE_HOME:-~/.cache}/egress-proxies-operator/demo
 # (logs beside them); down stops exactly those. The libvirt host stays up after down
 # (hack/libvirt-host.sh down stops it). Re-running up with everything running only reports.
 #
+# down deletes the Proxies while the manager still runs, so their finalizers remove the VMs,
+# and waits for them (until DEMO_DOWN_TIMEOUT, or the manager exits); only then does it
+# stop the manager. The control plane records every
+# Proxy it holds (namespace, name, UID) in proxies.json, and after the manager is stopped
+# down removes, with the kvm2 provider's own Delete, any domain still carrying the mark of
+# a recorded UID: one the manager could not remove in time, or all of them when the
+# manager or the API server was already dead. The libvirt host is shared, so a domain whose
+# mark names no recorded UID is never touched. down fails naming any domain left, with the
+# virsh commands that remove it; the record stays until none is, so down can be re-run.
+#
 # Knobs: DEMO_IMAGE_PORT (18081), DEMO_DISCOVERY_PORT (18082), DEMO_METRICS_PORT (18080),
-# DEMO_HEALTH_PORT (18083), DEMO_TIMEOUT (seconds to wait for Ready, 1800).
+# DEMO_HEALTH_PORT (18083), DEMO_TIMEOUT (seconds to wait for Ready, 1800),
+# DEMO_DOWN_TIMEOUT (seconds down waits for the Proxies to go, 900).
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HACK/.." && pwd)
+# shellcheck disable=SC2034 # read by lib/common.sh
 LOG_TAG=demo
-# shellcheck source=lib/common.sh
+# shellcheck source-path=SCRIPTDIR source=lib/common.sh disable=SC1091
 source "$HACK/lib/common.sh"
 
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies-operator
@@ -28,19 +43,29 @@ DISCOVERY_PORT=${DEMO_DISCOVERY_PORT:-18082}
 METRICS_PORT=${DEMO_METRICS_PORT:-18080}
 HEALTH_PORT=${DEMO_HEALTH_PORT:-18083}
 TIMEOUT=${DEMO_TIMEOUT:-1800}
+DOWN_TIMEOUT=${DEMO_DOWN_TIMEOUT:-900}
 SAMPLE=$ROOT/config/samples/proxy_kvm2.yaml
 PROXY_NAME=proxy-kvm2-sample
 PROXY_NS=default
 KUBECONFIG_PATH=$STATE/controlplane/kubeconfig
+RECORD=$STATE/proxies.json
 DEMOCTL=$ROOT/bin/democtl
 
 # start NAME CMD...: runs CMD in a session of its own (so it outlives this script and the
 # terminal), output to $STATE/NAME.log, pid in $STATE/NAME.pid. Not a process group leader
-# here, setsid execs CMD in place, so $! is CMD's own pid.
+# here, setsid execs CMD in place, so $! is CMD's own pid. Descriptors beyond 0-2 are
+# closed first: a lock or pipe the caller holds (`flock FILE make demo`) must not stay
+# held by the demo's processes until make demo-down.
 start() {
   local name=$1
   shift
-  setsid "$@" >>"$STATE/$name.log" 2>&1 </dev/null &
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if ((fd > 2)); then exec {fd}>&-; fi 2>/dev/null
+    done
+    exec setsid "$@" >>"$STATE/$name.log" 2>&1 </dev/null
+  ) &
   echo $! >"$STATE/$name.pid"
 }
 
@@ -68,7 +93,7 @@ start_controlplane() {
     return 0
   fi
   rm -f "$KUBECONFIG_PATH"
-  (cd "$ROOT" && KUBEBUILDER_ASSETS=$ASSETS start controlplane "$DEMOCTL" controlplane --dir "$STATE/controlplane")
+  (cd "$ROOT" && KUBEBUILDER_ASSETS=$ASSETS start controlplane "$DEMOCTL" controlplane --dir "$STATE/controlplane" --record "$RECORD")
   wait_until 300 "the control plane's kubeconfig" test -s "$KUBECONFIG_PATH" ||
     { tail -n 20 "$STATE/controlplane.log" >&2; die "the control plane did not come up"; }
   log "control plane up (kube-apiserver pid $(<"$STATE/controlplane/kube-apiserver.pid"), etcd pid $(<"$STATE/controlplane/etcd.pid")); kubeconfig $KUBECONFIG_PATH"
@@ -135,7 +160,7 @@ start_manager() {
 }
 
 report() {
-  local ip port
+  local ip port k="$KUBECTL --kubeconfig $KUBECONFIG_PATH"
   ip=$("$DEMOCTL" get --kubeconfig "$KUBECONFIG_PATH" | awk -v n="$PROXY_NAME" '$2 == n { print $6 }')
   port=$(awk '$1 == "port:" { print $2; exit }' "$SAMPLE")
   echo
@@ -147,10 +172,20 @@ address the request came from, the guest's):
 
   curl -x http://$ip:$port http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT/v1/whoami
 
+With kubectl (built into the cache, the API server's version):
+
+  $k get proxies -A
+  $k describe proxy $PROXY_NAME
+  sed 's/^  name: $PROXY_NAME\$/  name: proxy-2/' $SAMPLE | $k apply -f -
+  $k get proxies -w
+  $k delete proxy proxy-2
+  $k get providerhealths kvm2-home -o yaml
+
 Discovery API:       curl http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT/v1/proxies?format=text
-Kubeconfig:          $KUBECONFIG_PATH   (kubectl --kubeconfig $KUBECONFIG_PATH get px, if you have kubectl)
+Kubeconfig:          $KUBECONFIG_PATH
 Manager log:         $STATE/manager.log
-Stop it all:         make demo-down   (then hack/libvirt-host.sh down to stop the libvirt host too)
+Stop it all:         make demo-down   (deletes every Proxy, and so its VM, then stops the
+                     demo; hack/libvirt-host.sh down stops the libvirt host too)
 EOF
 }
 
@@ -160,8 +195,9 @@ cmd_up() {
   "$HACK/libvirt-host.sh" up
   # shellcheck disable=SC1091
   source "$CACHE/libvirt-host/env"
-  log "envtest binaries (a first build takes about 15 minutes)"
-  ASSETS=$("$HACK/envtest-assets.sh")
+  log "kube-apiserver, etcd and kubectl (a first build takes about 20 minutes)"
+  ASSETS=$("$HACK/envtest-assets.sh" kube-apiserver etcd kubectl)
+  KUBECTL=$ASSETS/kubectl
   log "guest image (a first build takes about 6 minutes)"
   IMAGE=$("$HACK/guest-image.sh")
   build
@@ -175,31 +211,58 @@ cmd_up() {
   report
 }
 
+# delete_proxies deletes every Proxy of the demo's cluster, recording them first. With the
+# manager running it waits for them to go: their finalizers have the manager delete the VMs.
+delete_proxies() {
+  if ! pid_alive "$STATE/controlplane.pid" || [[ ! -s $KUBECONFIG_PATH ]]; then
+    log "the control plane is not running; what is left is found by the record of the Proxies it held"
+    return 0
+  fi
+  if pid_alive "$STATE/manager.pid"; then
+    log "deleting every Proxy in the cluster; the manager removes their VMs (waiting up to ${DOWN_TIMEOUT}s)"
+    "$DEMOCTL" delete-all --kubeconfig "$KUBECONFIG_PATH" --record "$RECORD" \
+      --manager-pid "$(<"$STATE/manager.pid")" --timeout "${DOWN_TIMEOUT}s" ||
+      log "not every Proxy went (above); what is left is removed directly once the manager is stopped"
+  else
+    log "the manager is not running: deleting every Proxy, then removing their domains directly"
+    "$DEMOCTL" delete-all --kubeconfig "$KUBECONFIG_PATH" --record "$RECORD" ||
+      log "the API server did not take the deletes; going by the record"
+  fi
+}
+
+# sweep_domains removes, with the kvm2 provider's Delete, every domain still marked with the
+# UID of a recorded Proxy. Only those: the libvirt host is shared with the test tiers.
+sweep_domains() {
+  if [[ ! -s $RECORD ]]; then
+    log "no Proxy recorded, so no domain of this demo's to look for"
+    return 0
+  fi
+  if [[ ! -s $STATE/providers.yaml ]]; then
+    log "error: $RECORD lists Proxies but $STATE/providers.yaml is missing, so their host cannot be reached;" \
+      "look for their domains with: virsh -c qemu:///system list --all"
+    return 1
+  fi
+  "$DEMOCTL" sweep --providers-config "$STATE/providers.yaml" --record "$RECORD" --kubeconfig "$KUBECONFIG_PATH"
+}
+
 cmd_down() {
   [[ -d $STATE ]] || { log "nothing to stop"; return 0; }
-  local vm
-  vm=$("$DEMOCTL" instance-name --namespace "$PROXY_NS" --name "$PROXY_NAME" 2>/dev/null || true)
-  if pid_alive "$STATE/manager.pid" && [[ -s $KUBECONFIG_PATH ]]; then
-    log "deleting $PROXY_NS/$PROXY_NAME; the operator removes its VM"
-    "$DEMOCTL" delete --kubeconfig "$KUBECONFIG_PATH" --namespace "$PROXY_NS" --name "$PROXY_NAME" --timeout 10m ||
-      log "the operator did not finish deleting it; removing the VM directly"
-  fi
-  if [[ -n $vm ]] && virsh -q -c qemu:///system dominfo "$vm" >/dev/null 2>&1; then
-    virsh -q -c qemu:///system destroy "$vm" >/dev/null 2>&1 || true
-    virsh -q -c qemu:///system undefine --nvram "$vm" >/dev/null 2>&1 || true
-    for v in "$vm.qcow2" "$vm-seed.iso"; do
-      virsh -q -c qemu:///system vol-delete --pool default "$v" >/dev/null 2>&1 || true
-    done
-    log "removed VM $vm directly"
-  fi
-  stop manager
+  [[ -x $DEMOCTL ]] || build
+  delete_proxies
+  stop manager # only now: until the Proxies are gone, their finalizers need it
+  local swept=0
+  sweep_domains || swept=$?
   stop image-server
   stop controlplane 60
   local p
   for p in etcd kube-apiserver; do # normally stopped by the control plane itself
-    [[ -f $STATE/controlplane/$p.pid ]] && pid_alive "$STATE/controlplane/$p.pid" && kill "$(<"$STATE/controlplane/$p.pid")"
+    if pid_alive "$STATE/controlplane/$p.pid"; then kill "$(<"$STATE/controlplane/$p.pid")"; fi
     rm -f "$STATE/controlplane/$p.pid"
   done
+  if ((swept != 0)); then
+    die "the demo is stopped, but domains of it are left on the libvirt host (named above, with the" \
+      "commands that remove them); make demo-down tries again, its record is $RECORD"
+  fi
   log "demo stopped; the libvirt host is still up (hack/libvirt-host.sh down stops it;" \
     "the cached base image stays in its pool)"
 }
@@ -209,7 +272,9 @@ cmd_status() {
   for n in controlplane image-server manager; do
     if pid_alive "$STATE/$n.pid"; then echo "$n: running (pid $(<"$STATE/$n.pid"))"; else echo "$n: stopped"; fi
   done
-  [[ -s $KUBECONFIG_PATH && -x $DEMOCTL ]] && "$DEMOCTL" get --kubeconfig "$KUBECONFIG_PATH" 2>/dev/null || true
+  if [[ -s $KUBECONFIG_PATH && -x $DEMOCTL ]]; then
+    "$DEMOCTL" get --kubeconfig "$KUBECONFIG_PATH" 2>/dev/null || true
+  fi
 }
 
 case ${1:-} in

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs the host tools the unit tests read their output with, once. Idempotent: a
-# tool already on PATH is left alone. Today that is isoinfo (Debian's genisoimage), an
-# ISO reader independent of the code that writes the kvm2 seed.
+# Installs the host tools the unit tests and `make lint` need, once. Idempotent: a tool
+# already on PATH is left alone. Today: isoinfo (Debian's genisoimage), an ISO reader
+# independent of the code that writes the kvm2 seed; and shellcheck, lint's gate over the
+# shell scripts.
 set -euo pipefail
 
 missing=()
 command -v isoinfo >/dev/null 2>&1 || missing+=(genisoimage)
+command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 

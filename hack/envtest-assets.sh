@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Builds the control-plane binaries envtest runs (kube-apiserver and etcd) from the Go module
-# proxy into a cache directory keyed by version, and prints that directory. setup-envtest
-# downloads prebuilt binaries, which this project's machines cannot reach.
+# Builds control-plane binaries from the Go module proxy into a cache directory keyed by
+# version, and prints that directory. setup-envtest downloads prebuilt binaries, which this
+# project's machines cannot reach.
 #
-#   hack/envtest-assets.sh            # build if missing, print the assets dir
+#   hack/envtest-assets.sh                 # kube-apiserver and etcd (what envtest runs)
+#   hack/envtest-assets.sh kubectl         # or any command of k8s.io/kubernetes/cmd, by name
 #   KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) go test ./...
+#
+# Every k8s.io/kubernetes command (kube-apiserver, kubectl, kube-controller-manager, kubelet,
+# ...) builds through one wrapper module; once the Go build cache holds the first, the next
+# costs a fraction of it. etcd is a module of its own.
 #
 # Knobs: KUBE_VERSION (1.37.2, pairs with k8s.io/* v0.37.2 and controller-runtime v0.25),
 # ETCD_VERSION (3.7.3), ENVTEST_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/egress-proxies-operator/envtest).
@@ -35,28 +40,41 @@ install() { # tmpfile name stamp
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-apiserver() {
-  local stamp="kube-apiserver v$KUBE_VERSION $gover cgo=$CGO_ENABLED"
-  fresh kube-apiserver "$stamp" && return
-  local t0=$SECONDS minor patch staging gomod ld pkg
+# kube_module: the wrapper module in $work/kubernetes, made once per run.
+# k8s.io/kubernetes points its staging modules at ./staging, so `go install ...@v` is
+# refused; the wrapper pins each of them to the published v0.X.Y of the same release.
+kube_module() {
+  [[ -f $work/kubernetes/go.mod ]] && return
+  local minor patch gomod
   IFS=. read -r _ minor patch <<<"$KUBE_VERSION"
-  staging="v0.$minor.$patch"
-  mkdir -p "$work/apiserver" && cd "$work/apiserver"
-  # k8s.io/kubernetes points its staging modules at ./staging, so `go install ...@v` is refused.
-  # A wrapper module pins each of them to the published v0.X.Y of the same release.
-  printf 'module local/kubeapiserver\n\ngo %s\n' "${gover#go}" >go.mod
+  mkdir -p "$work/kubernetes"
+  printf 'module local/kubernetes\n\ngo %s\n' "${gover#go}" >"$work/kubernetes/go.mod"
   gomod=$(go mod download -json "k8s.io/kubernetes@v$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-  sed -n "s#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/src/.*#replace \1 => \1 $staging#p" "$gomod" >>go.mod
-  log "resolving k8s.io/kubernetes v$KUBE_VERSION ($(grep -c '^replace' go.mod) staging modules at $staging)"
-  go get "k8s.io/kubernetes/cmd/kube-apiserver@v$KUBE_VERSION" >get.log 2>&1 || { cat get.log >&2; exit 1; }
-  ld="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X $pkg.gitVersion=v$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-  done
-  log "building kube-apiserver v$KUBE_VERSION (about 15 min of CPU on a cold Go cache)"
-  go build -ldflags "$ld" -o "$dest/.kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-  install "$dest/.kube-apiserver.tmp" kube-apiserver "$stamp"
-  log "kube-apiserver built in $((SECONDS - t0))s"
+  sed -n "s#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/src/.*#replace \1 => \1 v0.$minor.$patch#p" \
+    "$gomod" >>"$work/kubernetes/go.mod"
+  log "resolving k8s.io/kubernetes v$KUBE_VERSION ($(grep -c '^replace' "$work/kubernetes/go.mod") staging modules at v0.$minor.$patch)"
+}
+
+# kube_cmd NAME: k8s.io/kubernetes/cmd/NAME at KUBE_VERSION, with the version stamped in
+# as a release build would have it.
+kube_cmd() {
+  local name=$1 stamp="$1 v$KUBE_VERSION $gover cgo=$CGO_ENABLED"
+  fresh "$name" "$stamp" && return
+  local t0=$SECONDS minor ld pkg
+  IFS=. read -r _ minor _ <<<"$KUBE_VERSION"
+  kube_module
+  (
+    cd "$work/kubernetes"
+    go get "k8s.io/kubernetes/cmd/$name@v$KUBE_VERSION" >"get-$name.log" 2>&1 || { cat "get-$name.log" >&2; exit 1; }
+    ld="-s -w"
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ld+=" -X $pkg.gitVersion=v$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+    done
+    log "building $name v$KUBE_VERSION (kube-apiserver: about 15 min of CPU on a cold Go cache; the next ones much less)"
+    go build -ldflags "$ld" -o "$dest/.$name.tmp" "k8s.io/kubernetes/cmd/$name"
+  )
+  install "$dest/.$name.tmp" "$name" "$stamp"
+  log "$name built in $((SECONDS - t0))s"
 }
 
 etcd() {
@@ -73,6 +91,12 @@ etcd() {
   log "etcd built in $((SECONDS - t0))s"
 }
 
-apiserver
-etcd
+(($# > 0)) || set -- kube-apiserver etcd
+for name in "$@"; do
+  case $name in
+  etcd) etcd ;;
+  *[!a-z0-9-]* | "" | -*) log "error: $name is not a command of k8s.io/kubernetes/cmd"; exit 2 ;;
+  *) kube_cmd "$name" ;;
+  esac
+done
 echo "$dest"

@@ -75,7 +75,7 @@ build_rootfs() {
     --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias' \
     --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='force-unsafe-io' \
-    --setup-hook='mkdir -p "$1/var/cache/apt/archives"' \
+    --setup-hook="mkdir -p \"\$1/var/cache/apt/archives\"" \
     --setup-hook="sync-in '$CACHE_ROOT/debs' /var/cache/apt/archives/" \
     --customize-hook="sync-out /var/cache/apt/archives '$CACHE_ROOT/debs'" \
     --customize-hook="'$HACK/lib/guest-image-customize.sh' \"\$1\"" \
@@ -90,7 +90,7 @@ build_rootfs() {
 
 build_esp() {
   local kver
-  kver=$(ls "$WORK/rootfs/usr/lib/modules" | sort -V | tail -n 1)
+  kver=$(find "$WORK/rootfs/usr/lib/modules" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort -V | tail -n 1)
   mkfs.vfat -F 32 -n EPO-ESP -C "$WORK/esp.img" $((ESP_MIB * 1024)) >/dev/null
   export MTOOLS_SKIP_CHECK=1
   mmd -i "$WORK/esp.img" ::/EFI ::/EFI/BOOT ::/loader ::/loader/entries

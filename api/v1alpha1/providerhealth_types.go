@@ -67,5 +67,5 @@ type ProviderHealthList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&ProviderHealth{}, &ProviderHealthList{})
+	register(&ProviderHealth{}, &ProviderHealthList{})
 }

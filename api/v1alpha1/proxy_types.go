@@ -93,11 +93,13 @@ type ProxyPlacement struct {
 
 // CIDR is a network in CIDR notation, such as 10.0.0.0/8 or 2001:db8::/32.
 // +kubebuilder:validation:MaxLength=64
+// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a network in CIDR notation, such as 10.0.0.0/8 or 2001:db8::/32 (one address is 192.0.2.7/32)"
 type CIDR string
 
 // SecretName names a Secret in the Proxy's namespace.
 // +kubebuilder:validation:MinLength=1
 // +kubebuilder:validation:MaxLength=253
+// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="spec.proxy.basicAuth.secretRef.name must be the name of a Secret: lower-case letters, digits, '-' and '.'"
 type SecretName string
 
 // BasicAuthSecretRef names the Secret holding a proxy's credentials.
@@ -254,5 +256,5 @@ type ProxyList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Proxy{}, &ProxyList{})
+	register(&Proxy{}, &ProxyList{})
 }

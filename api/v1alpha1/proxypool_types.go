@@ -250,5 +250,5 @@ type ProxyPoolList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&ProxyPool{}, &ProxyPoolList{})
+	register(&ProxyPool{}, &ProxyPoolList{})
 }

@@ -36,16 +36,24 @@ func addReadyChecks(mgr ctrl.Manager, providers map[string]provider.Provider) er
 	return mgr.AddReadyzCheck("providers", providersLoaded(providers))
 }
 
-// cachesSynced passes once the cache has started and every informer registered in it so
-// far has synced. It asks afresh on every request, so an informer added later (a
-// controller's, when this replica becomes leader) counts too while it syncs.
+// cachesSynced passes once the cache has started and every informer registered in it by
+// then has synced, and from then on: an informer added later (a controller's, when this
+// replica becomes leader; a type a component first reads after start) syncs on its own
+// while the replica keeps serving discovery from the caches that have synced, so it is
+// no reason to take the replica out of its Service. Before the first sync every request
+// asks again.
 func cachesSynced(c cache.Cache) healthz.Checker {
+	var synced atomic.Bool
 	return func(req *http.Request) error {
+		if synced.Load() {
+			return nil
+		}
 		ctx, cancel := context.WithTimeout(req.Context(), cacheSyncWait)
 		defer cancel()
 		if !c.WaitForCacheSync(ctx) {
 			return errors.New("the informer caches have not synced yet")
 		}
+		synced.Store(true)
 		return nil
 	}
 }

@@ -14,13 +14,16 @@ import (
 	"syscall"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 // runControlPlane starts kube-apiserver and etcd (KUBEBUILDER_ASSETS) with the project's
 // CRDs, writes an admin kubeconfig and the two processes' pid files into dir, and keeps
-// them running until SIGTERM or SIGINT.
-func runControlPlane(dir string) error {
+// them running until SIGTERM or SIGINT. Meanwhile every Proxy the cluster holds is added
+// to the record at recordPath every couple of seconds (when recordPath is set), so that
+// down can find their domains even after the API server has gone.
+func runControlPlane(dir, recordPath string) error {
 	if dir == "" {
 		return errors.New("--dir is required")
 	}
@@ -74,6 +77,13 @@ func runControlPlane(dir string) error {
 		env.Config.Host, pids["etcd.pid"], pids["kube-apiserver.pid"])
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if recordPath != "" {
+		c, err := client.New(env.Config, client.Options{Scheme: proxyScheme()})
+		if err != nil {
+			return fmt.Errorf("a client for the record: %w", err)
+		}
+		go keepRecord(ctx, c, recordPath, 2*time.Second, os.Stderr)
+	}
 	<-ctx.Done()
 	fmt.Println("stopping the control plane")
 	return nil

@@ -1,22 +1,31 @@
 // Command democtl is the small toolbox hack/demo.sh runs: a local control plane
-// (kube-apiserver and etcd from the envtest binaries, staying up until SIGTERM), a file
-// server for the guest image, and the few kubectl-like steps the demo needs (apply the
-// sample Proxy, follow it until Ready, print it as `kubectl get px` would, delete it).
+// (kube-apiserver and etcd from the envtest binaries, staying up until SIGTERM, keeping a
+// record of every Proxy it holds), a file server for the guest image, the few kubectl-like
+// steps the demo needs (apply the sample Proxy, follow it until Ready, print the Proxies as
+// `kubectl get px` would), and the two steps of its teardown.
 //
-//	democtl controlplane --dir DIR            # writes DIR/kubeconfig, DIR/*.pid; runs until SIGTERM
-//	democtl serve-image --addr A --file F     # serves F at http://A/<basename of F>
-//	democtl apply --kubeconfig K -f FILE      # create or update the Proxy in FILE
-//	democtl wait --kubeconfig K --name N      # follow the Proxy until Ready, printing progress
-//	democtl get --kubeconfig K                # the Proxies, as a table
-//	democtl delete --kubeconfig K --name N    # delete the Proxy and wait until it is gone
-//	democtl instance-name --name N            # the VM name the operator gives that Proxy
+//	democtl controlplane --dir DIR --record R  # writes DIR/kubeconfig, DIR/*.pid; runs until SIGTERM
+//	democtl serve-image --addr A --file F      # serves F at http://A/<basename of F>
+//	democtl apply --kubeconfig K -f FILE       # create or update the Proxy in FILE
+//	democtl wait --kubeconfig K --name N       # follow the Proxy until Ready, printing progress
+//	democtl get --kubeconfig K                 # the Proxies, as a table
+//	democtl delete-all --kubeconfig K --record R [--manager-pid P]
+//	                                           # record and delete every Proxy; with the manager's pid follow them until gone
+//	democtl sweep --providers-config P --record R [--kubeconfig K]
+//	                                           # remove the recorded Proxies' domains left on the host
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/go-logr/logr"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2"
 )
 
 func main() {
@@ -31,13 +40,16 @@ func main() {
 	manifest := fs.String("f", "", "a Proxy manifest (apply)")
 	namespace := fs.String("namespace", "default", "the Proxy's namespace")
 	name := fs.String("name", "", "the Proxy's name")
-	timeout := fs.Duration("timeout", 30*time.Minute, "how long to wait (wait, delete)")
+	timeout := fs.Duration("timeout", 30*time.Minute, "how long to wait (wait, delete-all)")
+	recordPath := fs.String("record", "", "the record of the cluster's Proxies (controlplane, delete-all, sweep)")
+	managerPid := fs.Int("manager-pid", 0, "the running manager's pid: follow the deleted Proxies until they are gone or it exits (delete-all)")
+	providersConfig := fs.String("providers-config", "", "the manager's providers config (sweep)")
 	_ = fs.Parse(os.Args[2:])
 
 	var err error
 	switch os.Args[1] {
 	case "controlplane":
-		err = runControlPlane(*dir)
+		err = runControlPlane(*dir, *recordPath)
 	case "serve-image":
 		err = serveImage(*addr, *file)
 	case "apply":
@@ -46,10 +58,10 @@ func main() {
 		err = waitReady(*kubeconfig, *namespace, *name, *timeout)
 	case "get":
 		err = printTable(*kubeconfig)
-	case "delete":
-		err = deleteProxy(*kubeconfig, *namespace, *name, *timeout)
-	case "instance-name":
-		fmt.Println(instanceName(*namespace, *name))
+	case "delete-all":
+		err = runDeleteAll(*kubeconfig, *recordPath, *managerPid, *timeout)
+	case "sweep":
+		err = runSweep(*providersConfig, *recordPath, *kubeconfig)
 	default:
 		usage()
 	}
@@ -59,7 +71,50 @@ func main() {
 	}
 }
 
+func runDeleteAll(kubeconfig, recordPath string, managerPid int, timeout time.Duration) error {
+	if recordPath == "" {
+		return fmt.Errorf("--record is required")
+	}
+	c, err := newClient(kubeconfig)
+	if err != nil {
+		return err
+	}
+	return deleteAll(context.Background(), c, recordPath, managerPid, timeout, time.Second, os.Stdout)
+}
+
+// runSweep builds the kvm2 provider of the demo's providers config (its one entry) and
+// sweeps with it. A kubeconfig that is missing or whose API server does not answer leaves
+// the Proxies' objects alone.
+func runSweep(providersConfig, recordPath, kubeconfig string) error {
+	if providersConfig == "" || recordPath == "" {
+		return fmt.Errorf("--providers-config and --record are required")
+	}
+	cfg, err := provider.LoadConfig(providersConfig)
+	if err != nil {
+		return err
+	}
+	if len(cfg.Providers) != 1 || cfg.Providers[0].Type != provider.TypeKVM2 {
+		return fmt.Errorf("%s: want exactly one provider, of type %s, as the demo writes it", providersConfig, provider.TypeKVM2)
+	}
+	pc := cfg.Providers[0]
+	p, err := kvm2.New(pc, logr.Discard())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = p.Close() }()
+	s := &sweeper{prov: p, record: recordPath, pools: map[string]string{}, out: os.Stdout}
+	for _, h := range pc.KVM2.WithDefaults().Hosts {
+		s.pools[h.Name] = h.Pool
+	}
+	if _, err := os.Stat(kubeconfig); kubeconfig != "" && err == nil {
+		if s.c, err = newClient(kubeconfig); err != nil {
+			return err
+		}
+	}
+	return s.sweep(context.Background())
+}
+
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: democtl controlplane|serve-image|apply|wait|get|delete|instance-name [flags]")
+	fmt.Fprintln(os.Stderr, "usage: democtl controlplane|serve-image|apply|wait|get|delete-all|sweep [flags]")
 	os.Exit(2)
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -29,11 +28,16 @@ func newClient(kubeconfig string) (client.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", kubeconfig, err)
 	}
+	// A dead API server refuses at once; a hung one must not hold down forever.
+	cfg.Timeout = 20 * time.Second
+	return client.New(cfg, client.Options{Scheme: proxyScheme()})
+}
+
+// proxyScheme knows the project's types.
+func proxyScheme() *runtime.Scheme {
 	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	return client.New(cfg, client.Options{Scheme: scheme})
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	return scheme
 }
 
 // apply creates the Proxy in file, or updates its spec when it exists.
@@ -141,39 +145,4 @@ func printTable(kubeconfig string) error {
 			px.Status.Phase, px.Status.IP, strconv.FormatBool(px.Status.Healthy), shortAge(time.Since(px.CreationTimestamp.Time)))
 	}
 	return w.Flush()
-}
-
-// deleteProxy deletes the Proxy and waits until the operator has removed its VM and
-// released the finalizer.
-func deleteProxy(kubeconfig, namespace, name string, timeout time.Duration) error {
-	c, err := newClient(kubeconfig)
-	if err != nil {
-		return err
-	}
-	ctx := context.Background()
-	px := &v1alpha1.Proxy{}
-	px.Namespace, px.Name = namespace, name
-	if err := c.Delete(ctx, px); apierrors.IsNotFound(err) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	start := time.Now()
-	for {
-		err := c.Get(ctx, client.ObjectKeyFromObject(px), px)
-		if apierrors.IsNotFound(err) {
-			fmt.Printf("proxy %s/%s deleted (its VM with it) in %s\n", namespace, name, time.Since(start).Round(time.Second))
-			return nil
-		}
-		if time.Since(start) > timeout {
-			return fmt.Errorf("proxy %s/%s still there after %s: %s", namespace, name, timeout, px.Status.Message)
-		}
-		time.Sleep(time.Second)
-	}
-}
-
-// instanceName is v1alpha1.Proxy.InstanceName for a Proxy that may no longer exist.
-func instanceName(namespace, name string) string {
-	sum := sha256.Sum256([]byte(namespace + "/" + name))
-	return "proxy-" + hex.EncodeToString(sum[:])[:16]
 }

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared shell helpers for the scripts under hack/ (sourced, never run).
 #
 #   log MSG...             one line on stderr, prefixed with the script's tag and the seconds
@@ -52,12 +53,12 @@ missing_packages() {
 # policy-rc.d exiting 101 tells invoke-rc.d not to start anything; whatever policy file was
 # there before is put back afterwards, byte for byte.
 ensure_packages() {
-  local missing
-  missing=$(missing_packages "$@" | xargs)
-  if [[ -z $missing ]]; then
+  local missing=()
+  mapfile -t missing < <(missing_packages "$@")
+  if ((${#missing[@]} == 0)); then
     return 0
   fi
-  log "installing: $missing"
+  log "installing: ${missing[*]}"
   local policy=/usr/sbin/policy-rc.d saved=""
   if [[ -e $policy ]]; then
     saved=$(mktemp)
@@ -69,7 +70,7 @@ ensure_packages() {
   aptlog=$(mktemp)
   {
     apt-get update -qq &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
   } >"$aptlog" 2>&1 || rc=$?
   if [[ -n $saved ]]; then
     mv -f "$saved" "$policy"
@@ -79,8 +80,8 @@ ensure_packages() {
   if ((rc != 0)); then
     tail -n 30 "$aptlog" >&2
     rm -f "$aptlog"
-    die "apt-get install failed (exit $rc) for: $missing"
+    die "apt-get install failed (exit $rc) for: ${missing[*]}"
   fi
   rm -f "$aptlog"
-  log "installed $(wc -w <<<"$missing") packages"
+  log "installed ${#missing[@]} packages"
 }

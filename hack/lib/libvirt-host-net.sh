@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2153 # BRIDGE, SUBNET, RUN... are set by hack/libvirt-host.sh
 # The guests' network on the local libvirt host: the bridge, the iptables rules that fence
 # it in, DHCP on it, and a check that the fence holds (sourced by hack/libvirt-host.sh; the
 # variables come from there).

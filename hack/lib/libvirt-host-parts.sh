@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2153 # STATE, RUN, SOCKET... are set by hack/libvirt-host.sh
 # The parts hack/libvirt-host.sh starts and stops, one function each (sourced by it; the
 # variables come from there). Every daemon is recorded by pid file under $RUN and everything
 # created at run time by a marker there, so that down undoes exactly what up did.
@@ -116,6 +117,7 @@ EOF
     # check agree. Guests still run under TCG (domain type qemu).
     [[ -c $STATE/etc/kvm ]] || mknod -m 0660 "$STATE/etc/kvm" c "$((0x$(stat -c %t /dev/kvm)))" "$((0x$(stat -c %T /dev/kvm)))"
     chgrp kvm "$STATE/etc/kvm" 2>/dev/null || chmod 0666 "$STATE/etc/kvm"
+    # shellcheck disable=SC2016 # $1 and $@ are the inner sh's arguments
     unshare --mount --propagation slave -- sh -c 'mount --bind "$1" /dev/kvm && shift && exec "$@"' \
       sh "$STATE/etc/kvm" libvirtd -d -f "$STATE/etc/libvirtd.conf" -p "$RUN/libvirtd.pid" 8>&-
   else
@@ -214,11 +216,13 @@ EOF
 # The listener and the per-connection processes it forked, so open sessions drop as they
 # would when a hypervisor's sshd goes away.
 stop_sshd() {
-  local pid kids
+  local pid kids=()
   if pid_alive "$RUN/sshd.pid" sshd; then
     pid=$(<"$RUN/sshd.pid")
-    kids=$(pgrep -P "$pid" || true)
-    [[ -n $kids ]] && kill $kids 2>/dev/null || true
+    mapfile -t kids < <(pgrep -P "$pid" || true)
+    if ((${#kids[@]} > 0)); then
+      kill "${kids[@]}" 2>/dev/null || true
+    fi
   fi
   stop_pidfile sshd "$RUN/sshd.pid"
 }

@@ -164,11 +164,11 @@ func TestCreateProgressShownAndRateLimited(t *testing.T) {
 		}
 	})
 	e.create(e.newProxy("slow"))
-	got := e.waitProxy("slow", "Provisioned reason ImageDownloading", func(px *v1alpha1.Proxy) bool {
+	e.waitProxy("slow", "Provisioned reason ImageDownloading", func(px *v1alpha1.Proxy) bool {
 		return provisioned(px).Reason == v1alpha1.ReasonImageDownloading
 	})
 	waitFor(t, waitLong, "both progress reports", func() (bool, error) { return reported.Load() == 1, nil })
-	got = e.get("slow")
+	got := e.get("slow")
 	if c := provisioned(got); !strings.HasSuffix(c.Message, "(10%)") || got.Status.Phase != v1alpha1.PhaseProvisioning {
 		t.Errorf("Provisioned %+v phase %s; want the first report (10%%) only, the second rate-limited, while Provisioning", c, got.Status.Phase)
 	}

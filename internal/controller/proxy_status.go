@@ -18,11 +18,10 @@ import (
 
 // Event reasons beyond the condition reasons in api/v1alpha1.
 const (
-	EventPending          = "Pending"
-	EventInstanceGone     = "InstanceGone"
-	EventReplacing        = "Replacing"
-	EventInstanceDeleted  = "InstanceDeleted"
-	EventProviderProgress = "Progress"
+	EventPending         = "Pending"
+	EventInstanceGone    = "InstanceGone"
+	EventReplacing       = "Replacing"
+	EventInstanceDeleted = "InstanceDeleted"
 )
 
 // Event actions (the events API's "what was being done").

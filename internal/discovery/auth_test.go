@@ -125,10 +125,10 @@ func TestTokenReload(t *testing.T) {
 
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("gave up after 10s waiting for %s", what)
+			t.Fatalf("gave up after 30s waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

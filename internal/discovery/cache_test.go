@@ -148,7 +148,7 @@ func TestCacheSource(t *testing.T) {
 // Only changes the API shows rebuild the snapshot: the health engine's per-round writes
 // (lastProbeTime, latency, the condition's message) do not.
 func TestSameEntry(t *testing.T) {
-	if n := reflect.TypeOf(Entry{}).NumField(); n != 11 {
+	if n := reflect.TypeOf(Entry{}).NumField(); n != 12 {
 		t.Fatalf("Entry has %d fields; compare the new ones in sameEntry and count them here", n)
 	}
 	base := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "p", Labels: map[string]string{"a": "b"}},

@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -160,25 +161,48 @@ func TestEngineClearsHealthOutsideRunning(t *testing.T) {
 	}
 }
 
-// A probe that hangs ends at the timeout; a round of many proxies runs them concurrently.
+// A round of many proxies probes them concurrently, and a probe that hangs ends at the
+// timeout. Concurrency is shown without a clock: with a timeout no test waits out, all
+// eight hanging probes reach their proxies at once, which probes run one after another
+// never could; closing the proxies then ends the round.
 func TestEngineTimeoutAndConcurrency(t *testing.T) {
-	e := newEngineEnv(t, func(o *Options) { o.Timeout = 2 * time.Second; o.Concurrency = 8 })
+	e := newEngineEnv(t, func(o *Options) { o.Timeout = time.Hour; o.Concurrency = 8 })
+	var fps []*healthtest.ForwardProxy
 	for i := 0; i < 8; i++ {
 		fp := healthtest.New(t, "")
 		fp.SetMode(healthtest.Hang)
+		fps = append(fps, fp)
 		e.proxyAt("hang-"+string(rune('a'+i)), v1alpha1.ProxyModeManaged, fp.Host, fp.Port, v1alpha1.PhaseRunning)
 	}
-	start := time.Now()
-	st := e.round()
-	el := time.Since(start)
-	if st.Failed != 8 {
+	done := make(chan RoundStats, 1)
+	go func() { st, _ := e.engine.Round(e.ctx); done <- st }()
+	end := sync.OnceValue(func() RoundStats { // closing the proxies ends their probes
+		for _, fp := range fps {
+			fp.Close()
+		}
+		return <-done
+	})
+	t.Cleanup(func() { end() }) // the round is over before the test, whatever happens
+	waitFor(t, waitLong, "all 8 hanging probes in flight at once (concurrency 8)", func() (bool, error) {
+		for _, fp := range fps {
+			if fp.Requests.Load() == 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if st := end(); st.Failed != 8 {
 		t.Fatalf("round: %+v", st)
 	}
-	// Concurrently: about 2s. One after another: 16s. The bound leaves room for a loaded machine.
-	if el > 12*time.Second {
-		t.Errorf("8 hanging proxies took %v with concurrency 8 and a 2s timeout: probes ran one after another", el)
+
+	e.engine.opts.Timeout = 2 * time.Second
+	fp := healthtest.New(t, "")
+	fp.SetMode(healthtest.Hang)
+	e.proxyAt("hang-timeout", v1alpha1.ProxyModeManaged, fp.Host, fp.Port, v1alpha1.PhaseRunning)
+	if st := e.round(); st.Failed != 9 {
+		t.Fatalf("round with the 2s timeout: %+v", st)
 	}
-	c := meta.FindStatusCondition(e.get("hang-a").Status.Conditions, v1alpha1.ConditionHealthy)
+	c := meta.FindStatusCondition(e.get("hang-timeout").Status.Conditions, v1alpha1.ConditionHealthy)
 	if c == nil || c.Status != metav1.ConditionFalse || !contains(c.Message, "deadline") {
 		t.Errorf("a never-healthy proxy should say why at once: %+v", c)
 	}
@@ -232,7 +256,7 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 // A round cut short by shutdown (or a lost lease) does not count the cancelled probes
 // as the proxies' failures.
 func TestEngineShutdownIsNotAFailure(t *testing.T) {
-	e := newEngineEnv(t, nil)
+	e := newEngineEnv(t, func(o *Options) { o.Timeout = time.Hour }) // only the cancel ends the probe
 	fp := healthtest.New(t, "")
 	fp.SetMode(healthtest.Hang)
 	e.proxyAt("s", v1alpha1.ProxyModeManaged, fp.Host, fp.Port, v1alpha1.PhaseReady)

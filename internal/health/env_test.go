@@ -41,7 +41,9 @@ func newEngineEnv(t testing.TB, mutate func(*Options)) *engineEnv {
 		o.Logger = zap.New(zap.UseDevMode(true), zap.WriteTo(testWriter{t}))
 	})
 	target := whoamiServer(t)
-	opts := Options{ProbeURL: target + "/v1/whoami", Timeout: 2 * time.Second, FailureThreshold: 3}
+	// A probe that should succeed has all the time a loaded machine needs; tests of the
+	// timeout set their own.
+	opts := Options{ProbeURL: target + "/v1/whoami", Timeout: waitLong, FailureThreshold: 3}
 	if mutate != nil {
 		mutate(&opts)
 	}

@@ -72,7 +72,9 @@ func TestProbeFailures(t *testing.T) {
 	if r.err == nil || !strings.Contains(r.err.Error(), "deadline") {
 		t.Errorf("hanging proxy: %v", r.err)
 	}
-	if el := time.Since(start); el > 5*time.Second {
+	// Only the 200ms timeout can end it; the bound, the engine's default timeout, is there
+	// to catch a probe that ignores the timeout it is given and leaves room for any load.
+	if el := time.Since(start); el >= DefaultTimeout {
 		t.Errorf("a 200ms probe took %v against a hanging proxy", el)
 	}
 

@@ -11,7 +11,7 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 )
 
-// step applies one probe outcome and reports what a user would see.
+// seen is what a user would see after one probe outcome.
 type seen struct {
 	phase    v1alpha1.ProxyPhase
 	healthy  bool

@@ -70,6 +70,7 @@ func TestKVMConfigDefaultsPassValidation(t *testing.T) {
 	}
 }
 
+//fuzzsmoke:count 10000
 func FuzzParseConfig(f *testing.F) {
 	base, _ := yaml.Marshal(validConfig())
 	f.Add(base)

@@ -102,7 +102,7 @@ func (s *story) waitFor(what string, timeout, poll time.Duration, cond func() (b
 	}
 }
 
-// waitPhase waits until the Proxy satisfies ok and returns it.
+// waitProxy waits until the Proxy satisfies ok and returns it.
 func (s *story) waitProxy(what string, timeout time.Duration, ok func(*v1alpha1.Proxy) bool) *v1alpha1.Proxy {
 	s.t.Helper()
 	var got *v1alpha1.Proxy

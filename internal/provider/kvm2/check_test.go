@@ -156,7 +156,7 @@ func TestCheckAllHostsConcurrentlyInConfigOrder(t *testing.T) {
 	g := e.fake.Block("ConnectGetHostname")
 	go func() {
 		defer g.Release()
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for g.Waiting() < 2 {
 			if time.Now().After(deadline) {
 				t.Error("gave up waiting for two checks to reach the hostname call at once")

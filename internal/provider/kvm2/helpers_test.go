@@ -100,7 +100,7 @@ func newMemHosts(t *testing.T, f *libvirtfake.Fake, names ...string) (*hosts, *m
 // deadline.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("gave up waiting for %s", what)

@@ -131,7 +131,7 @@ func (e *imgEnv) wantNotCached(t *testing.T) {
 	}
 }
 
-// putMarker places a base volume holding the served image and a marker holding content.
+// putCached places a base volume holding the served image and a marker holding content.
 func (e *imgEnv) putCached(t *testing.T, marker string) {
 	t.Helper()
 	if err := e.fake.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: e.img.baseVol(), Format: "qcow2",
@@ -168,7 +168,7 @@ func (e *imgEnv) wantOneSharedFetch(t *testing.T, errs <-chan error, what string
 	case <-e.srv.halfSent: // one fetch is half way through
 	case err := <-errs:
 		t.Fatalf("a Create ended before the fetch was half way: %v", err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("gave up waiting for a fetch to be half way through")
 	}
 	// Both prechecks asked for the length, so both Creates saw no marker and queue for

@@ -77,6 +77,7 @@ func TestParseMetadata(t *testing.T) {
 	}
 }
 
+//fuzzsmoke:count 10000
 func FuzzParseMetadata(f *testing.F) {
 	good, _ := marshalMetadata(metadataURI, mark{UID: "uid-1", CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Install: "i-1", SpecHash: "h-1"})
 	for _, s := range []string{good, "", "<instance/>", `<k:instance xmlns:k="` + metadataURI + `"><k:managed>true</k:managed></k:instance>`} {

@@ -88,11 +88,11 @@ func TestNeverLogged(t *testing.T) {
 	haystacks := append(e.logs.all(), errs...)
 	for _, s := range spansFor(e.host) {
 		for _, a := range s.Attributes() {
-			haystacks = append(haystacks, a.Value.Emit())
+			haystacks = append(haystacks, a.Value.String())
 		}
 		for _, ev := range s.Events() {
 			for _, a := range ev.Attributes {
-				haystacks = append(haystacks, a.Value.Emit())
+				haystacks = append(haystacks, a.Value.String())
 			}
 		}
 		haystacks = append(haystacks, s.Status().Description)

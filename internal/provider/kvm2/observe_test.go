@@ -174,10 +174,10 @@ func TestObservedFailedCall(t *testing.T) {
 		t.Errorf("status %v, want Error", s.Status())
 	}
 	if v, ok := attr(s, "kvm2.libvirt_code"); !ok || v.AsInt64() != int64(libvirt.ErrNoDomain) {
-		t.Errorf("kvm2.libvirt_code = %v, want %d", v.Emit(), libvirt.ErrNoDomain)
+		t.Errorf("kvm2.libvirt_code = %v, want %d", v.String(), libvirt.ErrNoDomain)
 	}
 	if v, ok := attr(s, "kvm2.domain"); !ok || v.AsString() != "proxy-missing" {
-		t.Errorf("kvm2.domain = %q", v.Emit())
+		t.Errorf("kvm2.domain = %q", v.String())
 	}
 }
 

@@ -91,7 +91,7 @@ func (e *providerEnv) totalDials() int {
 	return n
 }
 
-// request is a valid CreateRequest for name on the only host.
+// testRequest is a valid CreateRequest for name on the only host.
 func testRequest(name string) provider.CreateRequest {
 	return provider.CreateRequest{
 		Name: name, UID: "uid-" + name,

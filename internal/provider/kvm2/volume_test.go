@@ -53,6 +53,7 @@ func TestParseProviderID(t *testing.T) {
 	}
 }
 
+//fuzzsmoke:count 10000
 func FuzzParseProviderID(f *testing.F) {
 	for _, s := range []string{"hosts/a/domains/b", "hosts/beelink/domains/proxy-0123456789abcdef", "hosts//domains/x", "a/b/c/d", ""} {
 		f.Add(s)

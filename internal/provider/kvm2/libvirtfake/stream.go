@@ -101,7 +101,7 @@ func (t *transfer) write(b []byte) error {
 	return nil
 }
 
-// readAt returns the next chunk of a download, or io.EOF once the requested
+// read returns the next chunk of a download, or io.EOF once the requested
 // range or the file has been read. Bytes beyond what was ever written read
 // as zeros, as in a sparse file.
 func (t *transfer) read() ([]byte, error) {
