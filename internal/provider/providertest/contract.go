@@ -161,11 +161,7 @@ func contractCreateIdempotent(t *testing.T, ctx context.Context, env ContractEnv
 	if second.ProviderID != first.ProviderID {
 		t.Fatalf("second create of %s: providerID %q, first was %q", req.Name, second.ProviderID, first.ProviderID)
 	}
-	list, err := env.Provider.ListByTag(ctx)
-	noErr(t, "list", err)
-	if n := countName(list, req.Name); n != 1 {
-		t.Fatalf("after two creates of %s, ListByTag holds it %d times, want 1", req.Name, n)
-	}
+	requireListedOnce(t, ctx, env, req.Name, "two creates")
 }
 
 func contractConcurrentCreate(t *testing.T, ctx context.Context, env ContractEnv) {
@@ -362,9 +358,15 @@ func contractPending(t *testing.T, ctx context.Context, env ContractEnv) {
 	if again.ProviderID != first.ProviderID {
 		t.Fatalf("create of %s after it settled: providerID %q, was %q", req.Name, again.ProviderID, first.ProviderID)
 	}
+	requireListedOnce(t, ctx, env, req.Name, "a pending create settled")
+}
+
+// requireListedOnce fails t unless ListByTag holds name exactly once, after what happened.
+func requireListedOnce(t *testing.T, ctx context.Context, env ContractEnv, name, after string) {
+	t.Helper()
 	list, err := env.Provider.ListByTag(ctx)
 	noErr(t, "list", err)
-	if n := countName(list, req.Name); n != 1 {
-		t.Fatalf("after a pending create of %s settled, ListByTag holds it %d times, want 1", req.Name, n)
+	if n := countName(list, name); n != 1 {
+		t.Fatalf("after %s, ListByTag holds %s %d times, want 1", after, name, n)
 	}
 }
