@@ -44,30 +44,10 @@ func TestOrphanGC_realHost(t *testing.T) {
 	p := newProvider(t, env, imgKey)
 
 	owned := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "owned", UID: types.UID(token + "-owned")}}
-	create := func(name, uid string) provider.Instance {
-		t.Helper()
-		inst, err := providertest.CreateSettled(ctx(t), p, provider.CreateRequest{Name: name, UID: uid, Port: 3128,
-			Placement: provider.Placement{MachineType: "tiny", Image: imgKey}, CloudInit: []byte("#cloud-config\n")}, time.Second)
-		if err != nil {
-			t.Fatalf("create %s: %v", name, err)
-		}
-		return inst
-	}
-	orphan := create(token+"-orphan", token+"-gone")
-	kept := create(token+"-kept", string(owned.UID))
+	orphan := createTiny(t, p, imgKey, token+"-orphan", token+"-gone", "")
+	kept := createTiny(t, p, imgKey, token+"-kept", string(owned.UID), "")
 
-	gc := &controller.OrphanGC{
-		Client: proxyLister{items: []v1alpha1.Proxy{*owned}},
-		// The host is shared: GC sees only this test's domains, so a sweep can never
-		// touch anyone else's.
-		Providers: map[string]provider.Provider{"kvm2-it": scoped{Provider: p, token: token}},
-		Grace:     time.Nanosecond,
-		Log:       testLogger(t),
-	}
-	res, err := gc.Sweep(ctx(t))
-	if err != nil {
-		t.Fatalf("sweep: %v", err)
-	}
+	res := sweepScoped(t, p, token, owned)
 	if got := res.Deleted["kvm2-it"]; !slices.Equal(got, []string{orphan.ProviderID}) || len(res.Skipped) != 0 {
 		t.Fatalf("sweep deleted %v (skipped %v), want exactly %s", res.Deleted, res.Skipped, orphan.ProviderID)
 	}
@@ -97,6 +77,36 @@ func TestOrphanGC_realHost(t *testing.T) {
 			t.Errorf("volume %s left in the pool", v)
 		}
 	}
+}
+
+// createTiny creates, and waits out any pending result of, a domain of the tiny image
+// under imgKey named name for uid, built from specHash.
+func createTiny(t *testing.T, p provider.Provider, imgKey, name, uid, specHash string) provider.Instance {
+	t.Helper()
+	inst, err := providertest.CreateSettled(ctx(t), p, provider.CreateRequest{Name: name, UID: uid, Port: 3128, SpecHash: specHash,
+		Placement: provider.Placement{MachineType: "tiny", Image: imgKey}, CloudInit: []byte("#cloud-config\n")}, time.Second)
+	if err != nil {
+		t.Fatalf("create %s: %v", name, err)
+	}
+	return inst
+}
+
+// sweepScoped runs one orphan GC sweep over p with owned as the only Proxy. The host is
+// shared: GC sees only the domains whose names carry token, so a sweep can never touch
+// anyone else's.
+func sweepScoped(t *testing.T, p provider.Provider, token string, owned *v1alpha1.Proxy) controller.SweepResult {
+	t.Helper()
+	gc := &controller.OrphanGC{
+		Client:    proxyLister{items: []v1alpha1.Proxy{*owned}},
+		Providers: map[string]provider.Provider{"kvm2-it": scoped{Provider: p, token: token}},
+		Grace:     time.Nanosecond,
+		Log:       testLogger(t),
+	}
+	res, err := gc.Sweep(ctx(t))
+	if err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	return res
 }
 
 // newProvider is a kvm2 provider on the real host whose catalogue serves a tiny image

@@ -6,16 +6,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 )
 
 // TestOrphanGCTwoInstalls_realHost: two installs of the operator (two provider instances
@@ -40,17 +37,8 @@ func TestOrphanGCTwoInstalls_realHost(t *testing.T) {
 	for _, in := range installs {
 		in.p = newProvider(t, env, imgKey, kvm2.WithInstallID(in.id))
 		in.owned = &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "owned", UID: types.UID(in.id + "-owned")}}
-		create := func(name, uid string) provider.Instance {
-			t.Helper()
-			inst, err := providertest.CreateSettled(ctx(t), in.p, provider.CreateRequest{Name: name, UID: uid, Port: 3128, SpecHash: "spec-" + in.id,
-				Placement: provider.Placement{MachineType: "tiny", Image: imgKey}, CloudInit: []byte("#cloud-config\n")}, time.Second)
-			if err != nil {
-				t.Fatalf("install %s: create %s: %v", in.id, name, err)
-			}
-			return inst
-		}
-		in.kept = create(in.id+"-kept", string(in.owned.UID))
-		in.orphan = create(in.id+"-orphan", in.id+"-gone")
+		in.kept = createTiny(t, in.p, imgKey, in.id+"-kept", string(in.owned.UID), "spec-"+in.id)
+		in.orphan = createTiny(t, in.p, imgKey, in.id+"-orphan", in.id+"-gone", "spec-"+in.id)
 	}
 
 	// What lands on the host: the mark names the install and the spec hash.
@@ -70,17 +58,7 @@ func TestOrphanGCTwoInstalls_realHost(t *testing.T) {
 	}
 	for i, in := range installs {
 		other := installs[1-i]
-		gc := &controller.OrphanGC{
-			Client: proxyLister{items: []v1alpha1.Proxy{*in.owned}},
-			// The host is shared with other tests: GC sees only this test's domains.
-			Providers: map[string]provider.Provider{"kvm2-it": scoped{Provider: in.p, token: token}},
-			Grace:     time.Nanosecond,
-			Log:       testLogger(t),
-		}
-		res, err := gc.Sweep(ctx(t))
-		if err != nil {
-			t.Fatalf("install %s: sweep: %v", in.id, err)
-		}
+		res := sweepScoped(t, in.p, token, in.owned)
 		if got := res.Deleted["kvm2-it"]; !slices.Equal(got, []string{in.orphan.ProviderID}) || len(res.Skipped) != 0 {
 			t.Fatalf("install %s: sweep deleted %v (skipped %v), want exactly its own orphan %s", in.id, res.Deleted, res.Skipped, in.orphan.ProviderID)
 		}
