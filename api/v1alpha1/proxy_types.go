@@ -61,8 +61,9 @@ const (
 	ReasonProbeSucceeded        = "ProbeSucceeded"
 	ReasonProbeFailed           = "ProbeFailed"
 	// ReasonOwnedByOther: phase Failed because an instance of the Proxy's name belongs
-	// to another owner (an older Proxy of the same name, another install). Unlike
-	// PermanentError it is checked again without a spec change.
+	// to another Proxy UID (an older Proxy of the same name). Unlike PermanentError it
+	// is checked again without a spec change. Another install's instance is a plain
+	// PermanentError: this install's GC never removes it.
 	ReasonOwnedByOther = "OwnedByOther"
 )
 
