@@ -26,12 +26,15 @@ type ProviderConfig struct {
 	KVM2 *KVMConfig `json:"kvm2,omitempty"`
 	// KVM is the block of a kvm (first-generation) entry; same shape as KVM2.
 	KVM *KVMConfig `json:"kvm,omitempty"`
+	// GCE is the block of a gce entry.
+	GCE *GCEConfig `json:"gce,omitempty"`
 }
 
 // Provider type names.
 const (
 	TypeKVM2 = "kvm2"
 	TypeKVM  = "kvm"
+	TypeGCE  = "gce"
 )
 
 // LoadConfig reads and validates the providers config file at path.
@@ -116,28 +119,33 @@ func (pc ProviderConfig) validate() []error {
 		// The name becomes the ProviderHealth object's name and a metrics label.
 		problems = append(problems, fmt.Errorf("name %q is not a valid object name: %s", pc.Name, strings.Join(msgs, "; ")))
 	}
-	blocks := map[string]*KVMConfig{TypeKVM2: pc.KVM2, TypeKVM: pc.KVM}
+	set := map[string]bool{TypeKVM2: pc.KVM2 != nil, TypeKVM: pc.KVM != nil, TypeGCE: pc.GCE != nil}
 	switch pc.Type {
 	case "":
 		return append(problems, fmt.Errorf("type is required (one of %s)", strings.Join(knownTypes, ", ")))
-	case TypeKVM2, TypeKVM:
+	case TypeKVM2, TypeKVM, TypeGCE:
 	default:
 		return append(problems, fmt.Errorf("unknown type %q (one of %s)", pc.Type, strings.Join(knownTypes, ", ")))
 	}
 	for _, other := range knownTypes {
-		if other != pc.Type && blocks[other] != nil {
+		if other != pc.Type && set[other] {
 			problems = append(problems, fmt.Errorf("a %s: block does not match type %s", other, pc.Type))
 		}
 	}
-	block := blocks[pc.Type]
-	if block == nil {
+	if !set[pc.Type] {
 		return append(problems, fmt.Errorf("type %s needs a %s: block", pc.Type, pc.Type))
 	}
-	return append(problems, block.Validate(pc.Type)...)
+	switch pc.Type {
+	case TypeGCE:
+		return append(problems, pc.GCE.Validate(pc.Type)...)
+	case TypeKVM:
+		return append(problems, pc.KVM.Validate(pc.Type)...)
+	}
+	return append(problems, pc.KVM2.Validate(pc.Type)...)
 }
 
 // knownTypes are the types the config has a block for, sorted.
-var knownTypes = []string{TypeKVM, TypeKVM2}
+var knownTypes = []string{TypeGCE, TypeKVM, TypeKVM2}
 
 // unknownFields walks the decoded document against Config's json tags and reports every
 // key no field takes, with its path. Keys must match a tag exactly (encoding/json alone

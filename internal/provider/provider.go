@@ -77,6 +77,10 @@ type CreateRequest struct {
 	CloudInit []byte
 	// Port is the proxy port the instance serves on.
 	Port int32
+	// SourceRanges are the networks that may use the proxy (spec.proxy.allowedSourceRanges);
+	// a provider that manages firewalls (gce) admits the port from them. Empty means the
+	// provider's own default.
+	SourceRanges []string
 	// SpecHash is the hash of the Proxy spec the instance is built from. A provider
 	// records it on the instance, so that a repeat Create finding an instance built from
 	// another spec replaces it instead of adopting it. Empty means unknown.

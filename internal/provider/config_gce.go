@@ -1,0 +1,224 @@
+package provider
+
+import (
+	"fmt"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// GCEConfig is the block of a gce provider entry: proxies as Compute Engine VMs in one
+// project.
+type GCEConfig struct {
+	// Project is the GCP project ID the instances run in.
+	Project string `json:"project"`
+	// Zones are the zones placement.zone may name; Check probes each of them.
+	Zones []string `json:"zones"`
+	// MachineTypes maps the names placement.machineType uses to GCE machine types
+	// (e2-micro, e2-small, n2d-standard-2...).
+	MachineTypes map[string]string `json:"machineTypes"`
+	// Images maps the names placement.image uses to GCE images, usually an image family
+	// (projects/debian-cloud/global/images/family/debian-12) or a full image URL.
+	Images map[string]string `json:"images"`
+	// Network is the VPC network (default global/networks/default).
+	Network string `json:"network,omitempty"`
+	// Subnetwork is the subnet, needed for custom-mode networks
+	// (regions/<region>/subnetworks/<name>).
+	Subnetwork string `json:"subnetwork,omitempty"`
+	// NetworkTier of the external IP: PREMIUM (default) or STANDARD.
+	NetworkTier string `json:"networkTier,omitempty"`
+	// ExternalIP gives every instance an ephemeral external IP (default true). Without
+	// it the instance's address is its internal one.
+	ExternalIP *bool `json:"externalIP,omitempty"`
+	// Spot runs Spot VMs (provisioningModel SPOT, instanceTerminationAction DELETE).
+	Spot bool `json:"spot,omitempty"`
+	// DiskSizeGb is the boot disk size (default 10).
+	DiskSizeGb int `json:"diskSizeGb,omitempty"`
+	// Firewall, when set, makes the provider manage one firewall rule per instance.
+	Firewall *GCEFirewall `json:"firewall,omitempty"`
+	// CredentialsFile is a service-account key file; without it Application Default
+	// Credentials are used.
+	CredentialsFile string `json:"credentialsFile,omitempty"`
+	// Endpoint overrides the Compute API endpoint (tests, private endpoints).
+	Endpoint string `json:"endpoint,omitempty"`
+	// WithoutAuthentication sends no credentials at all; only for a test endpoint.
+	WithoutAuthentication bool `json:"withoutAuthentication,omitempty"`
+}
+
+// GCEFirewall configures the per-instance firewall rule: it admits the proxy port from
+// the Proxy's allowed sources (spec.proxy.allowedSourceRanges, else SourceRanges) to the
+// instance, which carries TargetTag.
+type GCEFirewall struct {
+	// TargetTag is the network tag every instance carries (default egress-proxy).
+	TargetTag string `json:"targetTag,omitempty"`
+	// SourceRanges are used when the request names no allowed sources.
+	SourceRanges []string `json:"sourceRanges,omitempty"`
+}
+
+// Defaults of the GCEConfig block.
+const (
+	DefaultGCENetwork     = "global/networks/default"
+	DefaultGCENetworkTier = "PREMIUM"
+	DefaultGCEDiskSizeGb  = 10
+	DefaultGCETargetTag   = "egress-proxy"
+)
+
+// WithDefaults returns a copy of c with every unset field at its default; maps and
+// slices are copied.
+func (c GCEConfig) WithDefaults() GCEConfig {
+	out := c
+	if out.Network == "" {
+		out.Network = DefaultGCENetwork
+	}
+	if out.NetworkTier == "" {
+		out.NetworkTier = DefaultGCENetworkTier
+	}
+	if out.DiskSizeGb == 0 {
+		out.DiskSizeGb = DefaultGCEDiskSizeGb
+	}
+	ext := c.ExternalIP == nil || *c.ExternalIP
+	out.ExternalIP = &ext
+	out.Zones = append([]string(nil), c.Zones...)
+	out.MachineTypes = make(map[string]string, len(c.MachineTypes))
+	for k, v := range c.MachineTypes {
+		out.MachineTypes[k] = v
+	}
+	out.Images = make(map[string]string, len(c.Images))
+	for k, v := range c.Images {
+		out.Images[k] = v
+	}
+	if c.Firewall != nil {
+		fw := *c.Firewall
+		if fw.TargetTag == "" {
+			fw.TargetTag = DefaultGCETargetTag
+		}
+		fw.SourceRanges = append([]string(nil), c.Firewall.SourceRanges...)
+		out.Firewall = &fw
+	}
+	return out
+}
+
+// HasExternalIP reports whether instances get an external IP.
+func (c GCEConfig) HasExternalIP() bool { return c.ExternalIP == nil || *c.ExternalIP }
+
+var (
+	// gceProjectRE: 6 to 30 lowercase letters, digits and dashes, starting with a letter
+	// (domain-scoped projects, example.com:name, are allowed too).
+	gceProjectRE = regexp.MustCompile(`^([a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
+	// gceZoneRE: region-zone, such as europe-west1-b.
+	gceZoneRE = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+-[a-z]$`)
+	// gceRFC1035RE: a GCE resource name (machine types, tags).
+	gceRFC1035RE = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+)
+
+// Validate checks the block and returns every problem, each prefixed with block and the
+// path inside it, for example `gce.zones[1]: "europe-west1" is not a zone name`.
+func (c GCEConfig) Validate(block string) []error {
+	var problems []error
+	add := func(path, format string, args ...any) {
+		problems = append(problems, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	}
+	switch {
+	case c.Project == "":
+		add(block, "project is required")
+	case !gceProjectRE.MatchString(c.Project):
+		add(block, "project %q is not a project ID (6 to 30 lowercase letters, digits and dashes, starting with a letter)", c.Project)
+	}
+	if len(c.Zones) == 0 {
+		add(block, "zones needs at least one entry")
+	}
+	seen := map[string]int{}
+	for i, z := range c.Zones {
+		path := fmt.Sprintf("%s.zones[%d]", block, i)
+		if j, dup := seen[z]; dup {
+			add(path, "zone %q is already listed at %s.zones[%d]", z, block, j)
+			continue
+		}
+		seen[z] = i
+		if !gceZoneRE.MatchString(z) {
+			add(path, "%q is not a zone name (such as europe-west1-b)", z)
+		}
+	}
+	if len(c.MachineTypes) == 0 {
+		add(block, "machineTypes needs at least one entry")
+	}
+	for _, key := range sortedKeys(c.MachineTypes) {
+		if !validName(key) {
+			add(block+".machineTypes", "key %q: %s", key, nameChars)
+			continue
+		}
+		if mt := c.MachineTypes[key]; !gceRFC1035RE.MatchString(mt) {
+			add(block+".machineTypes."+key, "%q is not a machine type name (such as e2-small)", mt)
+		}
+	}
+	if len(c.Images) == 0 {
+		add(block, "images needs at least one entry")
+	}
+	for _, key := range sortedKeys(c.Images) {
+		if !validName(key) {
+			add(block+".images", "key %q: %s", key, nameChars)
+			continue
+		}
+		if msg := gceImageProblem(c.Images[key]); msg != "" {
+			add(block+".images."+key, "%s", msg)
+		}
+	}
+	switch c.NetworkTier {
+	case "", "PREMIUM", "STANDARD":
+	default:
+		add(block, "networkTier must be PREMIUM or STANDARD, got %q", c.NetworkTier)
+	}
+	if c.DiskSizeGb < 0 {
+		add(block, "diskSizeGb must be at least 1, got %d", c.DiskSizeGb)
+	}
+	if c.Firewall != nil {
+		if t := c.Firewall.TargetTag; t != "" && !gceRFC1035RE.MatchString(t) {
+			add(block+".firewall", "targetTag %q must be a lowercase name of letters, digits and dashes, starting with a letter", t)
+		}
+		for i, r := range c.Firewall.SourceRanges {
+			if _, err := netip.ParsePrefix(r); err != nil {
+				add(fmt.Sprintf("%s.firewall.sourceRanges[%d]", block, i), "%q is not a CIDR", r)
+			}
+		}
+	}
+	if c.Endpoint != "" {
+		if u, err := url.Parse(c.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add(block, "endpoint %q must be an http or https URL with a host", RedactURL(c.Endpoint))
+		}
+	}
+	if c.WithoutAuthentication && c.CredentialsFile != "" {
+		add(block, "credentialsFile and withoutAuthentication exclude each other")
+	}
+	if c.WithoutAuthentication && c.Endpoint == "" {
+		add(block, "withoutAuthentication needs an endpoint (the real API refuses unauthenticated calls)")
+	}
+	return problems
+}
+
+// gceImageProblem checks an image reference: a partial or full URL of an image or an
+// image family, such as projects/debian-cloud/global/images/family/debian-12.
+func gceImageProblem(ref string) string {
+	if ref == "" {
+		return "image is required"
+	}
+	rest := ref
+	if strings.HasPrefix(ref, "https://") {
+		u, err := url.Parse(ref)
+		if err != nil || u.Host == "" {
+			return fmt.Sprintf("%q is not a valid URL", ref)
+		}
+		rest = strings.TrimPrefix(u.Path, "/compute/v1/")
+	}
+	parts := strings.Split(strings.TrimPrefix(rest, "global/"), "/")
+	switch {
+	case slices.Contains(parts, ""):
+	case len(parts) == 5 && parts[0] == "projects" && parts[2] == "global" && parts[3] == "images",
+		len(parts) == 6 && parts[0] == "projects" && parts[2] == "global" && parts[3] == "images" && parts[4] == "family",
+		len(parts) == 2 && parts[0] == "images",
+		len(parts) == 3 && parts[0] == "images" && parts[1] == "family":
+		return ""
+	}
+	return fmt.Sprintf("%q is not an image or image family (such as projects/debian-cloud/global/images/family/debian-12)", ref)
+}
