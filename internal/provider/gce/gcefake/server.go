@@ -1,0 +1,805 @@
+// Package gcefake is an in-process Compute Engine API: an httptest server speaking the
+// REST wire format (protojson of computepb) for the calls the gce provider makes, so
+// that the official client runs unchanged in tests. It holds instances, firewalls,
+// zones and region quotas; zonal and global operations go PENDING, RUNNING, DONE over
+// successive polls; a repeated requestId returns the first call's operation; aggregated
+// lists honour label filters; external addresses come from 203.0.113.0/24 (TEST-NET-3)
+// unless SetNATAddress says otherwise; and every call can be made to fail once, either
+// synchronously with an HTTP error or through the operation's own error list.
+package gcefake
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// Method names, as used by Fail and Calls: the resource's collection and the verb.
+const (
+	InstancesGet            = "instances.get"
+	InstancesInsert         = "instances.insert"
+	InstancesDelete         = "instances.delete"
+	InstancesStart          = "instances.start"
+	InstancesAggregatedList = "instances.aggregatedList"
+	ZoneOperationsGet       = "zoneOperations.get"
+	GlobalOperationsGet     = "globalOperations.get"
+	ZonesGet                = "zones.get"
+	RegionsGet              = "regions.get"
+	FirewallsGet            = "firewalls.get"
+	FirewallsInsert         = "firewalls.insert"
+	FirewallsDelete         = "firewalls.delete"
+)
+
+// Failure is an injected error. With Code set the call fails synchronously with that
+// HTTP status and, when Reason is set, one error item of that reason (rateLimitExceeded,
+// alreadyExists...). With OpCode set instead, the call is accepted, its operation runs
+// and ends DONE carrying OpCode in its error list and nothing happens; OpHTTPStatus,
+// when non-zero, is the operation's httpErrorStatusCode (real GCE sets it on most
+// failed operations; some carry none).
+type Failure struct {
+	Code    int
+	Reason  string
+	Message string
+
+	OpCode       string
+	OpHTTPStatus int32
+}
+
+// Call is one request the server answered.
+type Call struct {
+	Method    string
+	Path      string
+	RequestID string
+	// Authorization is the request's Authorization header, to show what went on the wire.
+	Authorization string
+	Body          string
+}
+
+type operation struct {
+	pb    *computepb.Operation
+	polls int
+	// done runs when the operation reaches DONE without an error.
+	done func()
+	// failed runs when it reaches DONE with an error.
+	failed func()
+}
+
+// Server is the fake. Its methods are safe for concurrent use.
+type Server struct {
+	URL string
+	srv *httptest.Server
+
+	mu         sync.Mutex
+	project    string
+	instances  map[string]map[string]*computepb.Instance // zone -> name
+	firewalls  map[string]*computepb.Firewall
+	ops        map[string]*operation
+	requestIDs map[string]string // requestId -> operation name
+	zones      map[string]*computepb.Zone
+	quotas     map[string][]*computepb.Quota
+	failures   map[string][]Failure
+	calls      []Call
+	nextOp     int
+	nextID     uint64
+	nextIP     int
+	natAddress string
+	opPolls    int
+}
+
+// New starts a fake of project with the given zones (status UP), each region with a
+// CPUS quota of 24 and an IN_USE_ADDRESSES quota of 8, nothing used.
+func New(project string, zones ...string) *Server {
+	s := &Server{
+		project:    project,
+		instances:  map[string]map[string]*computepb.Instance{},
+		firewalls:  map[string]*computepb.Firewall{},
+		ops:        map[string]*operation{},
+		requestIDs: map[string]string{},
+		zones:      map[string]*computepb.Zone{},
+		quotas:     map[string][]*computepb.Quota{},
+		failures:   map[string][]Failure{},
+		opPolls:    2,
+		nextID:     1000,
+	}
+	for _, z := range zones {
+		region := RegionOf(z)
+		s.zones[z] = &computepb.Zone{Name: proto.String(z), Status: proto.String("UP"),
+			Region: proto.String(s.link("regions/" + region))}
+		if _, ok := s.quotas[region]; !ok {
+			s.quotas[region] = []*computepb.Quota{
+				{Metric: proto.String("CPUS"), Limit: proto.Float64(24), Usage: proto.Float64(0)},
+				{Metric: proto.String("IN_USE_ADDRESSES"), Limit: proto.Float64(8), Usage: proto.Float64(0)},
+			}
+		}
+	}
+	mux := http.NewServeMux()
+	p := "/compute/v1/projects/{project}/"
+	mux.HandleFunc("GET "+p+"zones/{zone}/instances/{name}", s.getInstance)
+	mux.HandleFunc("POST "+p+"zones/{zone}/instances", s.insertInstance)
+	mux.HandleFunc("DELETE "+p+"zones/{zone}/instances/{name}", s.deleteInstance)
+	mux.HandleFunc("POST "+p+"zones/{zone}/instances/{name}/start", s.startInstance)
+	mux.HandleFunc("GET "+p+"aggregated/instances", s.aggregatedList)
+	mux.HandleFunc("GET "+p+"zones/{zone}/operations/{op}", s.getOperation(ZoneOperationsGet))
+	mux.HandleFunc("GET "+p+"global/operations/{op}", s.getOperation(GlobalOperationsGet))
+	mux.HandleFunc("GET "+p+"zones/{zone}", s.getZone)
+	mux.HandleFunc("GET "+p+"regions/{region}", s.getRegion)
+	mux.HandleFunc("GET "+p+"global/firewalls/{name}", s.getFirewall)
+	mux.HandleFunc("POST "+p+"global/firewalls", s.insertFirewall)
+	mux.HandleFunc("DELETE "+p+"global/firewalls/{name}", s.deleteFirewall)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("the fake serves no %s %s", r.Method, r.URL.Path))
+	})
+	s.srv = httptest.NewServer(mux)
+	s.URL = s.srv.URL
+	return s
+}
+
+// Close stops the server.
+func (s *Server) Close() { s.srv.Close() }
+
+// RegionOf is the region of a zone name (europe-west1-b: europe-west1).
+func RegionOf(zone string) string {
+	if i := strings.LastIndex(zone, "-"); i > 0 {
+		return zone[:i]
+	}
+	return zone
+}
+
+func (s *Server) link(rel string) string {
+	return s.URL + "/compute/v1/projects/" + s.project + "/" + rel
+}
+
+// Fail makes the next call of method fail with f; several Fails queue up in order.
+func (s *Server) Fail(method string, f Failure) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures[method] = append(s.failures[method], f)
+}
+
+// SetOperationPolls sets how many polls an operation takes to reach DONE: it is PENDING
+// when returned, RUNNING after the first poll, DONE at the n-th (default 2; 0 makes every
+// operation DONE at once).
+func (s *Server) SetOperationPolls(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opPolls = n
+}
+
+// SetNATAddress makes every instance created from now on get addr as its external IP
+// (and its internal one), such as 127.0.0.1 for a test whose probes must reach it.
+func (s *Server) SetNATAddress(addr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.natAddress = addr
+}
+
+// SetZoneStatus sets a zone's status (UP, DOWN).
+func (s *Server) SetZoneStatus(zone, status string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if z, ok := s.zones[zone]; ok {
+		z.Status = proto.String(status)
+	}
+}
+
+// SetQuota sets a region's quota of metric.
+func (s *Server) SetQuota(region, metric string, limit, usage float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.quotas[region] {
+		if q.GetMetric() == metric {
+			q.Limit, q.Usage = proto.Float64(limit), proto.Float64(usage)
+			return
+		}
+	}
+	s.quotas[region] = append(s.quotas[region], &computepb.Quota{Metric: proto.String(metric), Limit: proto.Float64(limit), Usage: proto.Float64(usage)})
+}
+
+// Preempt ends a Spot instance the way GCE does: with instanceTerminationAction DELETE
+// it is gone; otherwise it is TERMINATED. It reports whether the instance existed.
+func (s *Server) Preempt(zone, name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inst, ok := s.instances[zone][name]
+	if !ok {
+		return false
+	}
+	if inst.GetScheduling().GetInstanceTerminationAction() == "DELETE" {
+		delete(s.instances[zone], name)
+		return true
+	}
+	inst.Status = proto.String("TERMINATED")
+	for _, ni := range inst.NetworkInterfaces {
+		for _, ac := range ni.AccessConfigs {
+			ac.NatIP = nil
+		}
+	}
+	return true
+}
+
+// PutInstance stores inst in zone as it is, as if made outside the provider (by another
+// install, by hand).
+func (s *Server) PutInstance(zone string, inst *computepb.Instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inst = proto.CloneOf(inst)
+	inst.Zone = proto.String(s.link("zones/" + zone))
+	if inst.Status == nil {
+		inst.Status = proto.String("RUNNING")
+	}
+	if inst.CreationTimestamp == nil {
+		inst.CreationTimestamp = proto.String(time.Now().UTC().Format(time.RFC3339))
+	}
+	if s.instances[zone] == nil {
+		s.instances[zone] = map[string]*computepb.Instance{}
+	}
+	s.instances[zone][inst.GetName()] = inst
+}
+
+// Instance returns a copy of the named instance, or nil.
+func (s *Server) Instance(zone, name string) *computepb.Instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if inst, ok := s.instances[zone][name]; ok {
+		return proto.CloneOf(inst)
+	}
+	return nil
+}
+
+// Instances is the number of instances in all zones.
+func (s *Server) Instances() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, z := range s.instances {
+		n += len(z)
+	}
+	return n
+}
+
+// Firewall returns a copy of the named firewall rule, or nil.
+func (s *Server) Firewall(name string) *computepb.Firewall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fw, ok := s.firewalls[name]; ok {
+		return proto.CloneOf(fw)
+	}
+	return nil
+}
+
+// Calls returns the requests answered so far, in order.
+func (s *Server) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.calls...)
+}
+
+// CallCount is how many calls of method were answered.
+func (s *Server) CallCount(method string) int {
+	n := 0
+	for _, c := range s.Calls() {
+		if c.Method == method {
+			n++
+		}
+	}
+	return n
+}
+
+// begin records the call and pops its injected failure, under s.mu.
+func (s *Server) begin(method string, r *http.Request, body []byte) (Failure, bool) {
+	s.calls = append(s.calls, Call{Method: method, Path: r.URL.Path, RequestID: r.URL.Query().Get("requestId"),
+		Authorization: r.Header.Get("Authorization"), Body: string(body)})
+	q := s.failures[method]
+	if len(q) == 0 {
+		return Failure{}, false
+	}
+	s.failures[method] = q[1:]
+	return q[0], true
+}
+
+// start handles the common front of a call: it records it, answers an injected
+// synchronous failure and checks the project. It reports whether the handler goes on,
+// and returns an injected operation failure, if any.
+func (s *Server) start(w http.ResponseWriter, r *http.Request, method string, body []byte) (opFail *Failure, ok bool) {
+	f, failing := s.begin(method, r, body)
+	if failing && f.Code != 0 {
+		msg := f.Message
+		if msg == "" {
+			msg = fmt.Sprintf("injected %d for %s", f.Code, method)
+		}
+		writeError(w, f.Code, f.Reason, msg)
+		return nil, false
+	}
+	if p := r.PathValue("project"); p != s.project {
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s' was not found", p))
+		return nil, false
+	}
+	if failing {
+		return &f, true
+	}
+	return nil, true
+}
+
+// newOperation makes an operation (zonal when zone is set) for target, stores it and
+// remembers requestID.
+func (s *Server) newOperation(kind, zone, target, requestID string, fail *Failure, done func()) *computepb.Operation {
+	s.nextOp++
+	name := fmt.Sprintf("operation-%d", s.nextOp)
+	pb := &computepb.Operation{
+		Name:          proto.String(name),
+		OperationType: proto.String(kind),
+		TargetLink:    proto.String(target),
+		Status:        computepb.Operation_PENDING.Enum(),
+		Progress:      proto.Int32(0),
+		InsertTime:    proto.String(time.Now().UTC().Format(time.RFC3339)),
+	}
+	if zone != "" {
+		pb.Zone = proto.String(s.link("zones/" + zone))
+		pb.SelfLink = proto.String(s.link("zones/" + zone + "/operations/" + name))
+	} else {
+		pb.SelfLink = proto.String(s.link("global/operations/" + name))
+	}
+	op := &operation{pb: pb, done: done}
+	if fail != nil {
+		code, msg := fail.OpCode, fail.Message
+		if msg == "" {
+			msg = fmt.Sprintf("injected operation error %s", code)
+		}
+		op.done = nil
+		op.failed = func() {
+			pb.Error = &computepb.Error{Errors: []*computepb.Errors{{Code: proto.String(code), Message: proto.String(msg)}}}
+			if fail.OpHTTPStatus != 0 {
+				pb.HttpErrorStatusCode = proto.Int32(fail.OpHTTPStatus)
+				pb.HttpErrorMessage = proto.String(http.StatusText(int(fail.OpHTTPStatus)))
+			}
+		}
+	}
+	s.ops[name] = op
+	if requestID != "" {
+		s.requestIDs[requestID] = name
+	}
+	if s.opPolls == 0 {
+		s.finish(op)
+	}
+	return proto.CloneOf(pb)
+}
+
+// finish moves op to DONE and applies its effect.
+func (s *Server) finish(op *operation) {
+	op.pb.Status = computepb.Operation_DONE.Enum()
+	op.pb.Progress = proto.Int32(100)
+	op.pb.EndTime = proto.String(time.Now().UTC().Format(time.RFC3339))
+	if op.failed != nil {
+		op.failed()
+	} else if op.done != nil {
+		op.done()
+	}
+}
+
+// replay answers a request whose requestId was seen before with that call's operation.
+func (s *Server) replay(w http.ResponseWriter, requestID string) bool {
+	if requestID == "" {
+		return false
+	}
+	name, ok := s.requestIDs[requestID]
+	if !ok {
+		return false
+	}
+	writeProto(w, s.ops[name].pb)
+	return true
+}
+
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// checkRequestID refuses a requestId that is not a UUID, as GCE does.
+func checkRequestID(w http.ResponseWriter, id string) bool {
+	if id != "" && (!uuidRE.MatchString(id) || id == "00000000-0000-0000-0000-000000000000") {
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'requestId': '%s'. The requestId must be a valid UUID with the exception that zero UUID is not supported.", id))
+		return false
+	}
+	return true
+}
+
+func (s *Server) zoneKnown(w http.ResponseWriter, zone string) bool {
+	if _, ok := s.zones[zone]; !ok {
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s' was not found", s.project, zone))
+		return false
+	}
+	return true
+}
+
+func (s *Server) instanceNotFound(w http.ResponseWriter, zone, name string) {
+	writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/instances/%s' was not found", s.project, zone, name))
+}
+
+func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.start(w, r, InstancesGet, nil); !ok {
+		return
+	}
+	zone, name := r.PathValue("zone"), r.PathValue("name")
+	if !s.zoneKnown(w, zone) {
+		return
+	}
+	inst, ok := s.instances[zone][name]
+	if !ok {
+		s.instanceNotFound(w, zone, name)
+		return
+	}
+	writeProto(w, inst)
+}
+
+var nameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// labelValueRE is GCE's charset for label keys and values.
+var labelValueRE = regexp.MustCompile(`^[\p{Ll}\p{Lo}0-9_-]{0,63}$`)
+
+func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fail, ok := s.start(w, r, InstancesInsert, body)
+	if !ok {
+		return
+	}
+	zone, rid := r.PathValue("zone"), r.URL.Query().Get("requestId")
+	if !s.zoneKnown(w, zone) || !checkRequestID(w, rid) || s.replay(w, rid) {
+		return
+	}
+	inst := &computepb.Instance{}
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(body, inst); err != nil {
+		writeError(w, http.StatusBadRequest, "parseError", fmt.Sprintf("Invalid JSON payload received. %v", err))
+		return
+	}
+	name := inst.GetName()
+	if !nameRE.MatchString(name) {
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.name': '%s'. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'", name))
+		return
+	}
+	for k, v := range inst.Labels {
+		if k == "" || !labelValueRE.MatchString(k) || !labelValueRE.MatchString(v) {
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.labels': %q=%q", k, v))
+			return
+		}
+	}
+	if _, exists := s.instances[zone][name]; exists {
+		writeError(w, http.StatusConflict, "alreadyExists", fmt.Sprintf("The resource 'projects/%s/zones/%s/instances/%s' already exists", s.project, zone, name))
+		return
+	}
+	if fail != nil {
+		writeProto(w, s.newOperation("insert", zone, s.link("zones/"+zone+"/instances/"+name), rid, fail, nil))
+		return
+	}
+	s.nextID++
+	s.nextIP++
+	nat := s.natAddress
+	internal := s.natAddress
+	if nat == "" {
+		nat = fmt.Sprintf("203.0.113.%d", s.nextIP%254+1)
+		internal = fmt.Sprintf("198.51.100.%d", s.nextIP%254+1)
+	}
+	inst.Id = proto.Uint64(s.nextID)
+	inst.Zone = proto.String(s.link("zones/" + zone))
+	inst.SelfLink = proto.String(s.link("zones/" + zone + "/instances/" + name))
+	inst.Status = proto.String("PROVISIONING")
+	inst.CreationTimestamp = proto.String(time.Now().UTC().Format(time.RFC3339Nano))
+	for i, ni := range inst.NetworkInterfaces {
+		ni.Name = proto.String(fmt.Sprintf("nic%d", i))
+		ni.NetworkIP = proto.String(internal)
+		for _, ac := range ni.AccessConfigs {
+			ac.NatIP = proto.String(nat)
+		}
+	}
+	if s.instances[zone] == nil {
+		s.instances[zone] = map[string]*computepb.Instance{}
+	}
+	s.instances[zone][name] = inst
+	writeProto(w, s.newOperation("insert", zone, inst.GetSelfLink(), rid, nil, func() {
+		if cur, ok := s.instances[zone][name]; ok && cur == inst {
+			inst.Status = proto.String("RUNNING")
+		}
+	}))
+}
+
+func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fail, ok := s.start(w, r, InstancesDelete, nil)
+	if !ok {
+		return
+	}
+	zone, name, rid := r.PathValue("zone"), r.PathValue("name"), r.URL.Query().Get("requestId")
+	if !s.zoneKnown(w, zone) || !checkRequestID(w, rid) || s.replay(w, rid) {
+		return
+	}
+	inst, exists := s.instances[zone][name]
+	if !exists {
+		s.instanceNotFound(w, zone, name)
+		return
+	}
+	var done func()
+	if fail == nil {
+		inst.Status = proto.String("STOPPING")
+		done = func() {
+			if cur, ok := s.instances[zone][name]; ok && cur == inst {
+				delete(s.instances[zone], name)
+			}
+		}
+	}
+	writeProto(w, s.newOperation("delete", zone, inst.GetSelfLink(), rid, fail, done))
+}
+
+func (s *Server) startInstance(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fail, ok := s.start(w, r, InstancesStart, nil)
+	if !ok {
+		return
+	}
+	zone, name, rid := r.PathValue("zone"), r.PathValue("name"), r.URL.Query().Get("requestId")
+	if !s.zoneKnown(w, zone) || !checkRequestID(w, rid) || s.replay(w, rid) {
+		return
+	}
+	inst, exists := s.instances[zone][name]
+	if !exists {
+		s.instanceNotFound(w, zone, name)
+		return
+	}
+	var done func()
+	if fail == nil {
+		inst.Status = proto.String("STAGING")
+		done = func() {
+			inst.Status = proto.String("RUNNING")
+			s.nextIP++
+			for _, ni := range inst.NetworkInterfaces {
+				for _, ac := range ni.AccessConfigs {
+					if s.natAddress != "" {
+						ac.NatIP = proto.String(s.natAddress)
+					} else {
+						ac.NatIP = proto.String(fmt.Sprintf("203.0.113.%d", s.nextIP%254+1))
+					}
+				}
+			}
+		}
+	}
+	writeProto(w, s.newOperation("start", zone, inst.GetSelfLink(), rid, fail, done))
+}
+
+func (s *Server) getOperation(method string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if _, ok := s.start(w, r, method, nil); !ok {
+			return
+		}
+		op, ok := s.ops[r.PathValue("op")]
+		zonal := method == ZoneOperationsGet
+		if ok && zonal && op.pb.GetZone() != s.link("zones/"+r.PathValue("zone")) || ok && !zonal && op.pb.Zone != nil {
+			ok = false
+		}
+		if !ok {
+			writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource '%s' was not found", r.URL.Path))
+			return
+		}
+		if op.pb.GetStatus() != computepb.Operation_DONE {
+			op.polls++
+			if op.polls >= s.opPolls {
+				s.finish(op)
+			} else {
+				op.pb.Status = computepb.Operation_RUNNING.Enum()
+				op.pb.Progress = proto.Int32(int32(100 * op.polls / s.opPolls))
+			}
+		}
+		writeProto(w, op.pb)
+	}
+}
+
+func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.start(w, r, InstancesAggregatedList, nil); !ok {
+		return
+	}
+	match, err := parseLabelFilter(r.URL.Query().Get("filter"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'filter': %v", err))
+		return
+	}
+	out := &computepb.InstanceAggregatedList{Items: map[string]*computepb.InstancesScopedList{}}
+	zones := make([]string, 0, len(s.zones))
+	for z := range s.zones {
+		zones = append(zones, z)
+	}
+	sort.Strings(zones)
+	for _, z := range zones {
+		var list []*computepb.Instance
+		names := make([]string, 0, len(s.instances[z]))
+		for n := range s.instances[z] {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if inst := s.instances[z][n]; match(inst.Labels) {
+				list = append(list, inst)
+			}
+		}
+		scoped := &computepb.InstancesScopedList{Instances: list}
+		if len(list) == 0 {
+			scoped.Warning = &computepb.Warning{Code: proto.String("NO_RESULTS_ON_PAGE"),
+				Message: proto.String("There are no results for scope 'zones/" + z + "' on this page.")}
+		}
+		out.Items["zones/"+z] = scoped
+	}
+	writeProto(w, out)
+}
+
+// filterTermRE is one term of a label filter as GCE's list filter takes it:
+// labels.KEY = "VALUE" (or eq / != / ne), optionally in parentheses.
+var filterTermRE = regexp.MustCompile(`^\(?\s*labels\.([a-z0-9_-]+)\s*(=|!=|eq|ne)\s*"?([^"()\s]*)"?\s*\)?$`)
+
+// parseLabelFilter understands terms joined by AND (or by whitespace, which GCE reads as
+// AND). Anything else is refused, so that a filter the provider gets wrong fails loudly.
+func parseLabelFilter(filter string) (func(map[string]string) bool, error) {
+	filter = strings.TrimSpace(filter)
+	if filter == "" {
+		return func(map[string]string) bool { return true }, nil
+	}
+	type term struct {
+		key, value string
+		negate     bool
+	}
+	var terms []term
+	for _, part := range regexp.MustCompile(`\)\s*(AND\s*)?\(`).Split(filter, -1) {
+		m := filterTermRE.FindStringSubmatch(strings.TrimSpace(part))
+		if m == nil {
+			return nil, fmt.Errorf("cannot parse %q", part)
+		}
+		terms = append(terms, term{key: m[1], value: m[3], negate: m[2] == "!=" || m[2] == "ne"})
+	}
+	return func(labels map[string]string) bool {
+		for _, t := range terms {
+			v, ok := labels[t.key]
+			if (ok && v == t.value) == t.negate {
+				return false
+			}
+		}
+		return true
+	}, nil
+}
+
+func (s *Server) getZone(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.start(w, r, ZonesGet, nil); !ok {
+		return
+	}
+	z, ok := s.zones[r.PathValue("zone")]
+	if !ok {
+		s.zoneKnown(w, r.PathValue("zone"))
+		return
+	}
+	writeProto(w, z)
+}
+
+func (s *Server) getRegion(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.start(w, r, RegionsGet, nil); !ok {
+		return
+	}
+	region := r.PathValue("region")
+	q, ok := s.quotas[region]
+	if !ok {
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/regions/%s' was not found", s.project, region))
+		return
+	}
+	writeProto(w, &computepb.Region{Name: proto.String(region), Status: proto.String("UP"), Quotas: q})
+}
+
+func (s *Server) getFirewall(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.start(w, r, FirewallsGet, nil); !ok {
+		return
+	}
+	fw, ok := s.firewalls[r.PathValue("name")]
+	if !ok {
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/global/firewalls/%s' was not found", s.project, r.PathValue("name")))
+		return
+	}
+	writeProto(w, fw)
+}
+
+func (s *Server) insertFirewall(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fail, ok := s.start(w, r, FirewallsInsert, body)
+	if !ok {
+		return
+	}
+	rid := r.URL.Query().Get("requestId")
+	if !checkRequestID(w, rid) || s.replay(w, rid) {
+		return
+	}
+	fw := &computepb.Firewall{}
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(body, fw); err != nil {
+		writeError(w, http.StatusBadRequest, "parseError", fmt.Sprintf("Invalid JSON payload received. %v", err))
+		return
+	}
+	name := fw.GetName()
+	if !nameRE.MatchString(name) {
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.name': '%s'", name))
+		return
+	}
+	if _, exists := s.firewalls[name]; exists {
+		writeError(w, http.StatusConflict, "alreadyExists", fmt.Sprintf("The resource 'projects/%s/global/firewalls/%s' already exists", s.project, name))
+		return
+	}
+	var done func()
+	if fail == nil {
+		fw.SelfLink = proto.String(s.link("global/firewalls/" + name))
+		done = func() { s.firewalls[name] = fw }
+	}
+	writeProto(w, s.newOperation("insert", "", s.link("global/firewalls/"+name), rid, fail, done))
+}
+
+func (s *Server) deleteFirewall(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fail, ok := s.start(w, r, FirewallsDelete, nil)
+	if !ok {
+		return
+	}
+	name, rid := r.PathValue("name"), r.URL.Query().Get("requestId")
+	if !checkRequestID(w, rid) || s.replay(w, rid) {
+		return
+	}
+	if _, exists := s.firewalls[name]; !exists {
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/global/firewalls/%s' was not found", s.project, name))
+		return
+	}
+	var done func()
+	if fail == nil {
+		done = func() { delete(s.firewalls, name) }
+	}
+	writeProto(w, s.newOperation("delete", "", s.link("global/firewalls/"+name), rid, fail, done))
+}
+
+func writeProto(w http.ResponseWriter, m proto.Message) {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "backendError", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	_, _ = w.Write(b)
+}
+
+// writeError answers in the error shape of Google APIs, which googleapi.CheckResponse parses.
+func writeError(w http.ResponseWriter, code int, reason, message string) {
+	item := map[string]string{"message": message, "domain": "global"}
+	if reason != "" {
+		item["reason"] = reason
+	}
+	if reason == "rateLimitExceeded" {
+		item["domain"] = "usageLimits"
+	}
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
+		"code": code, "message": message, "errors": []any{item},
+	}})
+}
