@@ -4,6 +4,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2"
 )
 
@@ -19,6 +20,10 @@ func registry(installID string) provider.Registry {
 		// metadata namespace, so neither type sees the other's domains.
 		provider.TypeKVM: func(pc provider.ProviderConfig, log logr.Logger) (provider.Provider, error) {
 			return kvm2.NewOfType(pc, provider.TypeKVM, log, kvm2.WithInstallID(installID))
+		},
+		// Compute Engine VMs; the API clients are made on first use.
+		provider.TypeGCE: func(pc provider.ProviderConfig, log logr.Logger) (provider.Provider, error) {
+			return gce.New(pc, log, gce.WithInstallID(installID))
 		},
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2"
 )
 
@@ -56,5 +57,40 @@ func TestRegistryBuildsKVMAndKVM2FromOneFile(t *testing.T) {
 		if err == nil || err.Error() != want || provider.Class(err) != provider.ErrPermanent {
 			t.Errorf("%s: create in an unknown zone: %v, want permanent %q", name, err, want)
 		}
+	}
+}
+
+// TestRegistryBuildsGCE: a providers file with a gce entry builds a gce provider carrying
+// the registry's install ID, without reading credentials or dialling, and its placement
+// checks answer with the gce block's name.
+func TestRegistryBuildsGCE(t *testing.T) {
+	path := writeFile(t, "providers.yaml", `providers:
+- name: gcp-eu
+  type: gce
+  gce:
+    project: my-proxies
+    zones: [europe-west1-b]
+    machineTypes: {small: e2-small}
+    images: {debian-12: projects/debian-cloud/global/images/family/debian-12}
+    credentialsFile: /nonexistent/key.json
+`)
+	cfg, err := provider.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	providers, err := provider.Build(cfg, registry("install-test"), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { providers["gcp-eu"].(io.Closer).Close() })
+	p := providers["gcp-eu"]
+	g, ok := p.(interface{ Unwrap() provider.Provider }).Unwrap().(*gce.Provider)
+	if !ok || g.InstallID() != "install-test" {
+		t.Fatalf("gcp-eu: built %T without the registry's install ID", p)
+	}
+	_, err = p.Create(t.Context(), provider.CreateRequest{Name: "proxy-0123456789abcdef", UID: "u",
+		Placement: provider.Placement{Zone: "us-east1-b", MachineType: "small", Image: "debian-12"}})
+	if want := `placement.zone "us-east1-b" is not in gce.zones`; err == nil || err.Error() != want || provider.Class(err) != provider.ErrPermanent {
+		t.Errorf("create in an unknown zone: %v, want permanent %q", err, want)
 	}
 }

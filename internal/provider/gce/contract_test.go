@@ -1,0 +1,28 @@
+package gce
+
+import (
+	"testing"
+	"time"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+)
+
+// TestContract runs the suite every provider passes, against gce over the in-process
+// Compute API, operations taking two polls each.
+func TestContract(t *testing.T) {
+	providertest.RunContract(t, func(t *testing.T) providertest.ContractEnv {
+		e := newEnv(t)
+		return providertest.ContractEnv{
+			Provider: e.p,
+			Request: provider.CreateRequest{
+				Placement: provider.Placement{Zone: testZone, MachineType: "small", Image: "debian-12"},
+				CloudInit: []byte(testUserData), Port: 3128,
+			},
+			MissingID:   providerID(testProject, testZone, "proxy-0000000000000000"),
+			MalformedID: "gce://" + testProject + "/proxy-0000000000000000",
+			Targets:     []string{testZone, testZone2},
+			Timeout:     30 * time.Second,
+		}
+	})
+}

@@ -1,0 +1,286 @@
+package gce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	compute "cloud.google.com/go/compute/apiv1"
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/api/iterator"
+	"google.golang.org/protobuf/proto"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// nameRE is GCE's resource name rule (RFC 1035).
+var nameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// instance describes inst for the contract.
+func (p *Provider) instance(zone string, inst *computepb.Instance) provider.Instance {
+	out := provider.Instance{
+		ProviderID: providerID(p.cfg.Project, zone, inst.GetName()),
+		Name:       inst.GetName(),
+		UID:        ownerUID(inst),
+		State:      state(inst.GetStatus()),
+	}
+	if t, err := time.Parse(time.RFC3339Nano, inst.GetCreationTimestamp()); err == nil {
+		out.CreatedAt = t
+	}
+	if out.State == provider.StateRunning || out.State == provider.StatePending {
+		out.IP = address(inst, p.cfg.HasExternalIP())
+	}
+	return out
+}
+
+// address is the external NAT IP of the first interface, or its internal IP when the
+// provider gives no external IP.
+func address(inst *computepb.Instance, external bool) string {
+	for _, ni := range inst.GetNetworkInterfaces() {
+		if !external {
+			return ni.GetNetworkIP()
+		}
+		for _, ac := range ni.GetAccessConfigs() {
+			if ip := ac.GetNatIP(); ip != "" {
+				return ip
+			}
+		}
+	}
+	return ""
+}
+
+// state maps a GCE instance status to the contract's states.
+func state(status string) string {
+	switch status {
+	case "RUNNING":
+		return provider.StateRunning
+	case "PROVISIONING", "STAGING":
+		return provider.StatePending
+	case "STOPPING", "SUSPENDING":
+		return provider.StateTerminating
+	case "TERMINATED", "STOPPED", "SUSPENDED":
+		return provider.StateStopped
+	}
+	return provider.StateUnknown
+}
+
+// Get describes the instance providerID names. An instance that is gone, or that is not
+// this provider's and install's, is ErrNotFound.
+func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error) {
+	zone, name, err := p.parseProviderID(id)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	c, err := p.client(ctx)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	inst, err := p.getInstance(ctx, c, zone, name)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	if p.owner(inst) != ownedHere {
+		return provider.Instance{}, provider.Errorf(provider.ErrNotFound,
+			"instance %s in zone %s is not this install's (labels %s=%q, %s=%q)", name, zone,
+			LabelProvider, inst.GetLabels()[LabelProvider], LabelInstall, inst.GetLabels()[LabelInstall])
+	}
+	return p.instance(zone, inst), nil
+}
+
+// Delete removes the instance providerID names (its boot disk goes with it) and, when
+// the provider manages firewalls, its rule. Gone, or not this install's, is success.
+func (p *Provider) Delete(ctx context.Context, id string) error {
+	zone, name, err := p.parseProviderID(id)
+	if err != nil {
+		return err
+	}
+	c, err := p.client(ctx)
+	if err != nil {
+		return err
+	}
+	inst, err := p.getInstance(ctx, c, zone, name)
+	switch {
+	case isNotFound(err):
+	case err != nil:
+		return err
+	case p.owner(inst) != ownedHere:
+		p.log.V(1).Info("leaving alone an instance that is not this install's", "instance", name, "zone", zone)
+		return nil
+	default:
+		if err := p.deleteInstance(ctx, c, zone, inst); err != nil {
+			return err
+		}
+	}
+	if p.cfg.Firewall != nil {
+		return p.deleteFirewall(ctx, c, name)
+	}
+	return nil
+}
+
+// deleteInstance deletes inst and waits for the operation; gone meanwhile is success.
+func (p *Provider) deleteInstance(ctx context.Context, c *clients, zone string, inst *computepb.Instance) error {
+	name := inst.GetName()
+	key := "delete/" + zone + "/" + name
+	rid := requestID(p.failures(key), "delete", p.cfg.Project, zone, name, fmt.Sprint(inst.GetId()))
+	what := fmt.Sprintf("deleting instance %s in zone %s", name, zone)
+	var op *compute.Operation
+	err := p.call(ctx, "instances.delete", target{zone: zone, instance: name}, func(ctx context.Context) (err error) {
+		op, err = c.instances.Delete(ctx, &computepb.DeleteInstanceRequest{Project: p.cfg.Project, Zone: zone, Instance: name, RequestId: proto.String(rid)})
+		return err
+	})
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return notNotFound(classify(err, what))
+	}
+	err = p.wait(ctx, op, "zoneOperations.get", target{zone: zone, instance: name}, what)
+	if errors.Is(err, errOperationFailed) {
+		p.opFailed(key)
+	}
+	if err == nil {
+		p.opSucceeded(key)
+	}
+	return notNotFound(err)
+}
+
+// listFilter selects this provider entry's and install's instances.
+func (p *Provider) listFilter() string {
+	f := fmt.Sprintf(`(labels.%s = "%s")`, LabelProvider, labelValue(p.name))
+	if p.installID != "" {
+		f += fmt.Sprintf(` AND (labels.%s = "%s")`, LabelInstall, labelValue(p.installID))
+	}
+	return f
+}
+
+// ListByTag lists this provider's and install's instances in every zone of the project
+// with one aggregated list, filtered by label and checked again here. Any failed page
+// fails the whole listing.
+func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
+	c, err := p.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []provider.Instance
+	err = p.call(ctx, "instances.aggregatedList", target{}, func(ctx context.Context) error {
+		out = nil
+		it := c.instances.AggregatedList(ctx, &computepb.AggregatedListInstancesRequest{
+			Project: p.cfg.Project, Filter: proto.String(p.listFilter()),
+		})
+		for {
+			pair, err := it.Next()
+			if errors.Is(err, iterator.Done) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			zone := strings.TrimPrefix(pair.Key, "zones/")
+			for _, inst := range pair.Value.GetInstances() {
+				if p.owner(inst) == ownedHere {
+					out = append(out, p.instance(zone, inst))
+				}
+			}
+		}
+	})
+	if err != nil {
+		return nil, notNotFound(classify(err, "listing instances of project "+p.cfg.Project))
+	}
+	return out, nil
+}
+
+// firewallDescription marks a rule as this provider's and install's.
+func (p *Provider) firewallDescription(uid string) string {
+	return fmt.Sprintf("egress-proxies-operator provider=%s install=%s uid=%s", labelValue(p.name), labelValue(p.installID), uid)
+}
+
+func (p *Provider) ownsFirewall(fw *computepb.Firewall) bool {
+	prefix := fmt.Sprintf("egress-proxies-operator provider=%s install=%s uid=", labelValue(p.name), labelValue(p.installID))
+	return strings.HasPrefix(fw.GetDescription(), prefix)
+}
+
+// ensureFirewall makes the rule admitting the proxy port to the instance (target tag
+// req.Name) from the request's allowed sources, or the config's.
+func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.CreateRequest) error {
+	name := req.Name
+	ranges := req.SourceRanges
+	if len(ranges) == 0 {
+		ranges = p.cfg.Firewall.SourceRanges
+	}
+	if len(ranges) == 0 {
+		return provider.Errorf(provider.ErrPermanent,
+			"firewall rule %s: no source ranges (set spec.proxy.allowedSourceRanges or gce.firewall.sourceRanges)", name)
+	}
+	err := p.call(ctx, "firewalls.get", target{firewall: name}, func(ctx context.Context) error {
+		_, err := c.firewalls.Get(ctx, &computepb.GetFirewallRequest{Project: p.cfg.Project, Firewall: name})
+		return err
+	})
+	if err == nil {
+		return nil
+	}
+	if !isNotFound(err) {
+		return notNotFound(classify(err, "reading firewall rule "+name))
+	}
+	key := "firewall/" + name
+	rid := requestID(p.failures(key), "firewall", p.cfg.Project, name, req.UID, req.SpecHash)
+	what := "inserting firewall rule " + name
+	var op *compute.Operation
+	err = p.call(ctx, "firewalls.insert", target{firewall: name}, func(ctx context.Context) (err error) {
+		op, err = c.firewalls.Insert(ctx, &computepb.InsertFirewallRequest{Project: p.cfg.Project, RequestId: proto.String(rid),
+			FirewallResource: &computepb.Firewall{
+				Name: proto.String(name), Network: proto.String(p.cfg.Network), Description: proto.String(p.firewallDescription(req.UID)),
+				Direction: proto.String("INGRESS"), SourceRanges: ranges, TargetTags: []string{name},
+				Allowed: []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{fmt.Sprint(req.Port)}}},
+			}})
+		return err
+	})
+	if err != nil {
+		if err := classify(err, what); errors.Is(err, errAlreadyExists) {
+			return nil
+		} else {
+			return notNotFound(err)
+		}
+	}
+	err = p.wait(ctx, op, "globalOperations.get", target{firewall: name}, what)
+	if errors.Is(err, errOperationFailed) {
+		p.opFailed(key)
+	}
+	if errors.Is(err, errAlreadyExists) {
+		return nil
+	}
+	return notNotFound(err)
+}
+
+// deleteFirewall removes the instance's rule when it is this install's; gone is success.
+func (p *Provider) deleteFirewall(ctx context.Context, c *clients, name string) error {
+	var fw *computepb.Firewall
+	err := p.call(ctx, "firewalls.get", target{firewall: name}, func(ctx context.Context) (err error) {
+		fw, err = c.firewalls.Get(ctx, &computepb.GetFirewallRequest{Project: p.cfg.Project, Firewall: name})
+		return err
+	})
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return notNotFound(classify(err, "reading firewall rule "+name))
+	}
+	if !p.ownsFirewall(fw) {
+		return nil
+	}
+	what := "deleting firewall rule " + name
+	var op *compute.Operation
+	err = p.call(ctx, "firewalls.delete", target{firewall: name}, func(ctx context.Context) (err error) {
+		op, err = c.firewalls.Delete(ctx, &computepb.DeleteFirewallRequest{Project: p.cfg.Project, Firewall: name})
+		return err
+	})
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return notNotFound(classify(err, what))
+	}
+	return notNotFound(p.wait(ctx, op, "globalOperations.get", target{firewall: name}, what))
+}

@@ -1,0 +1,133 @@
+package gce
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+)
+
+// The labels that mark an instance as this provider's, and the metadata keys it writes.
+const (
+	LabelProvider = "epo-provider"
+	LabelInstall  = "epo-install"
+	LabelUID      = "epo-uid"
+
+	MetadataUserData = "user-data"
+	MetadataSpecHash = "epo-spec-hash"
+	// MetadataUID holds the Proxy UID exactly; the label holds it in label charset.
+	MetadataUID = "epo-uid"
+)
+
+// labelValue makes s a valid GCE label value: lowercase letters, digits, '_' and '-', at
+// most 63 characters. Other characters become '_'; a longer value keeps its first 46
+// characters and a digest of the whole, so distinct inputs stay distinct.
+func labelValue(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	v := b.String()
+	if len(v) > 63 {
+		sum := sha256.Sum256([]byte(s))
+		v = v[:46] + "-" + hex.EncodeToString(sum[:8])
+	}
+	return v
+}
+
+// labels are the marks of an instance owned by uid.
+func (p *Provider) labels(uid string) map[string]string {
+	l := map[string]string{LabelProvider: labelValue(p.name), LabelUID: labelValue(uid)}
+	if p.installID != "" {
+		l[LabelInstall] = labelValue(p.installID)
+	}
+	return l
+}
+
+// ownership says whose an instance is.
+type ownership int
+
+const (
+	ownedHere        ownership = iota // this provider entry and install
+	otherInstall                      // this provider's mark, another install's
+	notThisProviders                  // no mark of this provider entry at all
+)
+
+func (p *Provider) owner(inst *computepb.Instance) ownership {
+	l := inst.GetLabels()
+	if l[LabelProvider] != labelValue(p.name) {
+		return notThisProviders
+	}
+	if l[LabelInstall] != labelValue(p.installID) {
+		return otherInstall
+	}
+	return ownedHere
+}
+
+// ownerUID is the Proxy UID an instance records: its metadata, else its label.
+func ownerUID(inst *computepb.Instance) string {
+	if uid := metadataValue(inst, MetadataUID); uid != "" {
+		return uid
+	}
+	return inst.GetLabels()[LabelUID]
+}
+
+// metadataValue returns the value of key in the instance's metadata.
+func metadataValue(inst *computepb.Instance, key string) string {
+	for _, it := range inst.GetMetadata().GetItems() {
+		if it.GetKey() == key {
+			return it.GetValue()
+		}
+	}
+	return ""
+}
+
+// requestID derives the requestId of an insert or delete: a UUID (version 8, RFC 9562)
+// from the parts and the number of earlier attempts that failed. A retry of a call that
+// never answered repeats the same ID, and GCE returns the first call's operation instead
+// of doing the work twice; after an operation failed the next attempt gets a fresh ID,
+// because GCE would otherwise replay the failed operation.
+func requestID(attempt int, parts ...string) string {
+	h := sha256.New()
+	for _, s := range parts {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	fmt.Fprintf(h, "%d", attempt)
+	b := h.Sum(nil)[:16]
+	b[6] = b[6]&0x0f | 0x80
+	b[8] = b[8]&0x3f | 0x80
+	x := hex.EncodeToString(b)
+	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
+}
+
+// providerID is gce://<project>/<zone>/<name>.
+func providerID(project, zone, name string) string {
+	return "gce://" + project + "/" + zone + "/" + name
+}
+
+// parseProviderID splits a providerID; anything else is permanent.
+func (p *Provider) parseProviderID(id string) (zone, name string, err error) {
+	rest, ok := strings.CutPrefix(id, "gce://")
+	parts := strings.Split(rest, "/")
+	if !ok || len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", "", provider.Errorf(provider.ErrPermanent, "providerID %q is not gce://<project>/<zone>/<name>", id)
+	}
+	if parts[0] != p.cfg.Project {
+		return "", "", provider.Errorf(provider.ErrPermanent, "providerID %q names project %q, not gce.project %q", id, parts[0], p.cfg.Project)
+	}
+	return parts[1], parts[2], nil
+}
+
+// lastSegment is the part of a resource URL after its last slash (zones/x: x).
+func lastSegment(url string) string {
+	return url[strings.LastIndex(url, "/")+1:]
+}
