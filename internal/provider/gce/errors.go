@@ -51,12 +51,15 @@ func isNotFound(err error) bool { return httpCode(err) == http.StatusNotFound }
 //   - every other 4xx (400 invalid, 401, 403 forbidden): ErrPermanent;
 //   - anything without an HTTP status (network, timeouts): ErrTransient.
 func classify(err error, what string) error {
-	wrapped := fmt.Errorf("%s: %w", what, err)
 	ae, ok := apiError(err)
 	if !ok {
-		return provider.Transient(wrapped)
+		return provider.Transient(fmt.Errorf("%s: %w", what, err))
 	}
 	r := reason(ae)
+	wrapped := fmt.Errorf("%s: %w", what, err)
+	if r != "" && !strings.Contains(err.Error(), r) {
+		wrapped = fmt.Errorf("%s: %w (reason %s)", what, err, r)
+	}
 	switch {
 	case ae.Code == http.StatusTooManyRequests || ae.Code >= 500,
 		r == "rateLimitExceeded", r == "userRateLimitExceeded", r == "backendError":

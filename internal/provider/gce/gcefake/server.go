@@ -387,6 +387,20 @@ func (s *Server) finish(op *operation) {
 	}
 }
 
+// advance moves op one step on: PENDING to RUNNING, RUNNING to DONE at the last poll.
+func (s *Server) advance(op *operation) {
+	if op.pb.GetStatus() == computepb.Operation_DONE {
+		return
+	}
+	op.polls++
+	if op.polls >= s.opPolls {
+		s.finish(op)
+		return
+	}
+	op.pb.Status = computepb.Operation_RUNNING.Enum()
+	op.pb.Progress = proto.Int32(int32(100 * op.polls / s.opPolls))
+}
+
 // replay answers a request whose requestId was seen before with that call's operation.
 func (s *Server) replay(w http.ResponseWriter, requestID string) bool {
 	if requestID == "" {
@@ -435,6 +449,17 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
 	}
 	inst, ok := s.instances[zone][name]
 	if !ok {
+		s.instanceNotFound(w, zone, name)
+		return
+	}
+	// An operation goes on whether or not anyone polls it: reading its instance moves it
+	// along too.
+	for _, op := range s.ops {
+		if op.pb.GetTargetLink() == inst.GetSelfLink() {
+			s.advance(op)
+		}
+	}
+	if inst, ok = s.instances[zone][name]; !ok {
 		s.instanceNotFound(w, zone, name)
 		return
 	}
@@ -593,15 +618,7 @@ func (s *Server) getOperation(method string) http.HandlerFunc {
 			writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource '%s' was not found", r.URL.Path))
 			return
 		}
-		if op.pb.GetStatus() != computepb.Operation_DONE {
-			op.polls++
-			if op.polls >= s.opPolls {
-				s.finish(op)
-			} else {
-				op.pb.Status = computepb.Operation_RUNNING.Enum()
-				op.pb.Progress = proto.Int32(int32(100 * op.polls / s.opPolls))
-			}
-		}
+		s.advance(op)
 		writeProto(w, op.pb)
 	}
 }
