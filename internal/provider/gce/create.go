@@ -40,8 +40,9 @@ func (p *Provider) resolve(req provider.CreateRequest) (plan, error) {
 }
 
 // createRounds bounds the Get/act loop of Create: replace (delete), insert, adopt, with
-// one more for an insert that met an instance made meanwhile.
-const createRounds = 4
+// one more for an insert that met an instance made meanwhile and one for an insert whose
+// requestId GCE answered with an operation finished before a restart.
+const createRounds = 5
 
 // Create makes sure instance req.Name runs in placement.zone. It reads the instance
 // first: this provider's and install's instance of the same UID is adopted (started if
@@ -130,14 +131,11 @@ func (p *Provider) insert(ctx context.Context, c *clients, pl plan, req provider
 	if err != nil {
 		return classify(err, what)
 	}
-	if err := p.wait(ctx, op, "zoneOperations.get", target{zone: pl.zone, instance: req.Name}, what); err != nil {
-		if errors.Is(err, errOperationFailed) {
-			p.opFailed(key)
-		}
-		return err
+	err = p.wait(ctx, op, "zoneOperations.get", target{zone: pl.zone, instance: req.Name}, what)
+	if err == nil || errors.Is(err, errOperationFailed) {
+		p.opFinished(key)
 	}
-	p.opSucceeded(key)
-	return nil
+	return err
 }
 
 // instanceResource is the instance Create inserts.

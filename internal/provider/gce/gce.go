@@ -41,8 +41,9 @@ type Provider struct {
 
 	mu      sync.Mutex
 	clients *clients
-	// failedOps counts, per request key, the operations that ended in an error, so that
-	// the next attempt derives a fresh requestId instead of replaying the failed one.
+	// failedOps counts, per request key, the operations that reached DONE, so that the
+	// next call derives a fresh requestId instead of getting the finished one replayed
+	// (a failed insert, or a Spot VM preempted after its insert succeeded).
 	failedOps map[string]int
 }
 
@@ -178,23 +179,19 @@ func (p *Provider) Close() error {
 	return err
 }
 
-// failures is how many operations of key ended in an error so far.
+// failures is how many operations of key reached DONE so far.
 func (p *Provider) failures(key string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.failedOps[key]
 }
 
-func (p *Provider) opFailed(key string) {
+// opFinished counts an operation of key that reached DONE, failed or not: the next call
+// of key is new work and needs a requestId GCE has not seen.
+func (p *Provider) opFinished(key string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.failedOps[key]++
-}
-
-func (p *Provider) opSucceeded(key string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.failedOps, key)
 }
 
 // sleep waits d or until ctx ends.

@@ -138,11 +138,8 @@ func (p *Provider) deleteInstance(ctx context.Context, c *clients, zone string, 
 		return notNotFound(classify(err, what))
 	}
 	err = p.wait(ctx, op, "zoneOperations.get", target{zone: zone, instance: name}, what)
-	if errors.Is(err, errOperationFailed) {
-		p.opFailed(key)
-	}
-	if err == nil {
-		p.opSucceeded(key)
+	if err == nil || errors.Is(err, errOperationFailed) {
+		p.opFinished(key)
 	}
 	return notNotFound(err)
 }
@@ -245,8 +242,8 @@ func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.
 		}
 	}
 	err = p.wait(ctx, op, "globalOperations.get", target{firewall: name}, what)
-	if errors.Is(err, errOperationFailed) {
-		p.opFailed(key)
+	if err == nil || errors.Is(err, errOperationFailed) {
+		p.opFinished(key)
 	}
 	if errors.Is(err, errAlreadyExists) {
 		return nil

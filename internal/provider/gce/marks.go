@@ -91,10 +91,11 @@ func metadataValue(inst *computepb.Instance, key string) string {
 }
 
 // requestID derives the requestId of an insert or delete: a UUID (version 8, RFC 9562)
-// from the parts and the number of earlier attempts that failed. A retry of a call that
-// never answered repeats the same ID, and GCE returns the first call's operation instead
-// of doing the work twice; after an operation failed the next attempt gets a fresh ID,
-// because GCE would otherwise replay the failed operation.
+// from the parts and the number of earlier operations of the same key that reached DONE.
+// A retry of a call that never answered repeats the same ID, and GCE returns the first
+// call's operation instead of doing the work twice; once an operation finished (failed,
+// or succeeded and the instance was later preempted) the next call gets a fresh ID,
+// because GCE would otherwise replay the finished operation.
 func requestID(attempt int, parts ...string) string {
 	h := sha256.New()
 	for _, s := range parts {

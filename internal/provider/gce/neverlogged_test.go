@@ -102,4 +102,3 @@ func TestWireLogOnlyAtV5(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-

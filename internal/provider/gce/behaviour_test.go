@@ -1,0 +1,202 @@
+package gce
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/protobuf/proto"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/gcefake"
+)
+
+// TestOwnership: an instance of another install or not made by this provider entry is
+// never adopted, listed or deleted; one of another Proxy UID is ErrOwnedByOther.
+func TestOwnership(t *testing.T) {
+	e := newEnv(t)
+	put := func(name string, labels map[string]string) {
+		e.fake.PutInstance(testZone, &computepb.Instance{Name: proto.String(name), Labels: labels})
+	}
+	put("proxy-00000000000000b1", map[string]string{LabelProvider: "gcp-test", LabelInstall: "install-b", LabelUID: "u1"})
+	put("proxy-00000000000000b2", nil)
+	put("proxy-00000000000000b3", map[string]string{LabelProvider: "gcp-test", LabelInstall: testInstall, LabelUID: "someone"})
+
+	_, err := e.p.Create(t.Context(), request("proxy-00000000000000b1", "u1"))
+	if provider.Class(err) != provider.ErrPermanent || errors.Is(err, provider.ErrOwnedByOther) || !strings.Contains(err.Error(), `install "install-b"`) {
+		t.Errorf("create over another install's instance: %v", err)
+	}
+	_, err = e.p.Create(t.Context(), request("proxy-00000000000000b2", "u2"))
+	if provider.Class(err) != provider.ErrPermanent || !strings.Contains(err.Error(), "not made by gce provider gcp-test") {
+		t.Errorf("create over an unlabelled instance: %v", err)
+	}
+	_, err = e.p.Create(t.Context(), request("proxy-00000000000000b3", "u3"))
+	if !errors.Is(err, provider.ErrOwnedByOther) || provider.Class(err) != provider.ErrPermanent {
+		t.Errorf("create over another UID's instance: %v", err)
+	}
+	for _, n := range []string{"proxy-00000000000000b1", "proxy-00000000000000b2"} {
+		id := providerID(testProject, testZone, n)
+		if _, err := e.p.Get(t.Context(), id); provider.Class(err) != provider.ErrNotFound {
+			t.Errorf("get %s: %v, want not found", n, err)
+		}
+		if err := e.p.Delete(t.Context(), id); err != nil {
+			t.Errorf("delete %s: %v", n, err)
+		}
+		if e.fake.Instance(testZone, n) == nil {
+			t.Errorf("delete removed %s, which is not this install's", n)
+		}
+	}
+	list, err := e.p.ListByTag(t.Context())
+	if err != nil || len(list) != 1 || list[0].Name != "proxy-00000000000000b3" {
+		t.Errorf("list: %+v, %v; want only b3", list, err)
+	}
+	if e.fake.CallCount(gcefake.InstancesInsert) != 0 {
+		t.Error("an insert was sent")
+	}
+}
+
+// TestInstanceResourceAndFirewall: spot scheduling, network tier, labels in GCE's
+// charset, user-data in the user-data key, and the firewall rule admitting the port
+// from the request's sources (the config's when it names none), deleted with the
+// instance.
+func TestInstanceResourceAndFirewall(t *testing.T) {
+	e := newEnv(t, func(c *provider.GCEConfig) {
+		c.Spot, c.NetworkTier = true, "STANDARD"
+		c.Firewall = &provider.GCEFirewall{SourceRanges: []string{"192.0.2.0/24"}}
+	})
+	req := request("proxy-00000000000000c1", "UID.With.Upper")
+	req.SourceRanges = []string{"198.51.100.0/24"}
+	inst, err := e.p.Create(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.UID != "UID.With.Upper" || !strings.HasPrefix(inst.IP, "203.0.113.") || inst.ProviderID != "gce://"+testProject+"/"+testZone+"/proxy-00000000000000c1" {
+		t.Errorf("instance %+v", inst)
+	}
+	got := e.fake.Instance(testZone, req.Name)
+	if s := got.GetScheduling(); s.GetProvisioningModel() != "SPOT" || s.GetInstanceTerminationAction() != "DELETE" {
+		t.Errorf("scheduling %v", s)
+	}
+	if tier := got.GetNetworkInterfaces()[0].GetAccessConfigs()[0].GetNetworkTier(); tier != "STANDARD" {
+		t.Errorf("network tier %s", tier)
+	}
+	if got.GetLabels()[LabelUID] != "uid_with_upper" || metadataValue(got, MetadataUserData) != testUserData {
+		t.Errorf("labels %v, user-data %q", got.GetLabels(), metadataValue(got, MetadataUserData))
+	}
+	if !slices.Equal(got.GetTags().GetItems(), []string{"egress-proxy", req.Name}) {
+		t.Errorf("tags %v", got.GetTags().GetItems())
+	}
+	fw := e.fake.Firewall(req.Name)
+	if fw == nil || !slices.Equal(fw.SourceRanges, req.SourceRanges) || !slices.Equal(fw.TargetTags, []string{req.Name}) ||
+		fw.Allowed[0].GetIPProtocol() != "tcp" || !slices.Equal(fw.Allowed[0].Ports, []string{"3128"}) {
+		t.Fatalf("firewall %v", fw)
+	}
+	// Preempted: the Spot VM is deleted by GCE; Get says not found, Create makes it anew.
+	if !e.fake.Preempt(testZone, req.Name) {
+		t.Fatal("nothing to preempt")
+	}
+	if _, err := e.p.Get(t.Context(), inst.ProviderID); provider.Class(err) != provider.ErrNotFound {
+		t.Errorf("get after preemption: %v", err)
+	}
+	if _, err := e.p.Create(t.Context(), req); err != nil {
+		t.Fatalf("create after preemption: %v", err)
+	}
+	if err := e.p.Delete(t.Context(), inst.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	if e.fake.Instances() != 0 || e.fake.Firewall(req.Name) != nil {
+		t.Errorf("left %d instances, firewall %v", e.fake.Instances(), e.fake.Firewall(req.Name))
+	}
+	// Without sources in the request the config's are used.
+	req2 := request("proxy-00000000000000c2", "u2")
+	if _, err := e.p.Create(t.Context(), req2); err != nil {
+		t.Fatal(err)
+	}
+	if fw := e.fake.Firewall(req2.Name); fw == nil || !slices.Equal(fw.SourceRanges, []string{"192.0.2.0/24"}) {
+		t.Errorf("firewall without request sources: %v", fw)
+	}
+}
+
+// TestStoppedInstanceIsStarted: adopting a TERMINATED instance starts it.
+func TestStoppedInstanceIsStarted(t *testing.T) {
+	e := newEnv(t)
+	req := request("proxy-00000000000000c3", "u3")
+	if _, err := e.p.Create(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	e.fake.Preempt(testZone, req.Name) // not Spot: TERMINATED
+	inst, err := e.p.Create(t.Context(), req)
+	if err != nil || inst.State != provider.StateRunning || inst.IP == "" {
+		t.Fatalf("create of a stopped instance: %+v, %v", inst, err)
+	}
+	if e.fake.CallCount(gcefake.InstancesStart) != 1 {
+		t.Errorf("%d starts, want 1", e.fake.CallCount(gcefake.InstancesStart))
+	}
+}
+
+// TestNoExternalIP: the address is the internal one.
+func TestNoExternalIP(t *testing.T) {
+	no := false
+	e := newEnv(t, func(c *provider.GCEConfig) { c.ExternalIP = &no })
+	inst, err := e.p.Create(t.Context(), request("proxy-00000000000000c4", "u4"))
+	if err != nil || !strings.HasPrefix(inst.IP, "198.51.100.") {
+		t.Fatalf("instance %+v, %v", inst, err)
+	}
+	if n := len(e.fake.Instance(testZone, inst.Name).GetNetworkInterfaces()[0].GetAccessConfigs()); n != 0 {
+		t.Errorf("%d access configs, want none", n)
+	}
+}
+
+// TestCheck: one status per zone with quota headroom; a zone down, a region out of CPUs
+// and a refused call each say so.
+func TestCheck(t *testing.T) {
+	e := newEnv(t)
+	st := e.p.Check(t.Context())
+	if len(st) != 2 || !st[0].Ready || st[0].Reason != "Reachable" || st[0].Details["cpus"] != "0/24" || st[1].Target != testZone2 {
+		t.Fatalf("check: %+v", st)
+	}
+	e.fake.SetZoneStatus(testZone, "DOWN")
+	e.fake.SetQuota("europe-west4", "CPUS", 8, 8)
+	st = e.p.Check(t.Context())
+	if st[0].Ready || st[0].Reason != "ZoneDown" || st[1].Ready || st[1].Reason != "QuotaExhausted" {
+		t.Errorf("check: %+v", st)
+	}
+	e.fake.Fail(gcefake.ZonesGet, gcefake.Failure{Code: 403, Reason: "forbidden"})
+	e.fake.Fail(gcefake.ZonesGet, gcefake.Failure{Code: 401})
+	st = e.p.Check(t.Context())
+	if st[0].Reason != "Forbidden" || st[1].Reason != "Unauthorized" {
+		t.Errorf("check: %+v", st)
+	}
+}
+
+// TestOneSpanAndLinePerCall: every API call has its gce.<method> client span under the
+// caller's span, and a V(1) line.
+func TestOneSpanAndLinePerCall(t *testing.T) {
+	e := newEnv(t)
+	name := "proxy-00000000000000d1"
+	if _, err := e.p.Create(t.Context(), request(name, "u")); err != nil {
+		t.Fatal(err)
+	}
+	var spans []string
+	for _, s := range testSpans.Ended() {
+		for _, a := range s.Attributes() {
+			if a.Key == "gce.instance" && a.Value.AsString() == name {
+				spans = append(spans, s.Name())
+			}
+		}
+	}
+	calls := 0
+	for _, c := range e.fake.Calls() {
+		if strings.Contains(c.Path, name) || c.Method == gcefake.InstancesInsert || c.Method == gcefake.ZoneOperationsGet {
+			calls++
+		}
+	}
+	if len(spans) != calls || !slices.Contains(spans, "gce.instances.insert") || !slices.Contains(spans, "gce.zoneOperations.get") {
+		t.Errorf("spans %v for %d calls", spans, calls)
+	}
+	if n := strings.Count(e.logs.all(), `"msg"="gce call"`); n != calls {
+		t.Errorf("%d call lines for %d calls", n, calls)
+	}
+}
