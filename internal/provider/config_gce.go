@@ -53,6 +53,9 @@ type GCEConfig struct {
 type GCEFirewall struct {
 	// TargetTag is the network tag every instance carries (default egress-proxy).
 	TargetTag string `json:"targetTag,omitempty"`
+	// ManageRules makes the provider write and delete one rule per instance (default
+	// true); false only tags the instances, for a rule of the admin's own on TargetTag.
+	ManageRules *bool `json:"manageRules,omitempty"`
 	// SourceRanges are used when the request names no allowed sources.
 	SourceRanges []string `json:"sourceRanges,omitempty"`
 }
@@ -98,6 +101,11 @@ func (c GCEConfig) WithDefaults() GCEConfig {
 		out.Firewall = &fw
 	}
 	return out
+}
+
+// ManagesFirewallRules reports whether the provider writes a firewall rule per instance.
+func (c GCEConfig) ManagesFirewallRules() bool {
+	return c.Firewall != nil && (c.Firewall.ManageRules == nil || *c.Firewall.ManageRules)
 }
 
 // HasExternalIP reports whether instances get an external IP.

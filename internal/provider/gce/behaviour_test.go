@@ -200,3 +200,37 @@ func TestOneSpanAndLinePerCall(t *testing.T) {
 		t.Errorf("%d call lines for %d calls", n, calls)
 	}
 }
+
+// TestFirewallTagOnly: with manageRules false the instances carry the target tag and no
+// rule is read, written or deleted.
+func TestFirewallTagOnly(t *testing.T) {
+	no := false
+	e := newEnv(t, func(c *provider.GCEConfig) { c.Firewall = &provider.GCEFirewall{TargetTag: "my-proxies", ManageRules: &no} })
+	inst, err := e.p.Create(t.Context(), request("proxy-00000000000000c5", "u5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tags := e.fake.Instance(testZone, inst.Name).GetTags().GetItems(); !slices.Contains(tags, "my-proxies") {
+		t.Errorf("tags %v", tags)
+	}
+	if err := e.p.Delete(t.Context(), inst.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{gcefake.FirewallsGet, gcefake.FirewallsInsert, gcefake.FirewallsDelete} {
+		if n := e.fake.CallCount(m); n != 0 {
+			t.Errorf("%d calls of %s", n, m)
+		}
+	}
+}
+
+// TestFirewallWithoutSourcesIsPermanent: a managed rule needs sources from somewhere.
+func TestFirewallWithoutSourcesIsPermanent(t *testing.T) {
+	e := newEnv(t, func(c *provider.GCEConfig) { c.Firewall = &provider.GCEFirewall{} })
+	_, err := e.p.Create(t.Context(), request("proxy-00000000000000c6", "u6"))
+	if provider.Class(err) != provider.ErrPermanent || !strings.Contains(err.Error(), "gce.firewall.sourceRanges") {
+		t.Errorf("create: %v", err)
+	}
+	if e.fake.Instances() != 0 {
+		t.Error("an instance was made without its firewall rule")
+	}
+}

@@ -110,9 +110,9 @@ func notNotFound(err error) error {
 }
 
 // insert creates the instance (and its firewall rule first, when the provider manages
-// them) and waits for the operation.
+// rules) and waits for the operation.
 func (p *Provider) insert(ctx context.Context, c *clients, pl plan, req provider.CreateRequest) error {
-	if p.cfg.Firewall != nil {
+	if p.cfg.ManagesFirewallRules() {
 		if err := p.ensureFirewall(ctx, c, req); err != nil {
 			return err
 		}

@@ -114,7 +114,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 			return err
 		}
 	}
-	if p.cfg.Firewall != nil {
+	if p.cfg.ManagesFirewallRules() {
 		return p.deleteFirewall(ctx, c, name)
 	}
 	return nil
