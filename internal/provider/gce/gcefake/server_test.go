@@ -1,0 +1,270 @@
+package gcefake
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	compute "cloud.google.com/go/compute/apiv1"
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/api/googleapi"
+	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+	"google.golang.org/protobuf/proto"
+)
+
+const (
+	project = "fake-project"
+	zone    = "europe-west1-b"
+	rid     = "3f2a8e1c-5b7d-4c9e-8a1f-0d6b2e4c7a90"
+)
+
+// clients are the official REST clients pointed at a fresh fake.
+func clients(t *testing.T) (*Server, *compute.InstancesClient, *compute.FirewallsClient) {
+	t.Helper()
+	s := New(project, zone, "europe-west4-a")
+	t.Cleanup(s.Close)
+	opts := []option.ClientOption{option.WithEndpoint(s.URL), option.WithoutAuthentication()}
+	ic, err := compute.NewInstancesRESTClient(context.Background(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc, err := compute.NewFirewallsRESTClient(context.Background(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ic.Close(); fc.Close() })
+	return s, ic, fc
+}
+
+func insert(t *testing.T, ic *compute.InstancesClient, name, requestID string, labels map[string]string) (*compute.Operation, error) {
+	t.Helper()
+	req := &computepb.InsertInstanceRequest{Project: project, Zone: zone, InstanceResource: &computepb.Instance{
+		Name: proto.String(name), Labels: labels,
+		NetworkInterfaces: []*computepb.NetworkInterface{{AccessConfigs: []*computepb.AccessConfig{{Type: proto.String("ONE_TO_ONE_NAT")}}}},
+	}}
+	if requestID != "" {
+		req.RequestId = proto.String(requestID)
+	}
+	return ic.Insert(t.Context(), req)
+}
+
+// TestOperationGoesPendingRunningDone: an insert's operation is PENDING, RUNNING after the
+// first poll and DONE at the second; the instance runs then, with a TEST-NET-3 NAT IP.
+func TestOperationGoesPendingRunningDone(t *testing.T) {
+	s, ic, _ := clients(t)
+	op, err := insert(t, ic, "vm-1", rid, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []computepb.Operation_Status
+	seen = append(seen, op.Proto().GetStatus())
+	for !op.Done() {
+		if err := op.Poll(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, op.Proto().GetStatus())
+	}
+	want := []computepb.Operation_Status{computepb.Operation_PENDING, computepb.Operation_RUNNING, computepb.Operation_DONE}
+	if len(seen) != 3 || seen[0] != want[0] || seen[1] != want[1] || seen[2] != want[2] {
+		t.Errorf("statuses %v, want %v", seen, want)
+	}
+	inst, err := ic.Get(t.Context(), &computepb.GetInstanceRequest{Project: project, Zone: zone, Instance: "vm-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.GetStatus() != "RUNNING" || !strings.HasPrefix(inst.GetNetworkInterfaces()[0].GetAccessConfigs()[0].GetNatIP(), "203.0.113.") {
+		t.Errorf("instance %v", inst)
+	}
+	s.SetNATAddress("127.0.0.1")
+	if _, err := insert(t, ic, "vm-2", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if ip := s.Instance(zone, "vm-2").GetNetworkInterfaces()[0].GetAccessConfigs()[0].GetNatIP(); ip != "127.0.0.1" {
+		t.Errorf("NAT IP %s after SetNATAddress", ip)
+	}
+}
+
+// TestRequestIDIsDeduplicated: a repeated requestId returns the first operation and makes
+// nothing new; an invalid one is refused like GCE does; a name taken is 409 alreadyExists.
+func TestRequestIDIsDeduplicated(t *testing.T) {
+	s, ic, _ := clients(t)
+	op1, err := insert(t, ic, "vm-1", rid, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op2, err := insert(t, ic, "vm-1", rid, nil)
+	if err != nil || op2.Name() != op1.Name() {
+		t.Fatalf("replay: %v, %v; want operation %s", op2, err, op1.Name())
+	}
+	if s.Instances() != 1 {
+		t.Errorf("%d instances", s.Instances())
+	}
+	_, err = insert(t, ic, "vm-1", "", nil)
+	if ae := apiErr(t, err); ae.Code != 409 || ae.Errors[0].Reason != "alreadyExists" {
+		t.Errorf("a second insert without requestId: %v", err)
+	}
+	for _, bad := range []string{"not-a-uuid", "00000000-0000-0000-0000-000000000000"} {
+		if _, err := insert(t, ic, "vm-2", bad, nil); apiErr(t, err).Code != 400 {
+			t.Errorf("requestId %s: %v", bad, err)
+		}
+	}
+}
+
+func apiErr(t *testing.T, err error) *googleapi.Error {
+	t.Helper()
+	var ae *googleapi.Error
+	if !errors.As(err, &ae) {
+		t.Fatalf("not a googleapi.Error: %v", err)
+	}
+	return ae
+}
+
+// TestAggregatedListFiltersByLabel: the filter the provider sends selects by label; a
+// filter the fake cannot read is refused rather than ignored.
+func TestAggregatedListFiltersByLabel(t *testing.T) {
+	s, ic, _ := clients(t)
+	s.SetOperationPolls(0)
+	for name, l := range map[string]map[string]string{
+		"a": {"owner": "x", "install": "one"}, "b": {"owner": "x", "install": "two"}, "c": {"owner": "y"},
+	} {
+		if _, err := insert(t, ic, name, "", l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(filter string) ([]string, error) {
+		it := ic.AggregatedList(t.Context(), &computepb.AggregatedListInstancesRequest{Project: project, Filter: proto.String(filter)})
+		var names []string
+		for {
+			pair, err := it.Next()
+			if errors.Is(err, iterator.Done) {
+				return names, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			for _, i := range pair.Value.GetInstances() {
+				names = append(names, i.GetName())
+			}
+		}
+	}
+	for filter, want := range map[string]string{
+		`(labels.owner = "x") AND (labels.install = "one")`: "a",
+		`(labels.owner = "x") (labels.install != "one")`:    "b",
+		`labels.owner = "y"`: "c",
+		``:                   "a,b,c",
+	} {
+		got, err := list(filter)
+		if err != nil || strings.Join(got, ",") != want {
+			t.Errorf("filter %q: %v, %v; want %s", filter, got, err, want)
+		}
+	}
+	if _, err := list(`name = "a" OR labels.x = "y"`); apiErr(t, err).Code != 400 {
+		t.Errorf("an unreadable filter: %v", err)
+	}
+}
+
+// TestInjectedFailures: synchronous errors carry their status and reason; an operation
+// error with httpErrorStatusCode makes Poll fail, and one without leaves Poll (and the
+// client's Wait) returning nil, the error only in the operation's list.
+func TestInjectedFailures(t *testing.T) {
+	s, ic, _ := clients(t)
+	s.Fail(InstancesInsert, Failure{Code: 403, Reason: "rateLimitExceeded"})
+	_, err := insert(t, ic, "vm-1", "", nil)
+	if ae := apiErr(t, err); ae.Code != 403 || ae.Errors[0].Reason != "rateLimitExceeded" {
+		t.Errorf("rate limited: %v", err)
+	}
+	s.Fail(InstancesInsert, Failure{OpCode: "QUOTA_EXCEEDED", OpHTTPStatus: 403})
+	op, err := insert(t, ic, "vm-1", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Wait(t.Context()); err == nil || op.Proto().GetError().GetErrors()[0].GetCode() != "QUOTA_EXCEEDED" {
+		t.Errorf("wait on an operation failing with HTTP 403: %v, %v", err, op.Proto().GetError())
+	}
+	s.SetOperationPolls(1)
+	s.Fail(InstancesInsert, Failure{OpCode: "ZONE_RESOURCE_POOL_EXHAUSTED"})
+	op, err = insert(t, ic, "vm-1", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Wait(t.Context()); err != nil || op.Proto().GetError().GetErrors()[0].GetCode() != "ZONE_RESOURCE_POOL_EXHAUSTED" {
+		t.Errorf("wait on an operation failing without status: %v (the client returns nil), %v", err, op.Proto().GetError())
+	}
+	if s.Instances() != 0 {
+		t.Errorf("failed inserts left %d instances", s.Instances())
+	}
+	if _, err := insert(t, ic, "vm-1", "", nil); err != nil {
+		t.Errorf("an insert after the injected failures: %v", err)
+	}
+}
+
+// TestPreemptAndStart: a Spot VM with termination action DELETE is gone when preempted;
+// another is TERMINATED without its NAT IP, and start brings it back.
+func TestPreemptAndStart(t *testing.T) {
+	s, ic, _ := clients(t)
+	s.SetOperationPolls(0)
+	s.PutInstance(zone, &computepb.Instance{Name: proto.String("spot"),
+		Scheduling: &computepb.Scheduling{ProvisioningModel: proto.String("SPOT"), InstanceTerminationAction: proto.String("DELETE")}})
+	if _, err := insert(t, ic, "std", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Preempt(zone, "spot") || !s.Preempt(zone, "std") || s.Preempt(zone, "none") {
+		t.Fatal("preempt reports wrongly")
+	}
+	if s.Instance(zone, "spot") != nil {
+		t.Error("the Spot VM survived")
+	}
+	if i := s.Instance(zone, "std"); i.GetStatus() != "TERMINATED" || i.GetNetworkInterfaces()[0].GetAccessConfigs()[0].NatIP != nil {
+		t.Errorf("preempted standard VM %v", i)
+	}
+	if _, err := ic.Start(t.Context(), &computepb.StartInstanceRequest{Project: project, Zone: zone, Instance: "std"}); err != nil {
+		t.Fatal(err)
+	}
+	if i := s.Instance(zone, "std"); i.GetStatus() != "RUNNING" || i.GetNetworkInterfaces()[0].GetAccessConfigs()[0].GetNatIP() == "" {
+		t.Errorf("started VM %v", i)
+	}
+}
+
+// TestFirewallsZonesRegions: firewall rules go through global operations; zones and
+// regions answer with status and quotas.
+func TestFirewallsZonesRegions(t *testing.T) {
+	s, _, fc := clients(t)
+	op, err := fc.Insert(t.Context(), &computepb.InsertFirewallRequest{Project: project, FirewallResource: &computepb.Firewall{
+		Name: proto.String("fw-1"), SourceRanges: []string{"192.0.2.0/24"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Firewall("fw-1") != nil {
+		t.Error("the rule exists before its operation is done")
+	}
+	if err := op.Wait(t.Context()); err != nil || s.Firewall("fw-1") == nil {
+		t.Fatalf("insert: %v, rule %v", err, s.Firewall("fw-1"))
+	}
+	if _, err := fc.Delete(t.Context(), &computepb.DeleteFirewallRequest{Project: project, Firewall: "fw-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.Get(t.Context(), &computepb.GetFirewallRequest{Project: project, Firewall: "nope"}); apiErr(t, err).Code != 404 {
+		t.Errorf("get of a missing rule: %v", err)
+	}
+
+	opts := []option.ClientOption{option.WithEndpoint(s.URL), option.WithoutAuthentication()}
+	zc, _ := compute.NewZonesRESTClient(t.Context(), opts...)
+	rc, _ := compute.NewRegionsRESTClient(t.Context(), opts...)
+	defer zc.Close()
+	defer rc.Close()
+	s.SetZoneStatus(zone, "DOWN")
+	z, err := zc.Get(t.Context(), &computepb.GetZoneRequest{Project: project, Zone: zone})
+	if err != nil || z.GetStatus() != "DOWN" || !strings.HasSuffix(z.GetRegion(), "/regions/europe-west1") {
+		t.Errorf("zone %v, %v", z, err)
+	}
+	s.SetQuota("europe-west1", "CPUS", 8, 6)
+	r, err := rc.Get(t.Context(), &computepb.GetRegionRequest{Project: project, Region: "europe-west1"})
+	if err != nil || r.GetQuotas()[0].GetLimit() != 8 || r.GetQuotas()[0].GetUsage() != 6 {
+		t.Errorf("region %v, %v", r, err)
+	}
+	if _, err := zc.Get(t.Context(), &computepb.GetZoneRequest{Project: "other", Zone: zone}); apiErr(t, err).Code != 404 {
+		t.Errorf("another project: %v", err)
+	}
+}
