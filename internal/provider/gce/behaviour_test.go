@@ -205,7 +205,9 @@ func TestOneSpanAndLinePerCall(t *testing.T) {
 // rule is read, written or deleted.
 func TestFirewallTagOnly(t *testing.T) {
 	no := false
-	e := newEnv(t, func(c *provider.GCEConfig) { c.Firewall = &provider.GCEFirewall{TargetTag: "my-proxies", ManageRules: &no} })
+	e := newEnv(t, func(c *provider.GCEConfig) {
+		c.Firewall = &provider.GCEFirewall{TargetTag: "my-proxies", ManageRules: &no}
+	})
 	inst, err := e.p.Create(t.Context(), request("proxy-00000000000000c5", "u5"))
 	if err != nil {
 		t.Fatal(err)

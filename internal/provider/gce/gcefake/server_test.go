@@ -152,8 +152,8 @@ func TestAggregatedListFiltersByLabel(t *testing.T) {
 	for filter, want := range map[string]string{
 		`(labels.owner = "x") AND (labels.install = "one")`: "a",
 		`(labels.owner = "x") (labels.install != "one")`:    "b",
-		`labels.owner = "y"`: "c",
-		``:                   "a,b,c",
+		`labels.owner = "y"`:                                "c",
+		``:                                                  "a,b,c",
 	} {
 		got, err := list(filter)
 		if err != nil || strings.Join(got, ",") != want {
