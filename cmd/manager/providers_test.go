@@ -25,19 +25,7 @@ func TestRegistryBuildsKVMAndKVM2FromOneFile(t *testing.T) {
 	path := writeFile(t, "providers.yaml", "providers:\n"+
 		"- name: kvm-home\n  type: kvm\n  kvm:"+block+
 		"- name: kvm2-home\n  type: kvm2\n  kvm2:"+block)
-	cfg, err := provider.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	providers, err := provider.Build(cfg, registry("install-test"), logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, p := range providers {
-			p.(io.Closer).Close()
-		}
-	})
+	providers := buildProviders(t, path)
 	if len(providers) != 2 {
 		t.Fatalf("built %d providers, want kvm-home and kvm2-home", len(providers))
 	}
@@ -74,6 +62,23 @@ func TestRegistryBuildsGCE(t *testing.T) {
     images: {debian-12: projects/debian-cloud/global/images/family/debian-12}
     credentialsFile: /nonexistent/key.json
 `)
+	providers := buildProviders(t, path)
+	p := providers["gcp-eu"]
+	g, ok := p.(interface{ Unwrap() provider.Provider }).Unwrap().(*gce.Provider)
+	if !ok || g.InstallID() != "install-test" {
+		t.Fatalf("gcp-eu: built %T without the registry's install ID", p)
+	}
+	_, err := p.Create(t.Context(), provider.CreateRequest{Name: "proxy-0123456789abcdef", UID: "u",
+		Placement: provider.Placement{Zone: "us-east1-b", MachineType: "small", Image: "debian-12"}})
+	if want := `placement.zone "us-east1-b" is not in gce.zones`; err == nil || err.Error() != want || provider.Class(err) != provider.ErrPermanent {
+		t.Errorf("create in an unknown zone: %v, want permanent %q", err, want)
+	}
+}
+
+// buildProviders loads the providers file at path and builds it through the manager's
+// registry (install ID install-test); the providers are closed when the test ends.
+func buildProviders(t *testing.T, path string) map[string]provider.Provider {
+	t.Helper()
 	cfg, err := provider.LoadConfig(path)
 	if err != nil {
 		t.Fatal(err)
@@ -82,15 +87,10 @@ func TestRegistryBuildsGCE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { providers["gcp-eu"].(io.Closer).Close() })
-	p := providers["gcp-eu"]
-	g, ok := p.(interface{ Unwrap() provider.Provider }).Unwrap().(*gce.Provider)
-	if !ok || g.InstallID() != "install-test" {
-		t.Fatalf("gcp-eu: built %T without the registry's install ID", p)
-	}
-	_, err = p.Create(t.Context(), provider.CreateRequest{Name: "proxy-0123456789abcdef", UID: "u",
-		Placement: provider.Placement{Zone: "us-east1-b", MachineType: "small", Image: "debian-12"}})
-	if want := `placement.zone "us-east1-b" is not in gce.zones`; err == nil || err.Error() != want || provider.Class(err) != provider.ErrPermanent {
-		t.Errorf("create in an unknown zone: %v, want permanent %q", err, want)
-	}
+	t.Cleanup(func() {
+		for _, p := range providers {
+			p.(io.Closer).Close()
+		}
+	})
+	return providers
 }

@@ -149,28 +149,28 @@ func (c GCEConfig) Validate(block string) []error {
 			add(path, "%q is not a zone name (such as europe-west1-b)", z)
 		}
 	}
-	if len(c.MachineTypes) == 0 {
-		add(block, "machineTypes needs at least one entry")
-	}
-	for _, key := range sortedKeys(c.MachineTypes) {
-		if !validName(key) {
-			add(block+".machineTypes", "key %q: %s", key, nameChars)
-			continue
+	for _, cat := range []struct {
+		name    string
+		entries map[string]string
+		problem func(string) string
+	}{
+		{"machineTypes", c.MachineTypes, func(mt string) string {
+			if gceRFC1035RE.MatchString(mt) {
+				return ""
+			}
+			return fmt.Sprintf("%q is not a machine type name (such as e2-small)", mt)
+		}},
+		{"images", c.Images, gceImageProblem},
+	} {
+		if len(cat.entries) == 0 {
+			add(block, "%s needs at least one entry", cat.name)
 		}
-		if mt := c.MachineTypes[key]; !gceRFC1035RE.MatchString(mt) {
-			add(block+".machineTypes."+key, "%q is not a machine type name (such as e2-small)", mt)
-		}
-	}
-	if len(c.Images) == 0 {
-		add(block, "images needs at least one entry")
-	}
-	for _, key := range sortedKeys(c.Images) {
-		if !validName(key) {
-			add(block+".images", "key %q: %s", key, nameChars)
-			continue
-		}
-		if msg := gceImageProblem(c.Images[key]); msg != "" {
-			add(block+".images."+key, "%s", msg)
+		for _, key := range sortedKeys(cat.entries) {
+			if !validName(key) {
+				add(block+"."+cat.name, "key %q: %s", key, nameChars)
+			} else if msg := cat.problem(cat.entries[key]); msg != "" {
+				add(block+"."+cat.name+"."+key, "%s", msg)
+			}
 		}
 	}
 	switch c.NetworkTier {

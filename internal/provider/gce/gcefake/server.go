@@ -508,13 +508,7 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.nextID++
-	s.nextIP++
-	nat := s.natAddress
-	internal := s.natAddress
-	if nat == "" {
-		nat = fmt.Sprintf("203.0.113.%d", s.nextIP%254+1)
-		internal = fmt.Sprintf("198.51.100.%d", s.nextIP%254+1)
-	}
+	nat, internal := s.addresses()
 	inst.Id = proto.Uint64(s.nextID)
 	inst.Zone = proto.String(s.link("zones/" + zone))
 	inst.SelfLink = proto.String(s.link("zones/" + zone + "/instances/" + name))
@@ -538,28 +532,39 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 	}))
 }
 
-func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	fail, ok := s.start(w, r, InstancesDelete, nil)
+// instanceCall is the common front of a call on one existing instance (delete, start):
+// it records the call, answers injected, invalid and replayed requests and a missing
+// instance, under s.mu. ok is false when it has answered.
+func (s *Server) instanceCall(w http.ResponseWriter, r *http.Request, method string) (inst *computepb.Instance, zone, rid string, fail *Failure, ok bool) {
+	fail, ok = s.start(w, r, method, nil)
 	if !ok {
-		return
+		return nil, "", "", nil, false
 	}
 	zone, name, rid := r.PathValue("zone"), r.PathValue("name"), r.URL.Query().Get("requestId")
 	if !s.zoneKnown(w, zone) || !checkRequestID(w, rid) || s.replay(w, rid) {
-		return
+		return nil, "", "", nil, false
 	}
 	inst, exists := s.instances[zone][name]
 	if !exists {
 		s.instanceNotFound(w, zone, name)
+		return nil, "", "", nil, false
+	}
+	return inst, zone, rid, fail, true
+}
+
+func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inst, zone, rid, fail, ok := s.instanceCall(w, r, InstancesDelete)
+	if !ok {
 		return
 	}
 	var done func()
 	if fail == nil {
 		inst.Status = proto.String("STOPPING")
 		done = func() {
-			if cur, ok := s.instances[zone][name]; ok && cur == inst {
-				delete(s.instances[zone], name)
+			if cur, ok := s.instances[zone][inst.GetName()]; ok && cur == inst {
+				delete(s.instances[zone], inst.GetName())
 			}
 		}
 	}
@@ -569,17 +574,8 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 func (s *Server) startInstance(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fail, ok := s.start(w, r, InstancesStart, nil)
+	inst, zone, rid, fail, ok := s.instanceCall(w, r, InstancesStart)
 	if !ok {
-		return
-	}
-	zone, name, rid := r.PathValue("zone"), r.PathValue("name"), r.URL.Query().Get("requestId")
-	if !s.zoneKnown(w, zone) || !checkRequestID(w, rid) || s.replay(w, rid) {
-		return
-	}
-	inst, exists := s.instances[zone][name]
-	if !exists {
-		s.instanceNotFound(w, zone, name)
 		return
 	}
 	var done func()
@@ -587,19 +583,25 @@ func (s *Server) startInstance(w http.ResponseWriter, r *http.Request) {
 		inst.Status = proto.String("STAGING")
 		done = func() {
 			inst.Status = proto.String("RUNNING")
-			s.nextIP++
+			nat, _ := s.addresses()
 			for _, ni := range inst.NetworkInterfaces {
 				for _, ac := range ni.AccessConfigs {
-					if s.natAddress != "" {
-						ac.NatIP = proto.String(s.natAddress)
-					} else {
-						ac.NatIP = proto.String(fmt.Sprintf("203.0.113.%d", s.nextIP%254+1))
-					}
+					ac.NatIP = proto.String(nat)
 				}
 			}
 		}
 	}
 	writeProto(w, s.newOperation("start", zone, inst.GetSelfLink(), rid, fail, done))
+}
+
+// addresses hands out the next external and internal address: from 203.0.113.0/24 and
+// 198.51.100.0/24, or the address SetNATAddress set for both.
+func (s *Server) addresses() (nat, internal string) {
+	if s.natAddress != "" {
+		return s.natAddress, s.natAddress
+	}
+	s.nextIP++
+	return fmt.Sprintf("203.0.113.%d", s.nextIP%254+1), fmt.Sprintf("198.51.100.%d", s.nextIP%254+1)
 }
 
 func (s *Server) getOperation(method string) http.HandlerFunc {
