@@ -95,6 +95,7 @@ type Server struct {
 	nextIP     int
 	natAddress string
 	opPolls    int
+	tokens     int
 }
 
 // New starts a fake of project with the given zones (status UP), each region with a
@@ -137,6 +138,7 @@ func New(project string, zones ...string) *Server {
 	mux.HandleFunc("GET "+p+"global/firewalls/{name}", s.getFirewall)
 	mux.HandleFunc("POST "+p+"global/firewalls", s.insertFirewall)
 	mux.HandleFunc("DELETE "+p+"global/firewalls/{name}", s.deleteFirewall)
+	mux.HandleFunc("POST /token", s.token)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("the fake serves no %s %s", r.Method, r.URL.Path))
 	})
@@ -795,6 +797,33 @@ func (s *Server) deleteFirewall(w http.ResponseWriter, r *http.Request) {
 		done = func() { delete(s.firewalls, name) }
 	}
 	writeProto(w, s.newOperation("delete", "", s.link("global/firewalls/"+name), rid, fail, done))
+}
+
+// Token is the access token the fake's OAuth endpoint (POST /token, the token_uri of a
+// test service-account key) hands out.
+const Token = "ya29.gcefake-access-token"
+
+// TokenRequests is how many tokens the OAuth endpoint handed out.
+func (s *Server) TokenRequests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tokens
+}
+
+// token answers a JWT-bearer grant as Google's token endpoint does, without checking the
+// assertion's signature.
+func (s *Server) token(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil || r.Form.Get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" || r.Form.Get("assertion") == "" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":"invalid_grant","error_description":"not a JWT-bearer grant"}`)
+		return
+	}
+	s.mu.Lock()
+	s.tokens++
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"access_token": Token, "token_type": "Bearer", "expires_in": 3600})
 }
 
 func writeProto(w http.ResponseWriter, m proto.Message) {
