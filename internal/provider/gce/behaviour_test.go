@@ -236,3 +236,31 @@ func TestFirewallWithoutSourcesIsPermanent(t *testing.T) {
 		t.Error("an instance was made without its firewall rule")
 	}
 }
+
+// TestListByTagReadsEveryPageOrNothing: the aggregated list is followed over its pages,
+// and a page that fails fails the whole listing, with nothing returned.
+func TestListByTagReadsEveryPageOrNothing(t *testing.T) {
+	e := newEnv(t)
+	for i, z := range []string{testZone, testZone2, testZone} {
+		req := request("proxy-0000000000000"+string(rune('a'+i))+"00", "u")
+		req.Placement.Zone = z
+		if _, err := e.p.Create(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.fake.SetPageSize(1)
+	list, err := e.p.ListByTag(t.Context())
+	if err != nil || len(list) != 3 {
+		t.Fatalf("list over pages of one: %d instances, %v", len(list), err)
+	}
+	if n := e.fake.CallCount(gcefake.InstancesAggregatedList); n != 3 {
+		t.Errorf("%d pages read, want 3", n)
+	}
+	// The first page is answered, the second fails.
+	e.fake.Fail(gcefake.InstancesAggregatedList, gcefake.Failure{})
+	e.fake.Fail(gcefake.InstancesAggregatedList, gcefake.Failure{Code: 500})
+	list, err = e.p.ListByTag(t.Context())
+	if provider.Class(err) != provider.ErrTransient || list != nil {
+		t.Errorf("list with its second page failing: %d instances, %v; want nothing and transient", len(list), err)
+	}
+}

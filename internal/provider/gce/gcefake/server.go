@@ -46,7 +46,8 @@ const (
 // alreadyExists...). With OpCode set instead, the call is accepted, its operation runs
 // and ends DONE carrying OpCode in its error list and nothing happens; OpHTTPStatus,
 // when non-zero, is the operation's httpErrorStatusCode (real GCE sets it on most
-// failed operations; some carry none).
+// failed operations; some carry none). A zero Failure lets its call through, so that a
+// queued failure hits a later call (the second page of a list, say).
 type Failure struct {
 	Code    int
 	Reason  string
@@ -96,6 +97,7 @@ type Server struct {
 	natAddress string
 	opPolls    int
 	tokens     int
+	pageSize   int
 }
 
 // New starts a fake of project with the given zones (status UP), each region with a
@@ -176,6 +178,14 @@ func (s *Server) SetOperationPolls(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.opPolls = n
+}
+
+// SetPageSize makes aggregated lists answer n instances a page, with a nextPageToken
+// while more remain (0, the default: everything on one page).
+func (s *Server) SetPageSize(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pageSize = n
 }
 
 // SetNATAddress makes every instance created from now on get addr as its external IP
@@ -638,14 +648,17 @@ func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'filter': %v", err))
 		return
 	}
-	out := &computepb.InstanceAggregatedList{Items: map[string]*computepb.InstancesScopedList{}}
+	type hit struct {
+		zone string
+		inst *computepb.Instance
+	}
+	var hits []hit
 	zones := make([]string, 0, len(s.zones))
 	for z := range s.zones {
 		zones = append(zones, z)
 	}
 	sort.Strings(zones)
 	for _, z := range zones {
-		var list []*computepb.Instance
 		names := make([]string, 0, len(s.instances[z]))
 		for n := range s.instances[z] {
 			names = append(names, n)
@@ -653,15 +666,38 @@ func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
 		sort.Strings(names)
 		for _, n := range names {
 			if inst := s.instances[z][n]; match(inst.Labels) {
-				list = append(list, inst)
+				hits = append(hits, hit{z, inst})
 			}
 		}
-		scoped := &computepb.InstancesScopedList{Instances: list}
-		if len(list) == 0 {
-			scoped.Warning = &computepb.Warning{Code: proto.String("NO_RESULTS_ON_PAGE"),
-				Message: proto.String("There are no results for scope 'zones/" + z + "' on this page.")}
+	}
+	// Pages of pageSize instances (all at once when unset); the token is the offset.
+	from := 0
+	if tok := r.URL.Query().Get("pageToken"); tok != "" {
+		if _, err := fmt.Sscanf(tok, "offset-%d", &from); err != nil || from < 0 || from > len(hits) {
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'pageToken': '%s'", tok))
+			return
 		}
-		out.Items["zones/"+z] = scoped
+	}
+	to := len(hits)
+	if s.pageSize > 0 && from+s.pageSize < to {
+		to = from + s.pageSize
+	}
+	out := &computepb.InstanceAggregatedList{Items: map[string]*computepb.InstancesScopedList{}}
+	for _, h := range hits[from:to] {
+		key := "zones/" + h.zone
+		if out.Items[key] == nil {
+			out.Items[key] = &computepb.InstancesScopedList{}
+		}
+		out.Items[key].Instances = append(out.Items[key].Instances, h.inst)
+	}
+	for _, z := range zones {
+		if out.Items["zones/"+z] == nil {
+			out.Items["zones/"+z] = &computepb.InstancesScopedList{Warning: &computepb.Warning{Code: proto.String("NO_RESULTS_ON_PAGE"),
+				Message: proto.String("There are no results for scope 'zones/" + z + "' on this page.")}}
+		}
+	}
+	if to < len(hits) {
+		out.NextPageToken = proto.String(fmt.Sprintf("offset-%d", to))
 	}
 	writeProto(w, out)
 }
