@@ -129,7 +129,7 @@ func (p *Provider) insert(ctx context.Context, c *clients, pl plan, req provider
 		return err
 	})
 	if err != nil {
-		return classify(err, what)
+		return referenceMissing(classify(err, what))
 	}
 	err = p.wait(ctx, op, "zoneOperations.get", target{zone: pl.zone, instance: req.Name}, what)
 	if err == nil || errors.Is(err, errOperationFailed) {

@@ -126,3 +126,13 @@ type markedError struct {
 
 func (e *markedError) Error() string   { return e.err.Error() }
 func (e *markedError) Unwrap() []error { return []error{e.err, e.mark} }
+
+// referenceMissing turns the ErrNotFound of an insert into ErrPermanent: a 404 there is a
+// resource the request names (an image family, a machine type, a network) that does not
+// exist, which no retry mends.
+func referenceMissing(err error) error {
+	if errors.Is(err, provider.ErrNotFound) {
+		return provider.Permanent(errors.New(err.Error()))
+	}
+	return err
+}

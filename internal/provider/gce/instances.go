@@ -235,11 +235,10 @@ func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.
 		return err
 	})
 	if err != nil {
-		if err := classify(err, what); errors.Is(err, errAlreadyExists) {
-			return nil
-		} else {
-			return notNotFound(err)
+		if err := classify(err, what); !errors.Is(err, errAlreadyExists) {
+			return referenceMissing(err)
 		}
+		return nil
 	}
 	err = p.wait(ctx, op, "globalOperations.get", target{firewall: name}, what)
 	if err == nil || errors.Is(err, errOperationFailed) {
