@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
 
 // plan is a resolved placement.
@@ -88,7 +89,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 			return provider.Instance{}, provider.OwnedByOther(fmt.Errorf("%s belongs to Proxy UID %s, not %s", where, owner, req.UID))
 		}
 		if had := metadataValue(inst, MetadataSpecHash); had != "" && req.SpecHash != "" && had != req.SpecHash {
-			p.log.V(1).Info("replacing instance built from another spec", "instance", req.Name, "zone", pl.zone, "specHash", had, "want", req.SpecHash)
+			tracing.Logger(ctx, p.log).V(1).Info("replacing instance built from another spec", "instance", req.Name, "zone", pl.zone, "specHash", had, "want", req.SpecHash)
 			if err := p.deleteInstance(ctx, c, pl.zone, inst); err != nil {
 				return provider.Instance{}, notNotFound(err)
 			}

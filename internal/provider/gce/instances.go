@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
 
 // nameRE is GCE's resource name rule (RFC 1035).
@@ -107,7 +108,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	case err != nil:
 		return err
 	case p.owner(inst) != ownedHere:
-		p.log.V(1).Info("leaving alone an instance that is not this install's", "instance", name, "zone", zone)
+		tracing.Logger(ctx, p.log).V(1).Info("leaving alone an instance that is not this install's", "instance", name, "zone", zone)
 		return nil
 	default:
 		if err := p.deleteInstance(ctx, c, zone, inst); err != nil {
