@@ -165,6 +165,18 @@ func TestOtherCallsErrorMapping(t *testing.T) {
 	if _, err := e.p.Get(t.Context(), inst.ProviderID); provider.Class(err) != provider.ErrNotFound {
 		t.Errorf("get after delete: %v, want not found", err)
 	}
+	// A providerID of another project (the config moved): the instance may still be
+	// there, so Delete says left behind, with the command that removes it.
+	err = e.p.Delete(t.Context(), "gce://old-project/"+testZone+"/proxy-00000000000000e4")
+	if provider.Class(err) != provider.ErrPermanent || !errors.Is(err, provider.ErrLeftBehind) ||
+		!strings.Contains(err.Error(), "gcloud compute instances delete proxy-00000000000000e4 --zone "+testZone+" --project old-project") {
+		t.Errorf("delete in another project: %v", err)
+	}
+	for _, id := range []string{"gce:/x", "aws://a/b/c"} {
+		if err := e.p.Delete(t.Context(), id); provider.Class(err) != provider.ErrPermanent || errors.Is(err, provider.ErrLeftBehind) {
+			t.Errorf("delete %s: %v, want permanent, not left behind", id, err)
+		}
+	}
 	for _, id := range []string{"gce://other-project/" + testZone + "/x", "gce:/x", "aws://a/b/c"} {
 		if _, err := e.p.Get(t.Context(), id); provider.Class(err) != provider.ErrPermanent {
 			t.Errorf("get %s: %v, want permanent", id, err)

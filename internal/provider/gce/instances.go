@@ -95,6 +95,13 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 // the provider manages firewalls, its rule. Gone, or not this install's, is success.
 func (p *Provider) Delete(ctx context.Context, id string) error {
 	zone, name, err := p.parseProviderID(id)
+	if project, ok := otherProject(id, p.cfg.Project); ok {
+		// The config moved to another project: the instance may still run in the old one.
+		return provider.Errorf(provider.ErrPermanent,
+			"%w: instance %s is in zone %s of project %s, which is not gce.project %s, so it may still be there; remove it with "+
+				"gcloud compute instances delete %s --zone %s --project %s (and gcloud compute firewall-rules delete %s --project %s if the provider made a rule)",
+			provider.ErrLeftBehind, name, zone, project, p.cfg.Project, name, zone, project, name, project)
+	}
 	if err != nil {
 		return err
 	}

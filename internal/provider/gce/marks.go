@@ -115,17 +115,33 @@ func providerID(project, zone, name string) string {
 	return "gce://" + project + "/" + zone + "/" + name
 }
 
-// parseProviderID splits a providerID; anything else is permanent.
-func (p *Provider) parseProviderID(id string) (zone, name string, err error) {
+// splitProviderID splits gce://<project>/<zone>/<name>.
+func splitProviderID(id string) (project, zone, name string, ok bool) {
 	rest, ok := strings.CutPrefix(id, "gce://")
 	parts := strings.Split(rest, "/")
 	if !ok || len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
+}
+
+// parseProviderID returns the zone and name of a providerID of gce.project; anything
+// else is permanent.
+func (p *Provider) parseProviderID(id string) (zone, name string, err error) {
+	project, zone, name, ok := splitProviderID(id)
+	if !ok {
 		return "", "", provider.Errorf(provider.ErrPermanent, "providerID %q is not gce://<project>/<zone>/<name>", id)
 	}
-	if parts[0] != p.cfg.Project {
-		return "", "", provider.Errorf(provider.ErrPermanent, "providerID %q names project %q, not gce.project %q", id, parts[0], p.cfg.Project)
+	if project != p.cfg.Project {
+		return zone, name, provider.Errorf(provider.ErrPermanent, "providerID %q names project %q, not gce.project %q", id, project, p.cfg.Project)
 	}
-	return parts[1], parts[2], nil
+	return zone, name, nil
+}
+
+// otherProject reports the project of a well-formed providerID that is not project.
+func otherProject(id, project string) (string, bool) {
+	other, _, _, ok := splitProviderID(id)
+	return other, ok && other != project
 }
 
 // lastSegment is the part of a resource URL after its last slash (zones/x: x).
