@@ -68,8 +68,11 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	return newEnvV(t, 1, opts...)
 }
 
+// newEnvB is newEnv for a benchmark, logging nothing.
+func newEnvB(b *testing.B) *env { return newEnvV(b, 0) }
+
 // newEnvV builds the env with a logger at verbosity v.
-func newEnvV(t *testing.T, v int, opts ...envOption) *env {
+func newEnvV(t testing.TB, v int, opts ...envOption) *env {
 	t.Helper()
 	fake := gcefake.New(testProject, testZone, testZone2, "us-central1-a")
 	t.Cleanup(fake.Close)
