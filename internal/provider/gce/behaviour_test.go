@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/protobuf/proto"
@@ -262,5 +263,36 @@ func TestListByTagReadsEveryPageOrNothing(t *testing.T) {
 	list, err = e.p.ListByTag(t.Context())
 	if provider.Class(err) != provider.ErrTransient || list != nil {
 		t.Errorf("list with its second page failing: %d instances, %v; want nothing and transient", len(list), err)
+	}
+}
+
+// TestRecreateAfterRestartAndPreemption: a manager restarted after a Spot VM was
+// preempted derives the first requestId again, which GCE answers with the old, finished
+// insert; Create sees no instance come of it and inserts with a fresh ID.
+func TestRecreateAfterRestartAndPreemption(t *testing.T) {
+	e := newEnv(t, func(c *provider.GCEConfig) { c.Spot = true })
+	req := request("proxy-00000000000000c7", "u7")
+	if _, err := e.p.Create(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	e.fake.Preempt(testZone, req.Name)
+	restarted, err := New(provider.ProviderConfig{Name: "gcp-test", Type: provider.TypeGCE, GCE: &e.p.cfg}, e.logs.logger(1),
+		WithInstallID(testInstall), WithPollInterval(time.Millisecond, 5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { restarted.Close() })
+	inst, err := restarted.Create(t.Context(), req)
+	if err != nil || inst.State != provider.StateRunning {
+		t.Fatalf("create after restart and preemption: %+v, %v", inst, err)
+	}
+	var ids []string
+	for _, c := range e.fake.Calls() {
+		if c.Method == gcefake.InstancesInsert {
+			ids = append(ids, c.RequestID)
+		}
+	}
+	if len(ids) != 3 || ids[1] != ids[0] || ids[2] == ids[0] {
+		t.Errorf("insert requestIds %q: want the first replayed once, then a fresh one", ids)
 	}
 }
