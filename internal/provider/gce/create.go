@@ -65,11 +65,8 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 		inst, err := p.getInstance(ctx, c, pl.zone, req.Name)
 		switch {
 		case isNotFound(err):
-			err = p.insert(ctx, c, pl, req)
-			if errors.Is(err, errAlreadyExists) {
-				continue // made meanwhile: read it again and judge it
-			}
-			if err != nil {
+			// Inserted, or made meanwhile (409): read it again and judge it.
+			if err := p.insert(ctx, c, pl, req); err != nil && !errors.Is(err, errAlreadyExists) {
 				return provider.Instance{}, notNotFound(err)
 			}
 			continue
