@@ -14,7 +14,7 @@ import (
 // that connection fails once with ErrTransient, and its retry succeeds on a new
 // connection. Connections of their own (uploads, checks) are not affected.
 func TestCancelledCallDropsOnlyThePooledConnection(t *testing.T) {
-	e := newSSHEnv(t, 0)
+	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(0))
 	ctx := context.Background()
 	fresh, closeFresh, err := e.hs.dialFresh(ctx, e.host)
 	if err != nil {
@@ -62,7 +62,7 @@ func TestCancelledCallDropsOnlyThePooledConnection(t *testing.T) {
 	if _, err := fresh.ConnectGetHostname(); err != nil {
 		t.Fatalf("the dedicated connection was hit too: %v", err)
 	}
-	if n := e.srv.Stats().SSHConns; n != 3 {
+	if n := e.ssh.Stats().SSHConns; n != 3 {
 		t.Fatalf("%d SSH connections, want 3: dedicated, pooled, one redial shared by both retries", n)
 	}
 }

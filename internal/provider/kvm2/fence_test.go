@@ -64,17 +64,17 @@ const (
 	mirrorAddr = "192.0.2.10"
 )
 
-// fenceEnv is an imgEnv whose provider fetches over a testNet, with the fence setting
-// prefixes (nil: absent).
+// fenceEnv is a testEnv with an image server whose provider fetches over a testNet, with
+// the fence setting prefixes (nil: absent).
 type fenceEnv struct {
-	*imgEnv
+	*testEnv
 	net  *testNet
 	port string // the image server's port; the mirror's URLs use it too
 }
 
 func newFenceEnv(t *testing.T, prefixes *[]string) *fenceEnv {
 	t.Helper()
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	e.p.cfg.AllowedImageURLPrefixes = prefixes
 	_, port, err := net.SplitHostPort(e.srv.Listener.Addr().String())
 	if err != nil {
@@ -92,7 +92,7 @@ func newFenceEnv(t *testing.T, prefixes *[]string) *fenceEnv {
 	}
 	e.p.images.dialer.resolver = n
 	e.p.images.dialer.dial = n.dial
-	return &fenceEnv{imgEnv: e, net: n, port: port}
+	return &fenceEnv{testEnv: e, net: n, port: port}
 }
 
 // mirrorURL is a URL on the allowed mirror, path and query as given.

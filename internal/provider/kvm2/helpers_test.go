@@ -37,10 +37,10 @@ func testHostConfig(names ...string) provider.KVMConfig {
 	return cfg.WithDefaults()
 }
 
-// memDialer "dials" an in-memory libvirt: the connection is real in everything but the
-// wire, and its TCP connection is a closer that records being closed.
+// memDialer "dials" a host's in-memory libvirt: the connection is real in everything but
+// the wire, and its TCP connection is a closer that records being closed.
 type memDialer struct {
-	fake  *libvirtfake.Fake
+	fakes map[string]*libvirtfake.Fake // by host name
 	dials atomic.Int32
 	hold  chan struct{} // when set, a dial waits for it to close (or for its ctx)
 	err   error
@@ -69,7 +69,7 @@ func (d *memDialer) dial(ctx context.Context, h provider.KVMHost) (*conn, error)
 		return nil, d.err
 	}
 	mc := &memConn{}
-	mc.conn = newConn(h.Name, d.fake, mc)
+	mc.conn = newConn(h.Name, d.fakes[h.Name], mc)
 	d.mu.Lock()
 	d.conns = append(d.conns, mc)
 	d.mu.Unlock()
@@ -80,20 +80,6 @@ func (d *memDialer) conn(i int) *memConn {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.conns[i]
-}
-
-// newMemHosts is a hosts for names whose dials reach f in memory.
-func newMemHosts(t *testing.T, f *libvirtfake.Fake, names ...string) (*hosts, *memDialer) {
-	t.Helper()
-	hs, err := newHosts("test", testHostConfig(names...), logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs.budgets = testBudgets
-	d := &memDialer{fake: f}
-	hs.dial = d.dial
-	t.Cleanup(func() { hs.close() })
-	return hs, d
 }
 
 // eventually waits for cond, failing with what it was waiting for after a generous

@@ -28,7 +28,7 @@ func wantPending(t *testing.T, err error) provider.Progress {
 }
 
 // runningJobs is how many image jobs the provider has in flight.
-func (e *imgEnv) runningJobs() int {
+func (e *testEnv) runningJobs() int {
 	js := e.p.images.jobs
 	js.mu.Lock()
 	defer js.mu.Unlock()
@@ -40,7 +40,7 @@ func (e *imgEnv) runningJobs() int {
 // joins the job without asking the mirror anything and sees its progress; once the job
 // is done both go on, with one download between them.
 func TestImageCreatesShareOneJob(t *testing.T) {
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	e.p.images.progressEvery = 10 * time.Millisecond
 	e.srv.setMode(serveGated)
 
@@ -99,7 +99,7 @@ func TestImageCreatesShareOneJob(t *testing.T) {
 // that waited on it, each once and with its class; the next Create starts a new job, and
 // a Create that never waited never sees the old error.
 func TestImageJobFailureReportedOncePerWaiter(t *testing.T) {
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	e.srv.setMode(serveStall)
 	e.p.images.download = time.Second
 	_, err := e.createOnce("vm-a")
@@ -144,7 +144,7 @@ func TestImageJobFailureReportedOncePerWaiter(t *testing.T) {
 // TestImageJobPermanentFailureKeepsItsClass: a job that fails permanently (the digest
 // differs from the configured one) reports permanent, naming the URL.
 func TestImageJobPermanentFailureKeepsItsClass(t *testing.T) {
-	e := newImgEnv(t, func(string) string { return strings.Repeat("ab", 32) })
+	e := newTestEnv(t, withImageServer(func(string) string { return strings.Repeat("ab", 32) }), withTestHost("img"))
 	_, err := e.createOnce("vm-a")
 	wantPending(t, err)
 	eventually(t, "the job to end", func() bool { return e.runningJobs() == 0 })
@@ -160,7 +160,7 @@ func TestImageJobPermanentFailureKeepsItsClass(t *testing.T) {
 // has ended; the half-written base is removed and no marker written; a Create after Close
 // starts no job.
 func TestImageJobCancelledByClose(t *testing.T) {
-	e, _ := newImgSSHEnv(t)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"), withSSH())
 	e.srv.setMode(serveGated)
 	_, err := e.createOnce("vm-a")
 	wantPending(t, err)
@@ -187,7 +187,7 @@ func TestImageJobCancelledByClose(t *testing.T) {
 // TestImageProgressReports: the download reports once at its start, then at most every
 // progressEvery while bytes arrive, each report also a V(1) line.
 func TestImageProgressReports(t *testing.T) {
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	const every = 40 * time.Millisecond
 	e.p.images.progressEvery = every
 	var (

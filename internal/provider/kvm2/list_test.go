@@ -12,7 +12,7 @@ import (
 )
 
 func TestListByTagAcrossHosts(t *testing.T) {
-	env := newProviderEnv(t, "h1", "h2")
+	env := newTestEnv(t, withHosts("h1", "h2"))
 	req := testRequest("proxy-l1l1l1l1l1l1l1l1")
 	req.Placement.Zone = "h1"
 	a, err := env.p.Create(t.Context(), req)
@@ -61,7 +61,7 @@ func TestListByTagAcrossHosts(t *testing.T) {
 }
 
 func TestListByTagFailsWholeWhenAHostFails(t *testing.T) {
-	env := newProviderEnv(t, "h1", "h2")
+	env := newTestEnv(t, withHosts("h1", "h2"))
 	req := testRequest("proxy-l3l3l3l3l3l3l3l3")
 	req.Placement.Zone = "h1"
 	if _, err := env.p.Create(t.Context(), req); err != nil {

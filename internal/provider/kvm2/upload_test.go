@@ -34,7 +34,7 @@ func senders() int {
 
 // uploadVolume creates an empty raw volume of size bytes in a pool of its own holding
 // free bytes, and returns the host's pooled backend with it.
-func uploadVolume(t *testing.T, e *sshEnv, size, free uint64) (backend, libvirt.StorageVol) {
+func uploadVolume(t *testing.T, e *testEnv, size, free uint64) (backend, libvirt.StorageVol) {
 	t.Helper()
 	e.fake.AddPool("uploads", "/srv/uploads", free)
 	b := must(e.hs.pooled(context.Background(), e.host))
@@ -55,7 +55,7 @@ func rawVolumeXMLForTest(name string, size uint64) string {
 // error, and the sender goroutine exits: abort and outErr are buffered at this version,
 // so neither side parks on a channel nobody reads.
 func TestUploadDaemonFailureLeavesNoSender(t *testing.T) {
-	e := newSSHEnv(t, 0)
+	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(0))
 	const size = 32 << 20
 	b, vol := uploadVolume(t, e, size, 1<<20)
 	err := b.StorageVolUpload(vol, bytes.NewReader(make([]byte, size)), 0, size, 0)
@@ -75,7 +75,7 @@ func TestUploadDaemonFailureLeavesNoSender(t *testing.T) {
 // confirms an abort like a finish, so go-libvirt hands back the reader's own error, taken
 // from the sender through the buffered outErr; the sender has exited by then.
 func TestUploadReaderErrorEndsTheCall(t *testing.T) {
-	e := newSSHEnv(t, 0)
+	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(0))
 	const size = 8 << 20
 	b, vol := uploadVolume(t, e, size, 1<<30)
 	mirror := errors.New("mirror closed the connection")
@@ -97,7 +97,7 @@ func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 // killing the connection return the caller at once, but the sender sits in Read, with
 // its buffer, until the reader returns.
 func TestUploadBlockedReaderPinsSenderUntilItReturns(t *testing.T) {
-	e := newSSHEnv(t, 0)
+	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(0))
 	e.hs.budgets.smallUpload = 100 * time.Millisecond
 	b, vol := uploadVolume(t, e, 1<<20, 1<<30)
 	r := &blockingReader{release: make(chan struct{}), reading: make(chan struct{})}
