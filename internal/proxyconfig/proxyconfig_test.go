@@ -2,13 +2,10 @@ package proxyconfig
 
 import (
 	"errors"
-	"flag"
 	"io"
 	"mime"
 	"mime/multipart"
 	"net/mail"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,28 +13,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
-
-// compareGolden compares got with testdata/name, or rewrites the file under -update.
-func compareGolden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (run go test -update to create it): %v", err)
-	}
-	if string(want) != string(got) {
-		t.Fatalf("%s differs from the output (run go test -update if the change is intended)\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
 
 func sampleConfig() Config {
 	return Config{
@@ -59,7 +36,7 @@ func TestCloudConfigGolden(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		compareGolden(t, name, got)
+		testutil.Golden(t, name, got)
 	}
 }
 
@@ -142,7 +119,7 @@ func TestUserDataGolden(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", kind, err)
 		}
-		compareGolden(t, "user-data-"+kind+".golden", got)
+		testutil.Golden(t, "user-data-"+kind+".golden", got)
 		again, _ := UserData(sampleConfig(), user)
 		if string(again) != string(got) {
 			t.Errorf("%s: two renderings differ, so would the spec hash", kind)

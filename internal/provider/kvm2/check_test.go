@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"github.com/google/go-cmp/cmp"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
@@ -133,10 +134,8 @@ func TestCheckDetailsValues(t *testing.T) {
 		"user": e.ssh.User, "pool": "default", "libvirtVersion": "10.2.3", "hostname": "beelink",
 		"poolState": "running", "poolCapacityGiB": "100.0", "poolAvailableGiB": "100.0",
 	}
-	for k, v := range want {
-		if st.Details[k] != v {
-			t.Errorf("details[%s] = %q, want %q", k, st.Details[k], v)
-		}
+	if diff := cmp.Diff(want, st.Details); diff != "" {
+		t.Errorf("details (-want +got):\n%s", diff)
 	}
 	if !st.Ready || st.Message != "" {
 		t.Errorf("status %+v, want ready without message", st)

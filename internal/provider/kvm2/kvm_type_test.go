@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/digitalocean/go-libvirt"
+	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -239,8 +240,8 @@ func wantListed(t *testing.T, who string, p *Provider, names ...string) {
 	for _, in := range list {
 		got = append(got, in.Name)
 	}
-	if strings.Join(got, ",") != strings.Join(names, ",") {
-		t.Fatalf("%s lists %v, want %v", who, got, names)
+	if diff := cmp.Diff(names, got); diff != "" {
+		t.Fatalf("%s lists other domains (-want +got):\n%s", who, diff)
 	}
 }
 
