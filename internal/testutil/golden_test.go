@@ -1,35 +1,18 @@
 package testutil
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// recorder is a testing.TB that records a Fatalf instead of ending the test.
-type recorder struct {
-	testing.TB
-	failed bool
-	msg    string
-}
-
-func (r *recorder) Helper() {}
-
-func (r *recorder) Fatalf(format string, args ...any) {
-	r.failed = true
-	r.msg = strings.TrimSpace(sprintf(format, args...))
-}
-
 func TestGoldenMatch(t *testing.T) {
-	r := &recorder{TB: t}
-	Golden(r, "sample.golden", "line one\nline two\nline three\n")
-	if r.failed {
+	r := &fakeT{TB: t}
+	if r.run(func() { Golden(r, "sample.golden", "line one\nline two\nline three\n") }) {
 		t.Fatalf("an equal output failed: %s", r.msg)
 	}
-	Golden(r, "sample.golden", []byte("line one\nline two\nline three\n"))
-	if r.failed {
+	if r.run(func() { Golden(r, "sample.golden", []byte("line one\nline two\nline three\n")) }) {
 		t.Fatalf("an equal output as bytes failed: %s", r.msg)
 	}
 }
@@ -37,9 +20,8 @@ func TestGoldenMatch(t *testing.T) {
 // TestGoldenMismatchShowsDiff: the message names the file and shows the changed line as
 // removed from the file and added in the output, not both texts whole.
 func TestGoldenMismatchShowsDiff(t *testing.T) {
-	r := &recorder{TB: t}
-	Golden(r, "sample.golden", "line one\nline 2\nline three\n")
-	if !r.failed {
+	r := &fakeT{TB: t}
+	if !r.run(func() { Golden(r, "sample.golden", "line one\nline 2\nline three\n") }) {
 		t.Fatal("a different output passed")
 	}
 	for _, want := range []string{filepath.Join("testdata", "sample.golden"), "-want (file) +got (output)", `-`, `"line two\n"`, `+`, `"line 2\n"`} {
@@ -53,9 +35,8 @@ func TestGoldenMismatchShowsDiff(t *testing.T) {
 }
 
 func TestGoldenMissingFile(t *testing.T) {
-	r := &recorder{TB: t}
-	Golden(r, "no-such.golden", "x")
-	if !r.failed || !strings.Contains(r.msg, "no-such.golden") || !strings.Contains(r.msg, "-update") {
+	r := &fakeT{TB: t}
+	if !r.run(func() { Golden(r, "no-such.golden", "x") }) || !strings.Contains(r.msg, "no-such.golden") || !strings.Contains(r.msg, "-update") {
 		t.Fatalf("a missing golden file gave %q", r.msg)
 	}
 }
@@ -74,5 +55,3 @@ func TestGoldenUpdateRewrites(t *testing.T) {
 		t.Fatalf("-update wrote %q, %v", got, err)
 	}
 }
-
-func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }

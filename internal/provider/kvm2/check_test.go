@@ -2,6 +2,7 @@ package kvm2
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 func TestCheckReasons(t *testing.T) {
@@ -153,18 +155,15 @@ func TestCheckAllHostsConcurrentlyInConfigOrder(t *testing.T) {
 	// hv-slow's check holds until hv's has finished: run one after the other they
 	// would deadlock; concurrently, both finish.
 	g := e.fake.Block("ConnectGetHostname")
-	go func() {
-		defer g.Release()
-		deadline := time.Now().Add(30 * time.Second)
-		for g.Waiting() < 2 {
-			if time.Now().After(deadline) {
-				t.Error("gave up waiting for two checks to reach the hostname call at once")
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
-	sts := e.hs.check(context.Background())
+	t.Cleanup(g.Release)
+	checked := make(chan []provider.TargetStatus, 1)
+	go func() { checked <- e.hs.check(context.Background()) }()
+	testutil.WaitFor(t, waitLong, "two checks to reach the hostname call at once", func() (bool, error) {
+		n := g.Waiting()
+		return n >= 2, fmt.Errorf("%d checks at the hostname call", n)
+	})
+	g.Release()
+	sts := <-checked
 	var got []string
 	for _, st := range sts {
 		got = append(got, st.Target+"="+st.Reason)

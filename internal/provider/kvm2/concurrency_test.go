@@ -2,12 +2,14 @@ package kvm2
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/digitalocean/go-libvirt"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // A cancelled call kills the pooled connection under it: every other call in flight on
@@ -40,7 +42,9 @@ func TestCancelledCallDropsOnlyThePooledConnection(t *testing.T) {
 		})
 	}
 	<-refresh.Entered()
-	eventually(t, "both bystanders in flight", func() bool { return list.Waiting() == 2 })
+	testutil.WaitFor(t, waitLong, "both bystanders in flight", func() (bool, error) {
+		return list.Waiting() == 2, fmt.Errorf("%d calls held", list.Waiting())
+	})
 
 	cancel()
 	wantClass(t, <-cancelled, provider.ErrTransient, context.Canceled)

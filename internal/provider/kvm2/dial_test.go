@@ -3,6 +3,7 @@ package kvm2
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/sshtest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // dialErr dials once and returns the failure, which must carry a dialError.
@@ -154,13 +156,20 @@ func TestCredentialRotationWithoutRestart(t *testing.T) {
 	closeFn()
 	// The pooled connection stays up until it drops; its replacement uses the new key.
 	e.ssh.KillConnections()
-	eventually(t, "the pooled connection to be noticed dead", func() bool { return !e.pooledConn().alive() })
+	testutil.WaitFor(t, waitLong, "the pooled connection to be noticed dead", func() (bool, error) {
+		return !e.pooledConn().alive(), errors.New("the pooled connection is alive")
+	})
 	if _, err := must(e.hs.pooled(ctx, e.host)).ConnectGetHostname(); err != nil {
 		t.Fatalf("redial after rotation: %v", err)
 	}
 	if st := e.ssh.Stats(); st.SSHConns != 3 {
 		t.Errorf("%d SSH connections, want 3 (first pooled, fresh, redialled pooled)", st.SSHConns)
 	}
+}
+
+// connDead is a WaitFor condition: c has been marked dead.
+func connDead(c *conn) func() (bool, error) {
+	return func() (bool, error) { return !c.alive(), errors.New("the connection is alive") }
 }
 
 // pooledConn is the host's current pooled connection (nil when there is none).
@@ -176,12 +185,15 @@ func TestKeepaliveOverSSH(t *testing.T) {
 	e.hs.budgets.keepaliveTimeout = 200 * time.Millisecond
 	must(e.hs.pooled(context.Background(), e.host))
 	c := e.pooledConn()
-	eventually(t, "three keepalives answered", func() bool { return e.ssh.Stats().Keepalives >= 3 })
+	testutil.WaitFor(t, waitLong, "three keepalives answered", func() (bool, error) {
+		n := e.ssh.Stats().Keepalives
+		return n >= 3, fmt.Errorf("%d keepalives answered", n)
+	})
 	if !c.alive() {
 		t.Fatal("answered keepalives killed the connection")
 	}
 	e.ssh.AnswerKeepalives(false)
-	eventually(t, "the unanswered keepalive to kill the connection", func() bool { return !c.alive() })
+	testutil.WaitFor(t, waitLong, "the unanswered keepalive to kill the connection", connDead(c))
 	if len(e.logs.find(`"msg":"libvirt host keepalive failed"`)) != 1 {
 		t.Errorf("no keepalive failed line: %q", e.logs.all())
 	}
@@ -199,7 +211,7 @@ func TestLibvirtDisconnectMarksDead(t *testing.T) {
 	must(e.hs.pooled(context.Background(), e.host))
 	c := e.pooledConn()
 	e.fake.KillConnections() // libvirtd goes away; the SSH session stays up
-	eventually(t, "go-libvirt's disconnect to mark the connection dead", func() bool { return !c.alive() })
+	testutil.WaitFor(t, waitLong, "go-libvirt's disconnect to mark the connection dead", connDead(c))
 	if _, err := must(e.hs.pooled(context.Background(), e.host)).ConnectGetHostname(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // testNet stands in for DNS and for routing below the fence: names resolve through a map,
@@ -353,13 +354,13 @@ func TestImageURLRedacted(t *testing.T) {
 		req.Placement.Zone, req.Placement.Image = e.host, raw
 		// The progress a user sees is the one the pending results carry.
 		var err error
-		eventually(t, "the Create to settle", func() bool {
+		testutil.WaitFor(t, waitLong, "the Create to settle", func() (bool, error) {
 			_, err = e.p.Create(context.Background(), req)
 			if p, ok := provider.PendingProgress(err); ok {
 				reports = append(reports, p.Message)
-				return false
+				return false, fmt.Errorf("pending: %s", p.Message)
 			}
-			return true
+			return true, nil
 		})
 		if err != nil || len(reports) == 0 {
 			t.Fatalf("Create: %v after %d pending results", err, len(reports))

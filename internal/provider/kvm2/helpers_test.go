@@ -82,18 +82,9 @@ func (d *memDialer) conn(i int) *memConn {
 	return d.conns[i]
 }
 
-// eventually waits for cond, failing with what it was waiting for after a generous
-// deadline.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// waitLong is the deadline of a wait on an in-process condition (testutil.WaitFor): one
+// that only a broken test reaches.
+const waitLong = 30 * time.Second
 
 // wantClass fails unless err carries class and wraps cause (when cause is not nil).
 func wantClass(t testing.TB, err, class, cause error) {

@@ -3,12 +3,14 @@ package kvm2
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 func TestPooledSharesOneConnection(t *testing.T) {
@@ -27,7 +29,9 @@ func TestPooledSharesOneConnection(t *testing.T) {
 			errs[i] = err
 		})
 	}
-	eventually(t, "the first dial to start", func() bool { return d.dials.Load() == 1 })
+	testutil.WaitFor(t, waitLong, "the first dial to start", func() (bool, error) {
+		return d.dials.Load() == 1, fmt.Errorf("%d dials", d.dials.Load())
+	})
 	close(d.hold)
 	wg.Wait()
 	for i, err := range errs {
@@ -56,7 +60,9 @@ func TestPooledWaitEndsWithCallerContext(t *testing.T) {
 		_, err := hs.pooled(ctx, "h1")
 		done <- err
 	}()
-	eventually(t, "the dial to start", func() bool { return d.dials.Load() == 1 })
+	testutil.WaitFor(t, waitLong, "the dial to start", func() (bool, error) {
+		return d.dials.Load() == 1, fmt.Errorf("%d dials", d.dials.Load())
+	})
 	cancel()
 	wantClass(t, <-done, provider.ErrTransient, context.Canceled)
 	// The dial itself was not the caller's: it goes on and the next caller uses it.

@@ -2,6 +2,7 @@ package kvm2
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 const testImageSize = 3<<20 + 12345
@@ -130,7 +132,9 @@ func (e *testEnv) wantOneSharedFetch(t *testing.T, errs <-chan error, what strin
 	}
 	// Both prechecks asked for the length, so both Creates saw no marker and queue for
 	// the image; only then may the fetch finish.
-	eventually(t, "both prechecks to ask for the image length", func() bool { return e.srv.heads.Load() == 2 })
+	testutil.WaitFor(t, waitLong, "both prechecks to ask for the image length", func() (bool, error) {
+		return e.srv.heads.Load() == 2, fmt.Errorf("%d HEAD requests", e.srv.heads.Load())
+	})
 	e.srv.release()
 	for range 2 {
 		if err := <-errs; err != nil {

@@ -8,11 +8,11 @@ import (
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 func TestImageUploadOverSSH(t *testing.T) {
 	e := newTestEnv(t, withImageServer(nil), withTestHost("img"), withSSH())
-	srv := e.ssh
 	if _, err := e.create("vm-a"); err != nil {
 		t.Fatal(err)
 	}
@@ -23,9 +23,9 @@ func TestImageUploadOverSSH(t *testing.T) {
 	}
 	// The upload had an SSH connection of its own, closed once it was done; the pooled
 	// one stays.
-	eventually(t, "the upload's SSH connection to close", func() bool {
-		st := srv.Stats()
-		return st.SSHConns == 2 && st.OpenSSHConns == 1
+	testutil.WaitFor(t, waitLong, "the upload's SSH connection to close", func() (bool, error) {
+		st := e.ssh.Stats()
+		return st.SSHConns == 2 && st.OpenSSHConns == 1, fmt.Errorf("%d SSH connections made, %d open", st.SSHConns, st.OpenSSHConns)
 	})
 	if e.fake.Connections() != 1 {
 		t.Fatalf("%d libvirt connections left open, want the pooled one", e.fake.Connections())

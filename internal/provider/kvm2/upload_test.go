@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // What go-libvirt's StorageVolUpload does at the pinned version when a stream goes wrong.
@@ -65,7 +67,10 @@ func TestUploadDaemonFailureLeavesNoSender(t *testing.T) {
 	if _, ok := libvirtCode(err); !ok {
 		t.Fatalf("error %v does not carry the daemon's libvirt error", err)
 	}
-	eventually(t, "the stream sender to exit", func() bool { return senders() == 0 })
+	testutil.WaitFor(t, waitLong, "the stream sender to exit", func() (bool, error) {
+		n := senders()
+		return n == 0, fmt.Errorf("%d stream senders running", n)
+	})
 	if _, err := b.ConnectGetHostname(); err != nil {
 		t.Fatalf("connection unusable after a failed upload: %v", err)
 	}
@@ -83,7 +88,10 @@ func TestUploadReaderErrorEndsTheCall(t *testing.T) {
 	if err := b.StorageVolUpload(vol, r, 0, size, 0); !errors.Is(err, mirror) {
 		t.Fatalf("got %v, want the reader's error", err)
 	}
-	eventually(t, "the stream sender to exit", func() bool { return senders() == 0 })
+	testutil.WaitFor(t, waitLong, "the stream sender to exit", func() (bool, error) {
+		n := senders()
+		return n == 0, fmt.Errorf("%d stream senders running", n)
+	})
 	if _, err := b.ConnectGetHostname(); err != nil {
 		t.Fatalf("connection unusable after an aborted upload: %v", err)
 	}
@@ -111,7 +119,10 @@ func TestUploadBlockedReaderPinsSenderUntilItReturns(t *testing.T) {
 		t.Fatalf("%d stream senders while the reader blocks, want 1", n)
 	}
 	close(r.release)
-	eventually(t, "the sender to exit once the reader returned", func() bool { return senders() == 0 })
+	testutil.WaitFor(t, waitLong, "the sender to exit once the reader returned", func() (bool, error) {
+		n := senders()
+		return n == 0, fmt.Errorf("%d stream senders running", n)
+	})
 }
 
 type blockingReader struct {
