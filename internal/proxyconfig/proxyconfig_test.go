@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
@@ -172,8 +173,8 @@ func TestUserDataParts(t *testing.T) {
 			t.Fatal(err)
 		}
 		types, bodies := readParts(t, doc)
-		if strings.Join(types, ",") != strings.Join(want, ",") {
-			t.Errorf("%s: parts %v, want %v", kind, types, want)
+		if diff := cmp.Diff(want, types); diff != "" {
+			t.Errorf("%s: part types (-want +got):\n%s", kind, diff)
 			continue
 		}
 		if bodies[len(bodies)-1] != string(rendered) {

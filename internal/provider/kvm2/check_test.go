@@ -168,8 +168,8 @@ func TestCheckAllHostsConcurrentlyInConfigOrder(t *testing.T) {
 	for _, st := range sts {
 		got = append(got, st.Target+"="+st.Reason)
 	}
-	if strings.Join(got, " ") != "hv-slow=Reachable hv-down=Unreachable "+good.Name+"=Reachable" {
-		t.Fatalf("statuses %v, want config order with each host's own reason", got)
+	if diff := cmp.Diff([]string{"hv-slow=Reachable", "hv-down=Unreachable", good.Name + "=Reachable"}, got); diff != "" {
+		t.Fatalf("statuses, want config order with each host's own reason (-want +got):\n%s", diff)
 	}
 }
 
