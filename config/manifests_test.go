@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -134,8 +135,8 @@ func TestDeploymentMountsWhatTheConfigNames(t *testing.T) {
 	for _, it := range ssh.Items {
 		keys = append(keys, it.Path)
 	}
-	if !slices.Equal(keys, []string{"id_ed25519", "known_hosts"}) {
-		t.Errorf("kvm-ssh files %v", keys)
+	if diff := cmp.Diff([]string{"id_ed25519", "known_hosts"}, keys); diff != "" {
+		t.Errorf("kvm-ssh files (-want +got):\n%s", diff)
 	}
 	tmp := vols["tmp"].EmptyDir
 	if tmp == nil || tmp.SizeLimit == nil || tmp.SizeLimit.Cmp(resource.MustParse("64Mi")) != 0 || mounts["tmp"].MountPath != "/tmp" {

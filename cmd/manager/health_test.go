@@ -41,10 +41,14 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 	if err := c.Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}
-	mgr.waitUntil("the External Proxy to be Ready with egress IP 127.0.0.9", func() bool {
+	mgr.waitUntil("the External Proxy to be Ready with egress IP 127.0.0.9", func() (bool, error) {
 		got := &v1alpha1.Proxy{}
-		return c.Get(ctx, client.ObjectKeyFromObject(px), got) == nil && got.Status.Phase == v1alpha1.PhaseReady &&
-			got.Status.Healthy && got.Status.EgressIP == "127.0.0.9"
+		if err := c.Get(ctx, client.ObjectKeyFromObject(px), got); err != nil {
+			return false, err
+		}
+		st := got.Status
+		return st.Phase == v1alpha1.PhaseReady && st.Healthy && st.EgressIP == "127.0.0.9",
+			fmt.Errorf("phase %q, healthy %v, egress IP %q", st.Phase, st.Healthy, st.EgressIP)
 	})
 
 	get := func(path, tok string) (int, string) {
@@ -64,9 +68,9 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 		t.Errorf("no token: %d, want 401", code)
 	}
 	want := fmt.Sprintf("http://%s:%d\n", fp.Host, fp.Port)
-	mgr.waitUntil("the discovery API to list the healthy proxy", func() bool {
+	mgr.waitUntil("the discovery API to list the healthy proxy", func() (bool, error) {
 		code, body := get("/v1/proxies?format=text&labelSelector=pool%3Dcrawl", "t0ken")
-		return code == http.StatusOK && body == want
+		return code == http.StatusOK && body == want, fmt.Errorf("%d %q", code, body)
 	})
 	code, body := get("/v1/proxies/pick?key=session-1", "t0ken")
 	var picked struct{ Name, URL, EgressIP string }
@@ -74,17 +78,21 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 		t.Errorf("pick: %d %s", code, body)
 	}
 
-	mgr.waitUntil("ProviderHealth kvm2-home with one target per host", func() bool {
+	mgr.waitUntil("ProviderHealth kvm2-home with one target per host", func() (bool, error) {
 		ph := &v1alpha1.ProviderHealth{}
-		return c.Get(ctx, client.ObjectKey{Name: "kvm2-home"}, ph) == nil && ph.Status.TotalTargets >= 1 &&
-			ph.Status.LastChecked != nil && strings.Contains(ph.Status.Ready, "/")
+		if err := c.Get(ctx, client.ObjectKey{Name: "kvm2-home"}, ph); err != nil {
+			return false, err
+		}
+		st := ph.Status
+		return st.TotalTargets >= 1 && st.LastChecked != nil && strings.Contains(st.Ready, "/"),
+			fmt.Errorf("%d targets, ready %q, last checked %v", st.TotalTargets, st.Ready, st.LastChecked)
 	})
 
 	// The proxy goes away: after three failed probes discovery stops handing it out.
 	fp.SetMode(healthtest.Fail)
-	mgr.waitUntil("discovery to stop listing the failing proxy", func() bool {
+	mgr.waitUntil("discovery to stop listing the failing proxy", func() (bool, error) {
 		code, body := get("/v1/proxies?format=text", "t0ken")
-		return code == http.StatusOK && body == ""
+		return code == http.StatusOK && body == "", fmt.Errorf("%d %q", code, body)
 	})
 	if code, _ := get("/v1/proxies/pick?key=session-1", "t0ken"); code != http.StatusServiceUnavailable {
 		t.Errorf("pick with nothing healthy: %d, want 503", code)

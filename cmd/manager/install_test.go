@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -75,7 +76,9 @@ func TestManagerInstallID(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			mgr := startManager(t, env, append([]string{"--providers-config", providers,
 				"--health-probe-bind-address", freeAddr(t), "--metrics-bind-address", "0", "--discovery-bind-address", "0"}, c.flags...)...)
-			mgr.waitUntil("the manager to start", func() bool { return strings.Contains(mgr.stderr.String(), `"starting manager"`) })
+			mgr.waitUntil("the manager to start", func() (bool, error) {
+				return strings.Contains(mgr.stderr.String(), `"starting manager"`), errors.New("no starting manager line yet")
+			})
 			line := logLine(t, mgr.stderr.String(), "install identity")
 			if line["installID"] != c.id || line["source"] != c.source {
 				t.Fatalf("install identity line %v, want installID %q from %q", line, c.id, c.source)

@@ -101,13 +101,13 @@ func TestManagerRunsAndStopsOnSIGTERM(t *testing.T) {
 		"--health-probe-bind-address", probe, "--metrics-bind-address", "0", "--discovery-bind-address", freeAddr(t),
 		"--leader-elect", "--leader-election-namespace", "default")
 
-	mgr.waitUntil("the manager's /readyz to answer 200", func() bool {
+	mgr.waitUntil("the manager's /readyz to answer 200", func() (bool, error) {
 		resp, err := http.Get("http://" + probe + "/readyz")
 		if err != nil {
-			return false
+			return false, err
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		return resp.StatusCode == http.StatusOK, fmt.Errorf("/readyz answered %d", resp.StatusCode)
 	})
 	if !strings.Contains(mgr.stderr.String(), "WARNING") {
 		t.Errorf("no WARNING: line about the missing SSH files:\n%s", mgr.stderr.String())
@@ -119,10 +119,14 @@ func TestManagerRunsAndStopsOnSIGTERM(t *testing.T) {
 	if err := c.Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}
-	mgr.waitUntil("the Proxy naming an unconfigured provider to be Failed", func() bool {
+	mgr.waitUntil("the Proxy naming an unconfigured provider to be Failed", func() (bool, error) {
 		got := &v1alpha1.Proxy{}
-		return c.Get(ctx, client.ObjectKeyFromObject(px), got) == nil && got.Status.Phase == v1alpha1.PhaseFailed &&
-			strings.Contains(got.Status.Message, `"gcp-europe" is not configured (configured: kvm2-home)`)
+		if err := c.Get(ctx, client.ObjectKeyFromObject(px), got); err != nil {
+			return false, err
+		}
+		return got.Status.Phase == v1alpha1.PhaseFailed &&
+				strings.Contains(got.Status.Message, `"gcp-europe" is not configured (configured: kvm2-home)`),
+			fmt.Errorf("phase %q, message %q", got.Status.Phase, got.Status.Message)
 	})
 
 	mgr.stop()

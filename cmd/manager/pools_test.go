@@ -1,9 +1,9 @@
 package main
 
 import (
-	"reflect"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/labels"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -18,8 +18,8 @@ func TestPoolZonesAreTheHostNames(t *testing.T) {
 		{Name: "empty", Type: provider.TypeKVM2, KVM2: &provider.KVMConfig{}},
 	}}
 	want := map[string][]string{"kvm2-home": {"beelink", "nuc"}, "old-lab": {"tower"}, "empty": nil}
-	if got := poolZones(cfg); !reflect.DeepEqual(got, want) {
-		t.Errorf("poolZones = %v, want %v", got, want)
+	if diff := cmp.Diff(want, poolZones(cfg)); diff != "" {
+		t.Errorf("poolZones (-want +got):\n%s", diff)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 var (
@@ -77,22 +78,18 @@ func startManagerWith(t *testing.T, kubeconfigData []byte, args ...string) *mana
 	return m
 }
 
-// waitUntil polls cond for up to a minute, failing the test with the manager's stderr
-// when it runs out of time or the manager exits meanwhile.
-func (m *managerProc) waitUntil(what string, cond func() bool) {
+// waitUntil waits (testutil.WaitFor) up to a minute for cond, failing the test with the
+// manager's stderr when it runs out of time or the manager exits meanwhile.
+func (m *managerProc) waitUntil(what string, cond func() (bool, error)) {
 	m.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
+	testutil.WaitFor(m.t, time.Minute, what, func() (bool, error) {
 		select {
 		case err := <-m.exited:
 			m.t.Fatalf("manager exited (%v) while waiting for %s; stderr:\n%s", err, what, m.stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			m.t.Fatalf("gave up waiting for %s; stderr:\n%s", what, m.stderr.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return cond()
+	}, testutil.Every(100*time.Millisecond), testutil.OnTimeout(func() string { return "stderr:\n" + m.stderr.String() }))
 }
 
 // stop sends SIGTERM and fails the test unless the manager exits 0 within a minute.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // gatedAPI is a reverse proxy in front of the envtest API server that holds every request
@@ -102,9 +104,11 @@ func TestReadyzWaitsForCachesAndDiscovery(t *testing.T) {
 		"--health-probe-bind-address", probe, "--metrics-bind-address", "0", "--discovery-bind-address", disc)
 
 	readyz := "http://" + probe + "/readyz"
-	mgr.waitUntil("/readyz to answer and the Proxy list to be held", func() bool {
-		_, _, err := get(readyz)
-		return err == nil && api.held.Load() > 0
+	mgr.waitUntil("/readyz to answer and the Proxy list to be held", func() (bool, error) {
+		if _, _, err := get(readyz); err != nil {
+			return false, err
+		}
+		return api.held.Load() > 0, errors.New("no Proxy request held yet")
 	})
 	// The proxy holds the list, so nothing below can have changed until release.
 	code, body, err := get(readyz)
@@ -125,9 +129,12 @@ func TestReadyzWaitsForCachesAndDiscovery(t *testing.T) {
 	}
 	released := time.Now()
 	api.release()
-	mgr.waitUntil("/readyz to answer 200", func() bool {
-		code, _, err := get(readyz)
-		return err == nil && code == http.StatusOK
+	mgr.waitUntil("/readyz to answer 200", func() (bool, error) {
+		code, body, err := get(readyz)
+		if err != nil {
+			return false, err
+		}
+		return code == http.StatusOK, fmt.Errorf("/readyz answered %d: %s", code, body)
 	})
 	code, body, err = get(readyz + "?verbose")
 	for _, want := range []string{"[+]caches ok", "[+]discovery ok", "[+]providers ok"} {
@@ -164,7 +171,10 @@ func TestDiscoveryListeningCheck(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Start(ctx) }()
-	testenv.WaitFor(t, 10*time.Second, "the discovery check to pass", func() (bool, error) { return l.check(nil) == nil, nil })
+	testutil.WaitFor(t, 10*time.Second, "the discovery check to pass", func() (bool, error) {
+		err := l.check(nil)
+		return err == nil, err
+	})
 	c, err := net.Dial("tcp", l.addr)
 	if err != nil {
 		t.Fatalf("check passed but the port does not accept: %v", err)

@@ -28,7 +28,7 @@ func benchmarkPool(b *testing.B, env *testenv.Env, n int32, workers int) {
 		start := time.Now()
 		e.create(e.newPool("bench", n))
 		var created time.Duration
-		testenv.WaitFor(b, 10*time.Minute, fmt.Sprintf("%d children Ready", n), func() (bool, error) {
+		waitFor(b, 10*time.Minute, fmt.Sprintf("%d children Ready", n), func() (bool, error) {
 			pool := e.getPool("bench")
 			if created == 0 && pool.Status.Replicas == n {
 				created = time.Since(start)

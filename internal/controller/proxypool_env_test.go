@@ -171,7 +171,7 @@ func (e *poolEnv) getPool(name string) *v1alpha1.ProxyPool {
 // update changes the pool with mutate, retrying on conflicts.
 func (e *poolEnv) update(name string, mutate func(*v1alpha1.ProxyPool)) {
 	e.t.Helper()
-	testenv.WaitFor(e.t, waitLong, "updating pool "+name, func() (bool, error) {
+	waitFor(e.t, waitLong, "updating pool "+name, func() (bool, error) {
 		pool := e.getPool(name)
 		mutate(pool)
 		err := e.c.Update(e.ctx, pool)
@@ -217,7 +217,7 @@ func names(pxs []v1alpha1.Proxy) []string {
 func (e *poolEnv) waitPool(name, what string, cond func(*v1alpha1.ProxyPool, []v1alpha1.Proxy) bool) *v1alpha1.ProxyPool {
 	e.t.Helper()
 	var pool *v1alpha1.ProxyPool
-	testenv.WaitFor(e.t, waitLong, fmt.Sprintf("pool %s: %s", name, what), func() (bool, error) {
+	waitFor(e.t, waitLong, fmt.Sprintf("pool %s: %s", name, what), func() (bool, error) {
 		pool = e.getPool(name)
 		kids := e.children(name)
 		if cond(pool, kids) {

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
 // What the pool tests do to children and read back: a bounds sampler, status and
@@ -100,7 +99,7 @@ func consistently(t testing.TB, what string, cond func() (bool, error)) {
 // patchChild changes a child's metadata (status false) or status (true) with mutate.
 func (e *poolEnv) patchChild(name string, status bool, mutate func(*v1alpha1.Proxy)) {
 	e.t.Helper()
-	testenv.WaitFor(e.t, waitLong, "patching child "+name, func() (bool, error) {
+	waitFor(e.t, waitLong, "patching child "+name, func() (bool, error) {
 		px := &v1alpha1.Proxy{}
 		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
 			return false, err
@@ -157,7 +156,7 @@ func (e *poolEnv) setFailed(name string) {
 func (e *poolEnv) waitSlice(name, what string, cond func(map[string]bool) bool) *discoveryv1.EndpointSlice {
 	e.t.Helper()
 	es := &discoveryv1.EndpointSlice{}
-	testenv.WaitFor(e.t, waitLong, "endpoint slice "+name+": "+what, func() (bool, error) {
+	waitFor(e.t, waitLong, "endpoint slice "+name+": "+what, func() (bool, error) {
 		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, es); err != nil {
 			return false, err
 		}

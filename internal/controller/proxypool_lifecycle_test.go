@@ -114,7 +114,7 @@ func testPoolScale(t *testing.T, env *testenv.Env) {
 	if !slices.Contains(left, first[1]) {
 		t.Errorf("left %v: the older child %s went before newer ones (order Newest)", left, first[1])
 	}
-	testenv.WaitFor(t, waitLong, "2 instances left", func() (bool, error) {
+	waitFor(t, waitLong, "2 instances left", func() (bool, error) {
 		n := len(e.fake.Instances())
 		return n == 2, fmt.Errorf("%d instances", n)
 	})
@@ -344,7 +344,7 @@ func testPoolDeletion(t *testing.T, env *testenv.Env) {
 	if err := e.c.Delete(e.ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, waitLong, "the pool gone", func() (bool, error) {
+	waitFor(t, waitLong, "the pool gone", func() (bool, error) {
 		err := e.c.Get(e.ctx, client.ObjectKeyFromObject(pool), &v1alpha1.ProxyPool{})
 		return apierrors.IsNotFound(err), err
 	})
@@ -357,7 +357,7 @@ func testPoolDeletion(t *testing.T, env *testenv.Env) {
 			t.Fatalf("deleting %s as the garbage collector would: %v", obj.GetName(), err)
 		}
 	}
-	testenv.WaitFor(t, waitLong, "no child and no instance left", func() (bool, error) {
+	waitFor(t, waitLong, "no child and no instance left", func() (bool, error) {
 		kids, inst := len(e.children("gone")), len(e.fake.Instances())
 		return kids == 0 && inst == 0, fmt.Errorf("%d children, %d instances", kids, inst)
 	})

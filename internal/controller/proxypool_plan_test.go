@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -187,9 +189,9 @@ func TestPlanPool(t *testing.T) {
 				order = v1alpha1.DeletionOrderOldest
 			}
 			p := planPool(tc.kids, tc.replicas, tc.surge, tc.unavail, order, "seed")
-			if p.create != tc.wantCreate || !slices.Equal(p.delete, tc.wantDelete) || p.stalled != tc.wantStalled {
-				t.Fatalf("create %d, delete %v, stalled %v; want %d, %v, %v", p.create, p.delete, p.stalled,
-					tc.wantCreate, tc.wantDelete, tc.wantStalled)
+			want := plan{create: tc.wantCreate, delete: tc.wantDelete, stalled: tc.wantStalled}
+			if diff := cmp.Diff(want, p, cmp.AllowUnexported(plan{}), cmpopts.EquateEmpty()); diff != "" {
+				t.Fatalf("plan (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -330,8 +332,8 @@ func TestPickSpreadRoundRobinByWeight(t *testing.T) {
 				counts[e]++
 			}
 		}
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("weights %v usable %v: %v, want %v", tc.weights, tc.usable, got, tc.want)
+		if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("weights %v usable %v: picks (-want +got):\n%s", tc.weights, tc.usable, diff)
 		}
 	}
 	// From an uneven start, new children go where the share is short.

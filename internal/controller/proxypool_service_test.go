@@ -92,7 +92,7 @@ func testPoolEndpointSlice(t *testing.T, env *testenv.Env) {
 	})
 
 	e.update("pub", func(p *v1alpha1.ProxyPool) { p.Spec.Service = nil })
-	testenv.WaitFor(t, waitLong, "service and slice removed", func() (bool, error) {
+	waitFor(t, waitLong, "service and slice removed", func() (bool, error) {
 		errSvc := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: "crawler-proxies"}, &corev1.Service{})
 		errES := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: "crawler-proxies-8888"}, &discoveryv1.EndpointSlice{})
 		return client.IgnoreNotFound(errSvc) == nil && errSvc != nil && client.IgnoreNotFound(errES) == nil && errES != nil,

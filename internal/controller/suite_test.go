@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // One real kube-apiserver and etcd for the whole package, with the CRDs from
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 
 // waitFor polls cond until it returns true, failing the test with what it was waiting
 // for (and cond's last error) after timeout.
-var waitFor = testenv.WaitFor
+var waitFor = testutil.WaitFor
 
 // testContext is a context cancelled at the end of the test.
 var testContext = testenv.Context

@@ -2,6 +2,8 @@ package discovery
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 func writeToken(t *testing.T, path, tok string) {
@@ -110,26 +114,20 @@ func TestTokenReload(t *testing.T) {
 		t.Fatal("old token refused before rotation")
 	}
 	writeToken(t, path, "new")
-	waitFor(t, "the rotated token to be accepted", func() bool { return status("new") == 200 })
+	testutil.WaitFor(t, waitLong, "the rotated token to be accepted", func() (bool, error) {
+		code := status("new")
+		return code == 200, fmt.Errorf("status %d", code)
+	})
 	if status("old") != 401 {
 		t.Error("old token still accepted after rotation")
 	}
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a failed re-read of the removed token file", func() bool { return reloadFailures.Load() > 0 })
+	testutil.WaitFor(t, waitLong, "a failed re-read of the removed token file", func() (bool, error) {
+		return reloadFailures.Load() > 0, errors.New("no failed re-read")
+	})
 	if status("new") != 200 {
 		t.Fatal("a vanished token file dropped the last good token")
-	}
-}
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after 30s waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

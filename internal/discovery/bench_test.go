@@ -16,6 +16,7 @@ import (
 	"time"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // BenchmarkDiscovery1000 serves 1,000 Proxies from a real informer cache and loads the
@@ -34,9 +35,12 @@ func BenchmarkDiscovery1000(b *testing.B) {
 	}
 	createProxies(b, ctx, ns, specs)
 	src := cacheSource(b, ctx, ns)
-	waitFor(b, "1,000 proxies in the cache", func() bool {
+	testutil.WaitFor(b, waitLong, "1,000 proxies in the cache", func() (bool, error) {
 		s, err := src.Snapshot(ctx)
-		return err == nil && s.Len() == 1000
+		if err != nil {
+			return false, err
+		}
+		return s.Len() == 1000, fmt.Errorf("%d proxies in the cache", s.Len())
 	})
 	api := serve(b, ctx, newTestServer(b, src, Options{}).Handler())
 

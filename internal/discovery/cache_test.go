@@ -12,6 +12,7 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 func newNamespace(t testing.TB, ctx context.Context) string {
@@ -88,7 +89,7 @@ func TestCacheSource(t *testing.T) {
 		_, body := get(t, h, "/v1/proxies"+q)
 		return names(decodeList(t, body))
 	}
-	waitFor(t, "the cache to show the four proxies", func() bool { return list("?healthy=any") == ns+"/a,"+ns+"/b,"+ns+"/d" })
+	testutil.WaitFor(t, waitLong, "the cache to show the four proxies", listed(list, "?healthy=any", ns+"/a,"+ns+"/b,"+ns+"/d"))
 	if got := list(""); got != ns+"/a" {
 		t.Errorf("healthy: %q, want only a", got)
 	}
@@ -121,9 +122,9 @@ func TestCacheSource(t *testing.T) {
 	if err := shared.Client(t).Status().Update(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the egress IP change to show", func() bool {
+	testutil.WaitFor(t, waitLong, "the egress IP change to show", func() (bool, error) {
 		_, body := get(t, h, "/v1/proxies")
-		return strings.Contains(body, "198.51.100.77")
+		return strings.Contains(body, "198.51.100.77"), fmt.Errorf("/v1/proxies: %s", body)
 	})
 
 	// Changes reach the API without a restart: b becomes healthy, a goes away.
@@ -138,7 +139,7 @@ func TestCacheSource(t *testing.T) {
 	if err := shared.Client(t).Delete(ctx, &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "a"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b to be listed and a to be gone", func() bool { return list("") == ns+"/b" })
+	testutil.WaitFor(t, waitLong, "b to be listed and a to be gone", listed(list, "", ns+"/b"))
 	_, text := get(t, h, "/v1/proxies?format=text")
 	if !strings.HasPrefix(text, "http://192.0.2.2:3128\n") {
 		t.Errorf("text: %q", text)
@@ -181,5 +182,13 @@ func TestSameEntry(t *testing.T) {
 		if got := sameEntry(base, changed); got != tc.same {
 			t.Errorf("%s: sameEntry = %v, want %v", name, got, tc.same)
 		}
+	}
+}
+
+// listed is a WaitFor condition: list(query) answers want.
+func listed(list func(string) string, query, want string) func() (bool, error) {
+	return func() (bool, error) {
+		got := list(query)
+		return got == want, fmt.Errorf("listed %q", got)
 	}
 }

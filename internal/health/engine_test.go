@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -262,13 +263,17 @@ func TestEngineShutdownIsNotAFailure(t *testing.T) {
 	e.proxyAt("s", v1alpha1.ProxyModeManaged, fp.Host, fp.Port, v1alpha1.PhaseReady)
 	failuresBefore := testutil.ToFloat64(probesTotal.WithLabelValues("failure", "fake-home"))
 	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	round := make(chan error, 1)
 	go func() {
-		for fp.Requests.Load() == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
-		cancel()
+		_, err := e.engine.Round(ctx)
+		round <- err
 	}()
-	if _, err := e.engine.Round(ctx); err == nil {
+	waitFor(t, waitLong, "the probe to reach the hanging proxy", func() (bool, error) {
+		return fp.Requests.Load() > 0, errors.New("no request at the proxy yet")
+	})
+	cancel()
+	if err := <-round; err == nil {
 		t.Error("a cancelled round reported no error")
 	}
 	if s := e.get("s").Status; s.ConsecutiveProbeFailures != 0 || s.LastProbeTime != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -49,8 +50,8 @@ func TestApplyNoFlapping(t *testing.T) {
 		if tr != nil {
 			got.event = tr.reason
 		}
-		if got != s.want {
-			t.Fatalf("step %d: got %+v, want %+v", i, got, s.want)
+		if diff := cmp.Diff(s.want, got, cmp.AllowUnexported(seen{})); diff != "" {
+			t.Fatalf("step %d (-want +got):\n%s", i, diff)
 		}
 		if !px.Status.LastProbeTime.Time.Equal(now) {
 			t.Errorf("step %d: lastProbeTime %v", i, px.Status.LastProbeTime)

@@ -9,6 +9,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // One kube-apiserver and etcd for the package, with the project's CRDs, started by the
@@ -24,5 +25,5 @@ func TestMain(m *testing.M) {
 
 var (
 	testContext = testenv.Context
-	waitFor     = testenv.WaitFor
+	waitFor     = testutil.WaitFor
 )

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"sigs.k8s.io/yaml"
 )
 
@@ -39,9 +41,8 @@ func problems(err error) []string {
 
 func equalMessages(t *testing.T, err error, want []string) {
 	t.Helper()
-	got := problems(err)
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("problems:\n  got:  %q\n  want: %q", got, want)
+	if diff := cmp.Diff(want, problems(err), cmpopts.EquateEmpty()); diff != "" {
+		t.Fatalf("problems (-want +got):\n%s", diff)
 	}
 }
 

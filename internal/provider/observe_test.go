@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-cmp/cmp"
 	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -176,8 +177,8 @@ func TestObserveSpanPerOperation(t *testing.T) {
 	for _, s := range exp.GetSpans() {
 		names = append(names, s.Name)
 	}
-	if strings.Join(names, ",") != "provider.create,provider.get,provider.list,provider.delete" {
-		t.Fatalf("spans %v, want one per operation and none for check", names)
+	if diff := cmp.Diff([]string{"provider.create", "provider.get", "provider.list", "provider.delete"}, names); diff != "" {
+		t.Fatalf("spans, want one per operation and none for check (-want +got):\n%s", diff)
 	}
 	l := spanNamed(t, exp.GetSpans(), "provider.list")
 	if n := attrs(l.Snapshot())[provider.AttrInstanceSeen].AsInt64(); n != int64(len(list)) || n != 1 {

@@ -2,42 +2,20 @@ package proxyconfig
 
 import (
 	"errors"
-	"flag"
 	"io"
 	"mime"
 	"mime/multipart"
 	"net/mail"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
-
-// compareGolden compares got with testdata/name, or rewrites the file under -update.
-func compareGolden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (run go test -update to create it): %v", err)
-	}
-	if string(want) != string(got) {
-		t.Fatalf("%s differs from the output (run go test -update if the change is intended)\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
 
 func sampleConfig() Config {
 	return Config{
@@ -59,7 +37,7 @@ func TestCloudConfigGolden(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		compareGolden(t, name, got)
+		testutil.Golden(t, name, got)
 	}
 }
 
@@ -142,7 +120,7 @@ func TestUserDataGolden(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", kind, err)
 		}
-		compareGolden(t, "user-data-"+kind+".golden", got)
+		testutil.Golden(t, "user-data-"+kind+".golden", got)
 		again, _ := UserData(sampleConfig(), user)
 		if string(again) != string(got) {
 			t.Errorf("%s: two renderings differ, so would the spec hash", kind)
@@ -195,8 +173,8 @@ func TestUserDataParts(t *testing.T) {
 			t.Fatal(err)
 		}
 		types, bodies := readParts(t, doc)
-		if strings.Join(types, ",") != strings.Join(want, ",") {
-			t.Errorf("%s: parts %v, want %v", kind, types, want)
+		if diff := cmp.Diff(want, types); diff != "" {
+			t.Errorf("%s: part types (-want +got):\n%s", kind, diff)
 			continue
 		}
 		if bodies[len(bodies)-1] != string(rendered) {

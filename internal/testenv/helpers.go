@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // Context is a context cancelled at the end of the test.
@@ -23,24 +25,9 @@ func Context(t testing.TB) context.Context {
 	return ctx
 }
 
-// WaitFor polls cond until it returns true, failing the test with what it was waiting
-// for (and cond's last error) after timeout.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		last = err
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s (last error: %v)", timeout, what, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+// WaitFor is testutil.WaitFor, the tests' one polling helper, under the name the
+// envtest tests have long used.
+var WaitFor = testutil.WaitFor
 
 var nsCounter atomic.Int64
 

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // durationEnv reads a duration in seconds from name, or returns def.
@@ -70,37 +71,30 @@ func (s *story) phaseLine() string {
 	return line
 }
 
-// waitFor polls cond every poll until it holds, logging the Proxy's phase every 30s. When
-// timeout passes it fails the test with what it waited for, the Proxy's status, the
-// manager's last log lines and the host's domains.
+// waitFor waits (testutil.WaitFor) for cond, polling every poll and logging the Proxy's
+// phase every 30s. When timeout passes it fails the test with what it waited for, cond's
+// last error and the Proxy's phase, the Proxy's status, the manager's last log lines and
+// the host's domains.
 func (s *story) waitFor(what string, timeout, poll time.Duration, cond func() (bool, error)) time.Duration {
 	s.t.Helper()
-	start := time.Now()
-	deadline := start.Add(timeout)
-	nextLog := start.Add(30 * time.Second)
-	var last error
-	for {
+	return testutil.WaitFor(s.t, timeout, what, func() (bool, error) {
 		ok, err := cond()
-		if ok {
-			return time.Since(start)
+		// The Proxy's phase is read only when a progress line or the failure shows it.
+		return ok, lazyState(func() string { return fmt.Sprintf("%s (last error: %v)", s.phaseLine(), err) })
+	}, testutil.Every(poll), testutil.LogEvery(30*time.Second), testutil.OnTimeout(func() string {
+		virshList, verr := s.host.virsh("list --all")
+		if verr != nil {
+			virshList += verr.Error()
 		}
-		last = err
-		now := time.Now()
-		if now.After(deadline) {
-			virshList, verr := s.host.virsh("list --all")
-			if verr != nil {
-				virshList += verr.Error()
-			}
-			s.t.Fatalf("gave up after %s waiting for %s (last error: %v)\n--- Proxy %s status:\n%s\n--- manager log (last 40 lines):\n%s\n--- virsh list --all:\n%s",
-				timeout, what, last, s.key, s.describe(), s.mgr.tail(40), virshList)
-		}
-		if now.After(nextLog) {
-			s.t.Logf("still waiting (%s) for %s: %s", now.Sub(start).Round(time.Second), what, s.phaseLine())
-			nextLog = now.Add(30 * time.Second)
-		}
-		time.Sleep(poll)
-	}
+		return fmt.Sprintf("--- Proxy %s status:\n%s\n--- manager log (last 40 lines):\n%s\n--- virsh list --all:\n%s",
+			s.key, s.describe(), s.mgr.tail(40), virshList)
+	}))
 }
+
+// lazyState is a state for testutil.WaitFor that is worked out only when it is shown.
+type lazyState func() string
+
+func (f lazyState) Error() string { return f() }
 
 // waitProxy waits until the Proxy satisfies ok and returns it.
 func (s *story) waitProxy(what string, timeout time.Duration, ok func(*v1alpha1.Proxy) bool) *v1alpha1.Proxy {

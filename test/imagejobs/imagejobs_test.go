@@ -5,6 +5,7 @@ package imagejobs
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -31,6 +32,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/sshtest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // TEST_LOG=1 shows the controllers' log lines.
@@ -196,7 +198,10 @@ func TestImageDownloadHoldsNoWorker(t *testing.T) {
 	}
 	// The Proxy to delete on B, Running before the measured part starts.
 	newProxy("b-delete", "host-b")
-	testenv.WaitFor(t, time.Minute, "b-delete to run", func() (bool, error) { return phase("b-delete") == v1alpha1.PhaseRunning, nil })
+	testutil.WaitFor(t, time.Minute, "b-delete to run", func() (bool, error) {
+		ph := phase("b-delete")
+		return ph == v1alpha1.PhaseRunning, fmt.Errorf("phase %q", ph)
+	})
 
 	img.paced.Store(true)
 	start := time.Now()
@@ -211,9 +216,9 @@ func TestImageDownloadHoldsNoWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	var bRunning, deleted time.Duration
-	testenv.WaitFor(t, 2*time.Minute, "B's Proxies to run and the delete to finish", func() (bool, error) {
+	testutil.WaitFor(t, 2*time.Minute, "B's Proxies to run and the delete to finish", func() (bool, error) {
+		n := 0
 		if bRunning == 0 {
-			n := 0
 			for i := range 5 {
 				if phase("b-"+strconv.Itoa(i)) == v1alpha1.PhaseRunning {
 					n++
@@ -229,7 +234,7 @@ func TestImageDownloadHoldsNoWorker(t *testing.T) {
 				deleted = time.Since(start)
 			}
 		}
-		return bRunning > 0 && deleted > 0, nil
+		return bRunning > 0 && deleted > 0, fmt.Errorf("%d of B's 5 Proxies Running (or all, after %s), deleted after %s", n, bRunning, deleted)
 	})
 	bDone := time.Now()
 	if _, end := img.window(); !end.IsZero() && end.Before(bDone) {
@@ -243,10 +248,10 @@ func TestImageDownloadHoldsNoWorker(t *testing.T) {
 	if px.Status.Phase != v1alpha1.PhaseProvisioning {
 		t.Fatalf("a-0 is %s while its image downloads, want Provisioning", px.Status.Phase)
 	}
-	testenv.WaitFor(t, 2*time.Minute, "A's Proxies to run", func() (bool, error) {
+	testutil.WaitFor(t, 2*time.Minute, "A's Proxies to run", func() (bool, error) {
 		for i := range 10 {
-			if phase("a-"+strconv.Itoa(i)) != v1alpha1.PhaseRunning {
-				return false, nil
+			if ph := phase("a-" + strconv.Itoa(i)); ph != v1alpha1.PhaseRunning {
+				return false, fmt.Errorf("a-%d is %q", i, ph)
 			}
 		}
 		return true, nil

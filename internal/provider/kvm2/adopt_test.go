@@ -10,8 +10,8 @@ import (
 )
 
 func TestCreateIsIdempotentAndAdoptsOwnDomain(t *testing.T) {
-	env := newProviderEnv(t)
-	f := env.fake()
+	env := newTestEnv(t)
+	f := env.fake
 	req := testRequest("proxy-eeeeeeeeeeeeeeee")
 	first, err := env.p.Create(t.Context(), req)
 	if err != nil {
@@ -78,8 +78,8 @@ func TestCreateAdoptionGuard(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			env := newProviderEnv(t)
-			defineForeign(t, env.fake(), name, c.meta(t), true)
+			env := newTestEnv(t)
+			defineForeign(t, env.fake, name, c.meta(t), true)
 			inst, err := env.p.Create(t.Context(), testRequest(name))
 			if c.want == "" {
 				if err != nil || inst.UID != "uid-"+name {
@@ -90,7 +90,7 @@ func TestCreateAdoptionGuard(t *testing.T) {
 			if provider.Class(err) != c.class || !strings.HasPrefix(err.Error(), c.want) {
 				t.Fatalf("got %v (class %s), want %s %q", err, provider.ClassName(err), provider.ClassName(c.class), c.want)
 			}
-			if n := env.fake().Calls("DomainCreate") + env.fake().Calls("DomainDestroyFlags") + env.fake().Calls("StorageVolCreateXML"); n != 0 {
+			if n := env.fake.Calls("DomainCreate") + env.fake.Calls("DomainDestroyFlags") + env.fake.Calls("StorageVolCreateXML"); n != 0 {
 				t.Fatalf("a refused domain was touched (%d calls)", n)
 			}
 		})
@@ -100,12 +100,12 @@ func TestCreateAdoptionGuard(t *testing.T) {
 // A domain libvirt is still starting (paused, reason starting up) is what a Create cut off
 // during DomainCreate leaves: the retry waits for it instead of failing the Proxy.
 func TestCreateWaitsForDomainStartingUp(t *testing.T) {
-	env := newProviderEnv(t)
+	env := newTestEnv(t)
 	req := testRequest("proxy-1111111111111111")
 	if _, err := env.p.Create(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.fake().SetDomainStateReason(req.Name, libvirt.DomainPaused, int32(libvirt.DomainPausedStartingUp)); err != nil {
+	if err := env.fake.SetDomainStateReason(req.Name, libvirt.DomainPaused, int32(libvirt.DomainPausedStartingUp)); err != nil {
 		t.Fatal(err)
 	}
 	_, err := env.p.Create(t.Context(), req)
@@ -113,7 +113,7 @@ func TestCreateWaitsForDomainStartingUp(t *testing.T) {
 	if provider.Class(err) != provider.ErrTransient || err.Error() != want {
 		t.Fatalf("got %v (%s), want transient %q", err, provider.ClassName(err), want)
 	}
-	if s := stateOf(env.fake(), req.Name); s != libvirt.DomainPaused {
+	if s := stateOf(env.fake, req.Name); s != libvirt.DomainPaused {
 		t.Fatalf("the operator changed the starting domain's state to %v", s)
 	}
 }
@@ -121,12 +121,12 @@ func TestCreateWaitsForDomainStartingUp(t *testing.T) {
 func TestCreateRefusesPausedDomain(t *testing.T) {
 	for _, st := range []libvirt.DomainState{libvirt.DomainPaused, libvirt.DomainPmsuspended} {
 		t.Run(st.String(), func(t *testing.T) {
-			env := newProviderEnv(t)
+			env := newTestEnv(t)
 			req := testRequest("proxy-1111111111111111")
 			if _, err := env.p.Create(t.Context(), req); err != nil {
 				t.Fatal(err)
 			}
-			if err := env.fake().SetDomainState(req.Name, st); err != nil {
+			if err := env.fake.SetDomainState(req.Name, st); err != nil {
 				t.Fatal(err)
 			}
 			_, err := env.p.Create(t.Context(), req)
@@ -135,7 +135,7 @@ func TestCreateRefusesPausedDomain(t *testing.T) {
 			if provider.Class(err) != provider.ErrPermanent || err.Error() != want {
 				t.Fatalf("got %v, want permanent %q", err, want)
 			}
-			if s := stateOf(env.fake(), req.Name); s != st {
+			if s := stateOf(env.fake, req.Name); s != st {
 				t.Fatalf("the operator changed the paused domain's state to %v", s)
 			}
 		})

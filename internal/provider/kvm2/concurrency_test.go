@@ -2,19 +2,21 @@ package kvm2
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/digitalocean/go-libvirt"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // A cancelled call kills the pooled connection under it: every other call in flight on
 // that connection fails once with ErrTransient, and its retry succeeds on a new
 // connection. Connections of their own (uploads, checks) are not affected.
 func TestCancelledCallDropsOnlyThePooledConnection(t *testing.T) {
-	e := newSSHEnv(t, 0)
+	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(0))
 	ctx := context.Background()
 	fresh, closeFresh, err := e.hs.dialFresh(ctx, e.host)
 	if err != nil {
@@ -40,7 +42,9 @@ func TestCancelledCallDropsOnlyThePooledConnection(t *testing.T) {
 		})
 	}
 	<-refresh.Entered()
-	eventually(t, "both bystanders in flight", func() bool { return list.Waiting() == 2 })
+	testutil.WaitFor(t, waitLong, "both bystanders in flight", func() (bool, error) {
+		return list.Waiting() == 2, fmt.Errorf("%d calls held", list.Waiting())
+	})
 
 	cancel()
 	wantClass(t, <-cancelled, provider.ErrTransient, context.Canceled)
@@ -62,7 +66,7 @@ func TestCancelledCallDropsOnlyThePooledConnection(t *testing.T) {
 	if _, err := fresh.ConnectGetHostname(); err != nil {
 		t.Fatalf("the dedicated connection was hit too: %v", err)
 	}
-	if n := e.srv.Stats().SSHConns; n != 3 {
+	if n := e.ssh.Stats().SSHConns; n != 3 {
 		t.Fatalf("%d SSH connections, want 3: dedicated, pooled, one redial shared by both retries", n)
 	}
 }

@@ -11,17 +11,23 @@ import (
 // TestContract runs the suite every provider passes, against kvm2 over in-memory libvirt.
 func TestContract(t *testing.T) {
 	providertest.RunContract(t, func(t *testing.T) providertest.ContractEnv {
-		env := newProviderEnv(t)
-		return providertest.ContractEnv{
-			Provider: env.p,
-			Request: provider.CreateRequest{
-				Placement: provider.Placement{MachineType: "small", Image: "debian-13"},
-				CloudInit: []byte(testUserData), Port: 3128,
-			},
-			MissingID:   providerID(fakeHost, "proxy-0000000000000000"),
-			MalformedID: "domains/proxy-0000000000000000",
-			Targets:     []string{fakeHost},
-			Timeout:     30 * time.Second,
-		}
+		env := newTestEnv(t)
+		return env.contract()
 	})
+}
+
+// contract is the contract suite's view of the env: its provider, a request for the
+// catalogue's debian-13 on machine type small, and the first host as the one target.
+func (e *testEnv) contract() providertest.ContractEnv {
+	return providertest.ContractEnv{
+		Provider: e.p,
+		Request: provider.CreateRequest{
+			Placement: provider.Placement{MachineType: "small", Image: "debian-13"},
+			CloudInit: []byte(testUserData), Port: 3128,
+		},
+		MissingID:   providerID(e.host, "proxy-0000000000000000"),
+		MalformedID: "domains/proxy-0000000000000000",
+		Targets:     []string{e.host},
+		Timeout:     30 * time.Second,
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/kdomanski/iso9660"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -17,16 +19,16 @@ import (
 )
 
 func TestCreateDefinesAndStartsDomain(t *testing.T) {
-	env := newProviderEnv(t)
-	f := env.fake()
+	env := newTestEnv(t)
+	f := env.fake
 	req := testRequest("proxy-aaaaaaaaaaaaaaaa")
 	inst, err := env.p.Create(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := provider.Instance{ProviderID: "hosts/h1/domains/proxy-aaaaaaaaaaaaaaaa", Name: req.Name, UID: req.UID, State: provider.StateRunning}
-	if inst.ProviderID != want.ProviderID || inst.Name != want.Name || inst.UID != want.UID || inst.State != want.State || inst.CreatedAt.IsZero() {
-		t.Fatalf("instance %+v, want %+v with a creation time", inst, want)
+	if diff := cmp.Diff(want, inst, cmpopts.IgnoreFields(provider.Instance{}, "IP", "CreatedAt")); diff != "" || inst.CreatedAt.IsZero() {
+		t.Fatalf("instance (-want +got):\n%s\ncreatedAt %v, want a creation time", diff, inst.CreatedAt)
 	}
 	dom, ok := f.Domain(req.Name)
 	if !ok || dom.State != libvirt.DomainRunning || !dom.Persistent || !dom.UEFI {
@@ -86,19 +88,19 @@ func readISOFile(t *testing.T, iso []byte, name string) string {
 }
 
 func TestCreateBIOSImageAndQemuDomainType(t *testing.T) {
-	env := newProviderEnv(t)
+	env := newTestEnv(t)
 	env.p.cfg.Hosts[0].DomainType = "qemu"
-	putBase(t, env.fake(), "legacy", "raw")
+	putBase(t, env.fake, "legacy", "raw")
 	req := testRequest("proxy-bbbbbbbbbbbbbbbb")
 	req.Placement.Image = "legacy"
 	if _, err := env.p.Create(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
-	dom, _ := env.fake().Domain(req.Name)
+	dom, _ := env.fake.Domain(req.Name)
 	if dom.UEFI || !strings.Contains(dom.XML, `<domain type="qemu">`) || !strings.Contains(dom.XML, `<cpu mode="maximum">`) {
 		t.Fatalf("bios/qemu domain:\n%s", dom.XML)
 	}
-	overlay, _ := env.fake().Volume(libvirtfake.DefaultPool, req.Name+".qcow2")
+	overlay, _ := env.fake.Volume(libvirtfake.DefaultPool, req.Name+".qcow2")
 	if overlay.BackingFormat != "raw" || !strings.HasSuffix(overlay.BackingStore, "/base-legacy.raw") {
 		t.Fatalf("overlay over a raw base: %+v", overlay)
 	}
@@ -124,7 +126,7 @@ func TestCreatePlacementErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			env := newProviderEnv(t, c.hosts...)
+			env := newTestEnv(t, withHosts(c.hosts...))
 			req := testRequest("proxy-cccccccccccccccc")
 			req.Placement = c.placement
 			_, err := env.p.Create(t.Context(), req)
@@ -139,7 +141,7 @@ func TestCreatePlacementErrors(t *testing.T) {
 }
 
 func TestCreatePicksHostByZone(t *testing.T) {
-	env := newProviderEnv(t, "h1", "h2")
+	env := newTestEnv(t, withHosts("h1", "h2"))
 	req := testRequest("proxy-dddddddddddddddd")
 	req.Placement.Zone = "h2"
 	inst, err := env.p.Create(t.Context(), req)
@@ -162,16 +164,16 @@ func TestCreatePicksHostByZone(t *testing.T) {
 func TestCreateFailsAtOnceWhenStartDoesNotRun(t *testing.T) {
 	for _, st := range []libvirt.DomainState{libvirt.DomainShutoff, libvirt.DomainCrashed, libvirt.DomainPaused} {
 		t.Run(st.String(), func(t *testing.T) {
-			env := newProviderEnv(t)
+			env := newTestEnv(t)
 			env.p.runningWait = time.Hour // a wait would hang the test
 			req := testRequest("proxy-2222222222222222")
-			env.fake().SetStateAfterCreate(req.Name, st)
+			env.fake.SetStateAfterCreate(req.Name, st)
 			_, err := env.p.Create(t.Context(), req)
 			want := "domain proxy-2222222222222222 on host h1 is " + st.String() + " right after its start"
 			if provider.Class(err) != provider.ErrTransient || err.Error() != want {
 				t.Fatalf("got %v (class %s), want transient %q", err, provider.ClassName(err), want)
 			}
-			if n := env.fake().Calls("DomainGetState"); n != 1 {
+			if n := env.fake.Calls("DomainGetState"); n != 1 {
 				t.Fatalf("%d state polls, want 1", n)
 			}
 		})
@@ -186,28 +188,28 @@ func (s stuckState) DomainGetState(libvirt.Domain, uint32) (int32, int32, error)
 }
 
 func TestCreateWaitForRunningExpires(t *testing.T) {
-	env := newProviderEnv(t)
+	env := newTestEnv(t)
 	env.p.runningWait = 50 * time.Millisecond
 	env.p.hosts.dial = func(ctx context.Context, h provider.KVMHost) (*conn, error) {
-		return newConn(h.Name, stuckState{env.fake()}, nil), nil
+		return newConn(h.Name, stuckState{env.fake}, nil), nil
 	}
 	_, err := env.p.Create(t.Context(), testRequest("proxy-3333333333333333"))
 	if provider.Class(err) != provider.ErrTransient || !strings.Contains(err.Error(), "is still DomainNostate 50ms after its start") {
 		t.Fatalf("got %v (class %s)", err, provider.ClassName(err))
 	}
-	if n := env.fake().Calls("DomainCreate"); n != 1 {
+	if n := env.fake.Calls("DomainCreate"); n != 1 {
 		t.Fatalf("DomainCreate called %d times", n)
 	}
 }
 
 func TestCreateWaitEndsWithContext(t *testing.T) {
-	env := newProviderEnv(t)
+	env := newTestEnv(t)
 	env.p.runningWait = time.Hour
 	env.p.hosts.dial = func(ctx context.Context, h provider.KVMHost) (*conn, error) {
-		return newConn(h.Name, stuckState{env.fake()}, nil), nil
+		return newConn(h.Name, stuckState{env.fake}, nil), nil
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	gate := env.fake().BlockReturn("DomainCreate")
+	gate := env.fake.BlockReturn("DomainCreate")
 	go func() { <-gate.Entered(); cancel(); gate.Release() }()
 	_, err := env.p.Create(ctx, testRequest("proxy-4444444444444444"))
 	wantClass(t, err, provider.ErrTransient, context.Canceled)
@@ -226,8 +228,8 @@ func TestCreateNotFoundIsTransient(t *testing.T) {
 		{"DomainGetState", libvirt.ErrNoDomain},
 	} {
 		t.Run(c.method, func(t *testing.T) {
-			env := newProviderEnv(t)
-			env.fake().FailNext(c.method, libvirtfake.Errorf(c.code, "gone"))
+			env := newTestEnv(t)
+			env.fake.FailNext(c.method, libvirtfake.Errorf(c.code, "gone"))
 			_, err := env.p.Create(t.Context(), testRequest("proxy-5555555555555555"))
 			if provider.Class(err) != provider.ErrTransient || errors.Is(err, provider.ErrNotFound) {
 				t.Fatalf("got %v (class %s), want transient only", err, provider.ClassName(err))
@@ -255,8 +257,8 @@ func TestCreateLibvirtErrorClasses(t *testing.T) {
 		{"DomainCreate", libvirt.ErrInternalError, provider.ErrTransient},
 	} {
 		t.Run(c.method+"-"+c.code.String(), func(t *testing.T) {
-			env := newProviderEnv(t)
-			env.fake().FailNext(c.method, libvirtfake.Errorf(c.code, "injected"))
+			env := newTestEnv(t)
+			env.fake.FailNext(c.method, libvirtfake.Errorf(c.code, "injected"))
 			_, err := env.p.Create(t.Context(), testRequest("proxy-6666666666666666"))
 			if provider.Class(err) != c.class {
 				t.Fatalf("got %v (class %s), want %s", err, provider.ClassName(err), provider.ClassName(c.class))
@@ -273,8 +275,8 @@ func TestCreateLibvirtErrorClasses(t *testing.T) {
 // truncated, and the overlay may sit on another base image or hold an older boot (a
 // Delete that removed the definition but not the volumes leaves the same).
 func TestCreateRetryRebuildsSeedAndOverlay(t *testing.T) {
-	env := newProviderEnv(t)
-	f := env.fake()
+	env := newTestEnv(t)
+	f := env.fake
 	req := testRequest("proxy-8888888888888888")
 	f.FailNext("DomainDefineXMLFlags", libvirtfake.Errorf(libvirt.ErrInternalError, "cut off"))
 	if _, err := env.p.Create(t.Context(), req); provider.Class(err) != provider.ErrTransient {
@@ -312,9 +314,9 @@ func TestCreateRetryRebuildsSeedAndOverlay(t *testing.T) {
 // TestCreateAndDeleteShareTheNameLock: a Delete waits while a Create of the same name is
 // between its steps, and gives up when its context ends first.
 func TestCreateAndDeleteShareTheNameLock(t *testing.T) {
-	env := newProviderEnv(t)
+	env := newTestEnv(t)
 	req := testRequest("proxy-9999999999999999")
-	gate := env.fake().Block("DomainDefineXMLFlags")
+	gate := env.fake.Block("DomainDefineXMLFlags")
 	done := make(chan error, 1)
 	go func() { _, err := env.p.Create(t.Context(), req); done <- err }()
 	<-gate.Entered()
@@ -337,7 +339,7 @@ func TestCreateAndDeleteShareTheNameLock(t *testing.T) {
 	if err := env.p.Delete(t.Context(), providerID(fakeHost, req.Name)); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := env.fake().Domain(req.Name); ok {
+	if _, ok := env.fake.Domain(req.Name); ok {
 		t.Fatal("domain survived the delete")
 	}
 }
@@ -345,7 +347,7 @@ func TestCreateAndDeleteShareTheNameLock(t *testing.T) {
 // TestCreateLogLines: the steps of a fresh Create at V(1), the resolved parameters and
 // the xml at V(2), and never the cloud-init content.
 func TestCreateLogLines(t *testing.T) {
-	env := newProviderEnv(t)
+	env := newTestEnv(t)
 	req := testRequest("proxy-abababababababab")
 	if _, err := env.p.Create(t.Context(), req); err != nil {
 		t.Fatal(err)

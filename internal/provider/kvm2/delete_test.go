@@ -17,8 +17,8 @@ func volumes(f *libvirtfake.Fake) string {
 }
 
 func TestDeleteRemovesDomainNVRAMAndVolumes(t *testing.T) {
-	env := newProviderEnv(t)
-	f := env.fake()
+	env := newTestEnv(t)
+	f := env.fake
 	inst := createOne(t, env, "proxy-d1d1d1d1d1d1d1d1")
 	if d, _ := f.Domain(inst.Name); !d.NVRAM {
 		t.Fatal("a started UEFI domain should have NVRAM (the fake refuses undefine without the flag)")
@@ -43,21 +43,21 @@ func TestDeleteRemovesDomainNVRAMAndVolumes(t *testing.T) {
 }
 
 func TestDeleteShutOffDomain(t *testing.T) {
-	env := newProviderEnv(t)
+	env := newTestEnv(t)
 	inst := createOne(t, env, "proxy-d2d2d2d2d2d2d2d2")
-	must(0, env.fake().SetDomainState(inst.Name, libvirt.DomainShutoff))
+	must(0, env.fake.SetDomainState(inst.Name, libvirt.DomainShutoff))
 	if err := env.p.Delete(t.Context(), inst.ProviderID); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := env.fake().Domain(inst.Name); ok {
+	if _, ok := env.fake.Domain(inst.Name); ok {
 		t.Fatal("domain still defined")
 	}
 }
 
 // TestDeleteRemovesVolumesWithoutDomain: what a Create cut off before the define left.
 func TestDeleteRemovesVolumesWithoutDomain(t *testing.T) {
-	env := newProviderEnv(t)
-	f := env.fake()
+	env := newTestEnv(t)
+	f := env.fake
 	f.FailNext("DomainDefineXMLFlags", libvirtfake.Errorf(libvirt.ErrInternalError, "cut off"))
 	req := testRequest("proxy-d3d3d3d3d3d3d3d3")
 	if _, err := env.p.Create(t.Context(), req); err == nil {
@@ -75,8 +75,8 @@ func TestDeleteRemovesVolumesWithoutDomain(t *testing.T) {
 }
 
 func TestDeleteLeavesUnmarkedDomainAlone(t *testing.T) {
-	env := newProviderEnv(t)
-	f := env.fake()
+	env := newTestEnv(t)
+	f := env.fake
 	defineForeign(t, f, "proxy-d4d4d4d4d4d4d4d4", markFor(t, MetadataURI("kvm"), "uid-kvm"), true)
 	must(0, f.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: "proxy-d4d4d4d4d4d4d4d4.qcow2", Content: []byte("x")}))
 	if err := env.p.Delete(t.Context(), "hosts/h1/domains/proxy-d4d4d4d4d4d4d4d4"); err != nil {
@@ -94,7 +94,7 @@ func TestDeleteLeavesUnmarkedDomainAlone(t *testing.T) {
 // with a permanent error wrapping ErrLeftBehind (the Proxy may go, the VM may stay) that
 // names the host and gives the commands to clean up by hand, without dialling anything.
 func TestDeleteOfUnconfiguredHostIsLeftBehind(t *testing.T) {
-	env := newProviderEnv(t)
+	env := newTestEnv(t)
 	err := env.p.Delete(t.Context(), "hosts/retired/domains/proxy-d5d5d5d5d5d5d5d5")
 	wantClass(t, err, provider.ErrPermanent, provider.ErrLeftBehind)
 	want := "instance left behind: domain proxy-d5d5d5d5d5d5d5d5 is on host retired, which is not in kvm2.hosts, " +
@@ -133,9 +133,9 @@ func TestDeleteErrors(t *testing.T) {
 		{"StoragePoolLookupByName", libvirtfake.Errorf(libvirt.ErrNoStorageVol, "odd"), provider.ErrTransient},
 	} {
 		t.Run(c.method+"-"+c.err.Error(), func(t *testing.T) {
-			env := newProviderEnv(t)
+			env := newTestEnv(t)
 			inst := createOne(t, env, "proxy-d6d6d6d6d6d6d6d6")
-			env.fake().FailNext(c.method, c.err)
+			env.fake.FailNext(c.method, c.err)
 			err := env.p.Delete(t.Context(), inst.ProviderID)
 			if c.class == nil {
 				if err != nil {

@@ -3,52 +3,21 @@ package kvm2
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/sshtest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
-// sshEnv is a host reached the way production reaches one: a real SSH server (in
-// process) forwarding the libvirt socket to an in-memory libvirt speaking the wire
-// protocol, dialled by go-libvirt through x/crypto/ssh.
-type sshEnv struct {
-	fake *libvirtfake.Fake
-	srv  *sshtest.Env
-	hs   *hosts
-	logs *logSink
-	host string
-}
-
-func newSSHEnv(t testing.TB, verbosity int) *sshEnv {
-	t.Helper()
-	e := &sshEnv{fake: libvirtfake.New(), host: "hv-" + strings.ReplaceAll(t.Name(), "/", "-")}
-	e.srv = sshtest.NewEnv(t, e.fake.ServeConn)
-	var log logr.Logger
-	e.logs, log = newLogSink(verbosity)
-	cfg := provider.KVMConfig{
-		SSHKeyFile: e.srv.KeyFile, KnownHostsFile: e.srv.KnownHostsFile,
-		Hosts: []provider.KVMHost{{Name: e.host, Address: e.srv.Addr, User: e.srv.User, Socket: e.srv.Socket, Bridge: "br0"}},
-	}.WithDefaults()
-	hs, err := newHosts("ssh-test", cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs.budgets = testBudgets
-	e.hs = hs
-	t.Cleanup(func() { hs.close() })
-	return e
-}
-
 // dialErr dials once and returns the failure, which must carry a dialError.
-func (e *sshEnv) dialErr(t *testing.T, ctx context.Context) (*dialError, error) {
+func (e *testEnv) dialErr(t *testing.T, ctx context.Context) (*dialError, error) {
 	t.Helper()
 	_, closeFn, err := e.hs.dialFresh(ctx, e.host)
 	if err == nil {
@@ -64,7 +33,7 @@ func (e *sshEnv) dialErr(t *testing.T, ctx context.Context) (*dialError, error) 
 
 func TestDialOverSSH(t *testing.T) {
 	start := time.Now() // the span recorder is shared: earlier runs' dial spans are older
-	e := newSSHEnv(t, 1)
+	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(1))
 	b, err := e.hs.pooled(context.Background(), e.host)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +46,7 @@ func TestDialOverSSH(t *testing.T) {
 	if len(lines) != 1 {
 		t.Fatalf("want one connected line, got %q", e.logs.all())
 	}
-	for _, want := range []string{`"address":"` + e.srv.Addr, `"user":"` + e.srv.User, `"duration"`, `"host":"` + e.host} {
+	for _, want := range []string{`"address":"` + e.ssh.Addr, `"user":"` + e.ssh.User, `"duration"`, `"host":"` + e.host} {
 		if !strings.Contains(lines[0], want) {
 			t.Errorf("line %s lacks %s", lines[0], want)
 		}
@@ -88,10 +57,10 @@ func TestDialOverSSH(t *testing.T) {
 			continue
 		}
 		found = true
-		if v, _ := attr(s, "kvm2.address"); v.AsString() != e.srv.Addr {
+		if v, _ := attr(s, "kvm2.address"); v.AsString() != e.ssh.Addr {
 			t.Errorf("kvm2.address = %q", v.AsString())
 		}
-		if v, _ := attr(s, "kvm2.user"); v.AsString() != e.srv.User {
+		if v, _ := attr(s, "kvm2.user"); v.AsString() != e.ssh.User {
 			t.Errorf("kvm2.user = %q", v.AsString())
 		}
 	}
@@ -103,32 +72,32 @@ func TestDialOverSSH(t *testing.T) {
 func TestDialFailureStages(t *testing.T) {
 	tests := []struct {
 		name    string
-		arrange func(t *testing.T, e *sshEnv)
+		arrange func(t *testing.T, e *testEnv)
 		stage   string
 		class   error
 	}{
-		{"key file missing", func(t *testing.T, e *sshEnv) { os.Remove(e.srv.KeyFile) }, stageCredentials, provider.ErrTransient},
-		{"key file is the public key", func(t *testing.T, e *sshEnv) {
-			writeFile(t, e.srv.KeyFile, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ8= op@laptop\n"))
+		{"key file missing", func(t *testing.T, e *testEnv) { os.Remove(e.ssh.KeyFile) }, stageCredentials, provider.ErrTransient},
+		{"key file is the public key", func(t *testing.T, e *testEnv) {
+			writeFile(t, e.ssh.KeyFile, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ8= op@laptop\n"))
 		}, stageCredentials, provider.ErrPermanent},
-		{"nothing listening", func(t *testing.T, e *sshEnv) { e.hs.cfg.Hosts[0].Address = closedPort(t) }, stageTCP, provider.ErrTransient},
-		{"key not authorized", func(t *testing.T, e *sshEnv) { e.srv.Revoke(e.srv.Signer().PublicKey()) }, stageSSH, provider.ErrPermanent},
-		{"host key changed", func(t *testing.T, e *sshEnv) { must(e.srv.RotateHostKey()) }, stageSSH, provider.ErrPermanent},
-		{"host not in known_hosts", func(t *testing.T, e *sshEnv) {
-			if err := sshtest.WriteKnownHosts(e.srv.KnownHostsFile, "elsewhere:22", e.srv.HostKey()); err != nil {
+		{"nothing listening", func(t *testing.T, e *testEnv) { e.hs.cfg.Hosts[0].Address = closedPort(t) }, stageTCP, provider.ErrTransient},
+		{"key not authorized", func(t *testing.T, e *testEnv) { e.ssh.Revoke(e.ssh.Signer().PublicKey()) }, stageSSH, provider.ErrPermanent},
+		{"host key changed", func(t *testing.T, e *testEnv) { must(e.ssh.RotateHostKey()) }, stageSSH, provider.ErrPermanent},
+		{"host not in known_hosts", func(t *testing.T, e *testEnv) {
+			if err := sshtest.WriteKnownHosts(e.ssh.KnownHostsFile, "elsewhere:22", e.ssh.HostKey()); err != nil {
 				t.Fatal(err)
 			}
 		}, stageSSH, provider.ErrPermanent},
-		{"forwarding refused", func(t *testing.T, e *sshEnv) { e.srv.RefuseForwarding(true) }, stageSocket, provider.ErrTransient},
-		{"no libvirt socket", func(t *testing.T, e *sshEnv) { e.hs.cfg.Hosts[0].Socket = "/run/nothing-here" }, stageSocket, provider.ErrTransient},
-		{"handshake stalls past the dial budget", func(t *testing.T, e *sshEnv) {
-			e.srv.StallHandshakes(true)
+		{"forwarding refused", func(t *testing.T, e *testEnv) { e.ssh.RefuseForwarding(true) }, stageSocket, provider.ErrTransient},
+		{"no libvirt socket", func(t *testing.T, e *testEnv) { e.hs.cfg.Hosts[0].Socket = "/run/nothing-here" }, stageSocket, provider.ErrTransient},
+		{"handshake stalls past the dial budget", func(t *testing.T, e *testEnv) {
+			e.ssh.StallHandshakes(true)
 			e.hs.budgets.dial = 100 * time.Millisecond
 		}, stageSSH, provider.ErrTransient},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newSSHEnv(t, 1)
+			e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(1))
 			tt.arrange(t, e)
 			de, err := e.dialErr(t, context.Background())
 			if de.stage != tt.stage {
@@ -164,18 +133,18 @@ func closedPort(t *testing.T) string {
 }
 
 func TestCredentialRotationWithoutRestart(t *testing.T) {
-	e := newSSHEnv(t, 0)
+	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(0))
 	ctx := context.Background()
 	if _, err := must(e.hs.pooled(ctx, e.host)).ConnectGetHostname(); err != nil {
 		t.Fatal(err)
 	}
 	// The operator's key is rotated (to a PEM key, to cover both formats) on the host
 	// and in the Secret, and the host is reinstalled with a new host key.
-	if err := e.srv.RotateClientKey(sshtest.PEM); err != nil {
+	if err := e.ssh.RotateClientKey(sshtest.PEM); err != nil {
 		t.Fatal(err)
 	}
-	must(e.srv.RotateHostKey())
-	if err := e.srv.RewriteKnownHosts(); err != nil {
+	must(e.ssh.RotateHostKey())
+	if err := e.ssh.RewriteKnownHosts(); err != nil {
 		t.Fatal(err)
 	}
 	// A fresh connection picks the new files up at once.
@@ -186,39 +155,49 @@ func TestCredentialRotationWithoutRestart(t *testing.T) {
 	must(b.ConnectGetHostname())
 	closeFn()
 	// The pooled connection stays up until it drops; its replacement uses the new key.
-	e.srv.KillConnections()
-	eventually(t, "the pooled connection to be noticed dead", func() bool { return !e.pooledConn().alive() })
+	e.ssh.KillConnections()
+	testutil.WaitFor(t, waitLong, "the pooled connection to be noticed dead", func() (bool, error) {
+		return !e.pooledConn().alive(), errors.New("the pooled connection is alive")
+	})
 	if _, err := must(e.hs.pooled(ctx, e.host)).ConnectGetHostname(); err != nil {
 		t.Fatalf("redial after rotation: %v", err)
 	}
-	if st := e.srv.Stats(); st.SSHConns != 3 {
+	if st := e.ssh.Stats(); st.SSHConns != 3 {
 		t.Errorf("%d SSH connections, want 3 (first pooled, fresh, redialled pooled)", st.SSHConns)
 	}
 }
 
+// connDead is a WaitFor condition: c has been marked dead.
+func connDead(c *conn) func() (bool, error) {
+	return func() (bool, error) { return !c.alive(), errors.New("the connection is alive") }
+}
+
 // pooledConn is the host's current pooled connection (nil when there is none).
-func (e *sshEnv) pooledConn() *conn {
+func (e *testEnv) pooledConn() *conn {
 	e.hs.mu.Lock()
 	defer e.hs.mu.Unlock()
 	return e.hs.slots[e.host].conn
 }
 
 func TestKeepaliveOverSSH(t *testing.T) {
-	e := newSSHEnv(t, 1)
+	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(1))
 	e.hs.budgets.keepaliveInterval = 10 * time.Millisecond
 	e.hs.budgets.keepaliveTimeout = 200 * time.Millisecond
 	must(e.hs.pooled(context.Background(), e.host))
 	c := e.pooledConn()
-	eventually(t, "three keepalives answered", func() bool { return e.srv.Stats().Keepalives >= 3 })
+	testutil.WaitFor(t, waitLong, "three keepalives answered", func() (bool, error) {
+		n := e.ssh.Stats().Keepalives
+		return n >= 3, fmt.Errorf("%d keepalives answered", n)
+	})
 	if !c.alive() {
 		t.Fatal("answered keepalives killed the connection")
 	}
-	e.srv.AnswerKeepalives(false)
-	eventually(t, "the unanswered keepalive to kill the connection", func() bool { return !c.alive() })
+	e.ssh.AnswerKeepalives(false)
+	testutil.WaitFor(t, waitLong, "the unanswered keepalive to kill the connection", connDead(c))
 	if len(e.logs.find(`"msg":"libvirt host keepalive failed"`)) != 1 {
 		t.Errorf("no keepalive failed line: %q", e.logs.all())
 	}
-	e.srv.AnswerKeepalives(true)
+	e.ssh.AnswerKeepalives(true)
 	if _, err := must(e.hs.pooled(context.Background(), e.host)).ConnectGetHostname(); err != nil {
 		t.Fatalf("after the redial: %v", err)
 	}
@@ -228,11 +207,11 @@ func TestKeepaliveOverSSH(t *testing.T) {
 }
 
 func TestLibvirtDisconnectMarksDead(t *testing.T) {
-	e := newSSHEnv(t, 0)
+	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(0))
 	must(e.hs.pooled(context.Background(), e.host))
 	c := e.pooledConn()
 	e.fake.KillConnections() // libvirtd goes away; the SSH session stays up
-	eventually(t, "go-libvirt's disconnect to mark the connection dead", func() bool { return !c.alive() })
+	testutil.WaitFor(t, waitLong, "go-libvirt's disconnect to mark the connection dead", connDead(c))
 	if _, err := must(e.hs.pooled(context.Background(), e.host)).ConnectGetHostname(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // testNet stands in for DNS and for routing below the fence: names resolve through a map,
@@ -64,17 +65,17 @@ const (
 	mirrorAddr = "192.0.2.10"
 )
 
-// fenceEnv is an imgEnv whose provider fetches over a testNet, with the fence setting
-// prefixes (nil: absent).
+// fenceEnv is a testEnv with an image server whose provider fetches over a testNet, with
+// the fence setting prefixes (nil: absent).
 type fenceEnv struct {
-	*imgEnv
+	*testEnv
 	net  *testNet
 	port string // the image server's port; the mirror's URLs use it too
 }
 
 func newFenceEnv(t *testing.T, prefixes *[]string) *fenceEnv {
 	t.Helper()
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	e.p.cfg.AllowedImageURLPrefixes = prefixes
 	_, port, err := net.SplitHostPort(e.srv.Listener.Addr().String())
 	if err != nil {
@@ -92,7 +93,7 @@ func newFenceEnv(t *testing.T, prefixes *[]string) *fenceEnv {
 	}
 	e.p.images.dialer.resolver = n
 	e.p.images.dialer.dial = n.dial
-	return &fenceEnv{imgEnv: e, net: n, port: port}
+	return &fenceEnv{testEnv: e, net: n, port: port}
 }
 
 // mirrorURL is a URL on the allowed mirror, path and query as given.
@@ -353,13 +354,13 @@ func TestImageURLRedacted(t *testing.T) {
 		req.Placement.Zone, req.Placement.Image = e.host, raw
 		// The progress a user sees is the one the pending results carry.
 		var err error
-		eventually(t, "the Create to settle", func() bool {
+		testutil.WaitFor(t, waitLong, "the Create to settle", func() (bool, error) {
 			_, err = e.p.Create(context.Background(), req)
 			if p, ok := provider.PendingProgress(err); ok {
 				reports = append(reports, p.Message)
-				return false
+				return false, fmt.Errorf("pending: %s", p.Message)
 			}
-			return true
+			return true, nil
 		})
 		if err != nil || len(reports) == 0 {
 			t.Fatalf("Create: %v after %d pending results", err, len(reports))

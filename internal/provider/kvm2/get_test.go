@@ -11,7 +11,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 )
 
-func createOne(t *testing.T, env *providerEnv, name string) provider.Instance {
+func createOne(t *testing.T, env *testEnv, name string) provider.Instance {
 	t.Helper()
 	inst, err := env.p.Create(t.Context(), testRequest(name))
 	if err != nil {
@@ -44,9 +44,9 @@ func TestGetAddressSources(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			env := newProviderEnv(t)
+			env := newTestEnv(t)
 			inst := createOne(t, env, "proxy-a1a1a1a1a1a1a1a1")
-			f := env.fake()
+			f := env.fake
 			if c.agent != nil || c.agentErr != nil {
 				must(0, f.SetInterfaceAddresses(inst.Name, libvirt.DomainInterfaceAddressesSrcAgent, c.agent, c.agentErr))
 			}
@@ -75,7 +75,7 @@ func TestGetAddressSources(t *testing.T) {
 }
 
 func TestGetStates(t *testing.T) {
-	env := newProviderEnv(t)
+	env := newTestEnv(t)
 	inst := createOne(t, env, "proxy-a2a2a2a2a2a2a2a2")
 	for _, c := range []struct {
 		state libvirt.DomainState
@@ -85,25 +85,25 @@ func TestGetStates(t *testing.T) {
 		{libvirt.DomainPaused, provider.StateStopped},
 		{libvirt.DomainRunning, provider.StateRunning},
 	} {
-		must(0, env.fake().SetDomainState(inst.Name, c.state))
-		env.fake().ResetCalls()
+		must(0, env.fake.SetDomainState(inst.Name, c.state))
+		env.fake.ResetCalls()
 		got, err := env.p.Get(t.Context(), inst.ProviderID)
 		if err != nil || got.State != c.want {
 			t.Fatalf("%v: got %+v %v, want state %s", c.state, got, err, c.want)
 		}
-		if c.want != provider.StateRunning && env.fake().Calls("DomainInterfaceAddresses") != 0 {
+		if c.want != provider.StateRunning && env.fake.Calls("DomainInterfaceAddresses") != 0 {
 			t.Fatalf("%v: asked for addresses of a domain that is not running", c.state)
 		}
-		if c.state == libvirt.DomainShutoff && env.fake().Calls("DomainGetState") != 0 {
+		if c.state == libvirt.DomainShutoff && env.fake.Calls("DomainGetState") != 0 {
 			t.Fatal("asked for the state of an inactive domain; its id -1 already says shut off")
 		}
 	}
 }
 
 func TestGetErrors(t *testing.T) {
-	env := newProviderEnv(t)
+	env := newTestEnv(t)
 	createOne(t, env, "proxy-a3a3a3a3a3a3a3a3")
-	defineForeign(t, env.fake(), "proxy-unmarked", "", true)
+	defineForeign(t, env.fake, "proxy-unmarked", "", true)
 	cases := []struct {
 		id    string
 		class error
@@ -124,19 +124,19 @@ func TestGetErrors(t *testing.T) {
 		t.Error("no kvm2 domain not found line")
 	}
 	// A transport failure is transient and keeps libvirt's code.
-	env.fake().FailNext("DomainGetState", libvirtfake.Errorf(libvirt.ErrInternalError, "boom"))
+	env.fake.FailNext("DomainGetState", libvirtfake.Errorf(libvirt.ErrInternalError, "boom"))
 	_, err := env.p.Get(t.Context(), "hosts/h1/domains/proxy-a3a3a3a3a3a3a3a3")
 	if provider.Class(err) != provider.ErrTransient {
 		t.Fatalf("got %v", err)
 	}
 	// A mark that does not parse is permanent.
-	defineForeign(t, env.fake(), "proxy-corrupt", `<instance xmlns="`+metadataURI+`"><managed>no</managed></instance>`, true)
+	defineForeign(t, env.fake, "proxy-corrupt", `<instance xmlns="`+metadataURI+`"><managed>no</managed></instance>`, true)
 	_, err = env.p.Get(t.Context(), "hosts/h1/domains/proxy-corrupt")
 	if provider.Class(err) != provider.ErrPermanent || !strings.Contains(err.Error(), "corrupt kvm2 metadata") {
 		t.Fatalf("corrupt mark: %v", err)
 	}
 	// The domain vanishing between lookup and the next call is NotFound too.
-	env.fake().FailNext("DomainGetMetadata", libvirtfake.Errorf(libvirt.ErrNoDomain, "gone"))
+	env.fake.FailNext("DomainGetMetadata", libvirtfake.Errorf(libvirt.ErrNoDomain, "gone"))
 	_, err = env.p.Get(t.Context(), "hosts/h1/domains/proxy-a3a3a3a3a3a3a3a3")
 	if !errors.Is(err, provider.ErrNotFound) {
 		t.Fatalf("vanished mid-get: %v", err)

@@ -37,10 +37,10 @@ func testHostConfig(names ...string) provider.KVMConfig {
 	return cfg.WithDefaults()
 }
 
-// memDialer "dials" an in-memory libvirt: the connection is real in everything but the
-// wire, and its TCP connection is a closer that records being closed.
+// memDialer "dials" a host's in-memory libvirt: the connection is real in everything but
+// the wire, and its TCP connection is a closer that records being closed.
 type memDialer struct {
-	fake  *libvirtfake.Fake
+	fakes map[string]*libvirtfake.Fake // by host name
 	dials atomic.Int32
 	hold  chan struct{} // when set, a dial waits for it to close (or for its ctx)
 	err   error
@@ -69,7 +69,7 @@ func (d *memDialer) dial(ctx context.Context, h provider.KVMHost) (*conn, error)
 		return nil, d.err
 	}
 	mc := &memConn{}
-	mc.conn = newConn(h.Name, d.fake, mc)
+	mc.conn = newConn(h.Name, d.fakes[h.Name], mc)
 	d.mu.Lock()
 	d.conns = append(d.conns, mc)
 	d.mu.Unlock()
@@ -82,32 +82,9 @@ func (d *memDialer) conn(i int) *memConn {
 	return d.conns[i]
 }
 
-// newMemHosts is a hosts for names whose dials reach f in memory.
-func newMemHosts(t *testing.T, f *libvirtfake.Fake, names ...string) (*hosts, *memDialer) {
-	t.Helper()
-	hs, err := newHosts("test", testHostConfig(names...), logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs.budgets = testBudgets
-	d := &memDialer{fake: f}
-	hs.dial = d.dial
-	t.Cleanup(func() { hs.close() })
-	return hs, d
-}
-
-// eventually waits for cond, failing with what it was waiting for after a generous
-// deadline.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// waitLong is the deadline of a wait on an in-process condition (testutil.WaitFor): one
+// that only a broken test reaches.
+const waitLong = 30 * time.Second
 
 // wantClass fails unless err carries class and wraps cause (when cause is not nil).
 func wantClass(t testing.TB, err, class, cause error) {

@@ -3,17 +3,19 @@ package kvm2
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 func TestPooledSharesOneConnection(t *testing.T) {
-	hs, d := newMemHosts(t, libvirtfake.New(), "h1", "h2")
+	e := newTestEnv(t, withHosts("h1", "h2"))
+	hs, d := e.hs, e.d
 	d.hold = make(chan struct{})
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -27,7 +29,9 @@ func TestPooledSharesOneConnection(t *testing.T) {
 			errs[i] = err
 		})
 	}
-	eventually(t, "the first dial to start", func() bool { return d.dials.Load() == 1 })
+	testutil.WaitFor(t, waitLong, "the first dial to start", func() (bool, error) {
+		return d.dials.Load() == 1, fmt.Errorf("%d dials", d.dials.Load())
+	})
 	close(d.hold)
 	wg.Wait()
 	for i, err := range errs {
@@ -47,7 +51,8 @@ func TestPooledSharesOneConnection(t *testing.T) {
 }
 
 func TestPooledWaitEndsWithCallerContext(t *testing.T) {
-	hs, d := newMemHosts(t, libvirtfake.New(), "h1")
+	e := newTestEnv(t)
+	hs, d := e.hs, e.d
 	d.hold = make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -55,7 +60,9 @@ func TestPooledWaitEndsWithCallerContext(t *testing.T) {
 		_, err := hs.pooled(ctx, "h1")
 		done <- err
 	}()
-	eventually(t, "the dial to start", func() bool { return d.dials.Load() == 1 })
+	testutil.WaitFor(t, waitLong, "the dial to start", func() (bool, error) {
+		return d.dials.Load() == 1, fmt.Errorf("%d dials", d.dials.Load())
+	})
 	cancel()
 	wantClass(t, <-done, provider.ErrTransient, context.Canceled)
 	// The dial itself was not the caller's: it goes on and the next caller uses it.
@@ -69,7 +76,8 @@ func TestPooledWaitEndsWithCallerContext(t *testing.T) {
 }
 
 func TestPooledSharesDialErrorThenRedials(t *testing.T) {
-	hs, d := newMemHosts(t, libvirtfake.New(), "h1")
+	e := newTestEnv(t)
+	hs, d := e.hs, e.d
 	d.err = provider.Permanent(errors.New("ssh: unable to authenticate"))
 	if _, err := hs.pooled(context.Background(), "h1"); provider.Class(err) != provider.ErrPermanent {
 		t.Fatalf("got %v, want the dial's permanent error", err)
@@ -84,7 +92,8 @@ func TestPooledSharesDialErrorThenRedials(t *testing.T) {
 }
 
 func TestPooledUnknownHostIsPermanent(t *testing.T) {
-	hs, _ := newMemHosts(t, libvirtfake.New(), "h1")
+	e := newTestEnv(t)
+	hs := e.hs
 	_, err := hs.pooled(context.Background(), "nope")
 	wantClass(t, err, provider.ErrPermanent, nil)
 	if !strings.Contains(err.Error(), `"nope"`) {
@@ -93,8 +102,8 @@ func TestPooledUnknownHostIsPermanent(t *testing.T) {
 }
 
 func TestCallOverBudgetKillsConnectionAndNextCallRedials(t *testing.T) {
-	f := libvirtfake.New()
-	hs, d := newMemHosts(t, f, "h1")
+	e := newTestEnv(t)
+	f, hs, d := e.fake, e.hs, e.d
 	hs.budgets.rpc = 20 * time.Millisecond
 	gate := f.Block("DomainLookupByName")
 	t.Cleanup(gate.Release)
@@ -120,8 +129,8 @@ func TestCallOverBudgetKillsConnectionAndNextCallRedials(t *testing.T) {
 }
 
 func TestCallCancelledKillsConnection(t *testing.T) {
-	f := libvirtfake.New()
-	hs, d := newMemHosts(t, f, "h1")
+	e := newTestEnv(t)
+	f, hs, d := e.fake, e.hs, e.d
 	gate := f.Block("DomainCreate")
 	t.Cleanup(gate.Release)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -137,8 +146,8 @@ func TestCallCancelledKillsConnection(t *testing.T) {
 }
 
 func TestCallWithEndedContextDoesNotStartOrKill(t *testing.T) {
-	f := libvirtfake.New()
-	hs, d := newMemHosts(t, f, "h1")
+	e := newTestEnv(t)
+	f, hs, d := e.fake, e.hs, e.d
 	b := must(hs.pooled(context.Background(), "h1"))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -160,8 +169,8 @@ func TestBudgetsPerMethod(t *testing.T) {
 	if got := defaultBudgets.upload(smallUploadLimit + 1); got != 20*time.Minute {
 		t.Errorf("image upload budget %s, want 20m", got)
 	}
-	f := libvirtfake.New()
-	hs, _ := newMemHosts(t, f, "h1")
+	e := newTestEnv(t)
+	f, hs := e.fake, e.hs
 	hs.budgets.domainCreate = 20 * time.Millisecond
 	dom := must(f.DomainDefineXMLFlags(minimalDomainXML("proxy-1"), 0))
 	gate := f.Block("DomainCreate")
@@ -174,8 +183,8 @@ func TestBudgetsPerMethod(t *testing.T) {
 }
 
 func TestDialFreshIsItsOwnConnection(t *testing.T) {
-	f := libvirtfake.New()
-	hs, d := newMemHosts(t, f, "h1")
+	e := newTestEnv(t)
+	f, hs, d := e.fake, e.hs, e.d
 	pooled := must(hs.pooled(context.Background(), "h1"))
 	ctx, cancel := context.WithCancel(context.Background())
 	fresh, closeFn, err := hs.dialFresh(ctx, "h1")
@@ -256,8 +265,8 @@ func TestWatchKillsOnKeepaliveFailureAndDisconnect(t *testing.T) {
 }
 
 func TestCloseClosesPooledConnections(t *testing.T) {
-	f := libvirtfake.New()
-	hs, d := newMemHosts(t, f, "h1", "h2")
+	e := newTestEnv(t, withHosts("h1", "h2"))
+	hs, d := e.hs, e.d
 	must(hs.pooled(context.Background(), "h1"))
 	must(hs.pooled(context.Background(), "h2"))
 	if err := hs.close(); err != nil {

@@ -2,7 +2,7 @@ package kvm2
 
 import (
 	"context"
-	"strings"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,68 +11,27 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
-
-// imgEnv is a provider with one in-memory host whose pool starts empty, and an image
-// server behind its catalogue entry debian-13.
-type imgEnv struct {
-	p    *Provider
-	fake *libvirtfake.Fake
-	srv  *imageServer
-	logs *logSink
-	host string
-	d    *memDialer
-	img  image
-}
 
 const testImageSize = 3<<20 + 12345
 
-// newImgEnv builds the env; sha, when set, makes the catalogue's sha256 from the body's
-// digest.
-func newImgEnv(t *testing.T, sha func(digest string) string) *imgEnv {
-	t.Helper()
-	e := &imgEnv{fake: libvirtfake.New(), srv: newImageServer(t, testImageSize),
-		host: "img-" + strings.NewReplacer("/", "-", "#", "-").Replace(t.Name())}
-	cfg := testHostConfig(e.host)
-	entry := provider.KVMImage{URL: e.srv.url()}
-	if sha != nil {
-		entry.SHA256 = sha(e.srv.digest)
-	}
-	cfg.Images = map[string]provider.KVMImage{"debian-13": entry}
-	cfg.MachineTypes = map[string]provider.KVMMachineType{"small": {VCPUs: 1, MemoryMiB: 1024}}
-	sink, log := newLogSink(1)
-	e.logs = sink
-	p, err := New(provider.ProviderConfig{Name: "kvm2-img", Type: provider.TypeKVM2, KVM2: &cfg}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	p.hosts.budgets = testBudgets
-	p.runningPoll = 5 * time.Millisecond
-	p.runningWait = 2 * time.Second
-	e.d = &memDialer{fake: e.fake}
-	p.hosts.dial = e.d.dial
-	e.p = p
-	e.img = must(resolveImage("kvm2", cfg.Images, "debian-13"))
-	return e
-}
-
-func (e *imgEnv) create(name string) (provider.Instance, error) {
+func (e *testEnv) create(name string) (provider.Instance, error) {
 	return e.createCtx(context.Background(), name)
 }
 
 // createCtx creates name as the reconciler would: it repeats the Create while it is
 // pending (an image job runs) and returns what the first settled call returns.
-func (e *imgEnv) createCtx(ctx context.Context, name string) (provider.Instance, error) {
+func (e *testEnv) createCtx(ctx context.Context, name string) (provider.Instance, error) {
 	return createSettled(ctx, e.p, e.request(name))
 }
 
 // createOnce is one Create of name, pending or not.
-func (e *imgEnv) createOnce(name string) (provider.Instance, error) {
+func (e *testEnv) createOnce(name string) (provider.Instance, error) {
 	return e.p.Create(context.Background(), e.request(name))
 }
 
-func (e *imgEnv) request(name string) provider.CreateRequest {
+func (e *testEnv) request(name string) provider.CreateRequest {
 	req := testRequest(name)
 	req.Placement.Zone = e.host
 	return req
@@ -89,12 +48,12 @@ func createSettled(ctx context.Context, p provider.Provider, req provider.Create
 	return providertest.CreateSettled(ctx, p, req, 2*time.Millisecond)
 }
 
-func (e *imgEnv) volume(name string) (libvirtfake.VolumeInfo, bool) {
+func (e *testEnv) volume(name string) (libvirtfake.VolumeInfo, bool) {
 	return e.fake.Volume(libvirtfake.DefaultPool, name)
 }
 
 // baseUploads returns the uploads into the base volume.
-func (e *imgEnv) baseUploads() []libvirtfake.Upload {
+func (e *testEnv) baseUploads() []libvirtfake.Upload {
 	var out []libvirtfake.Upload
 	for _, u := range e.fake.Uploads() {
 		if u.Volume == e.img.baseVol() {
@@ -105,7 +64,7 @@ func (e *imgEnv) baseUploads() []libvirtfake.Upload {
 }
 
 // wantCached fails unless the pool holds the whole image and a marker with its digest.
-func (e *imgEnv) wantCached(t *testing.T) {
+func (e *testEnv) wantCached(t *testing.T) {
 	t.Helper()
 	base, ok := e.volume(e.img.baseVol())
 	if !ok || string(base.Content) != string(e.srv.body) {
@@ -121,7 +80,7 @@ func (e *imgEnv) wantCached(t *testing.T) {
 }
 
 // wantNotCached fails when a marker exists, or a base that is not being written.
-func (e *imgEnv) wantNotCached(t *testing.T) {
+func (e *testEnv) wantNotCached(t *testing.T) {
 	t.Helper()
 	if _, ok := e.volume(e.img.markerVol()); ok {
 		t.Fatal("a marker was written for a failed fetch")
@@ -132,7 +91,7 @@ func (e *imgEnv) wantNotCached(t *testing.T) {
 }
 
 // putCached places a base volume holding the served image and a marker holding content.
-func (e *imgEnv) putCached(t *testing.T, marker string) {
+func (e *testEnv) putCached(t *testing.T, marker string) {
 	t.Helper()
 	if err := e.fake.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: e.img.baseVol(), Format: "qcow2",
 		Content: []byte("an older copy")}); err != nil {
@@ -144,7 +103,7 @@ func (e *imgEnv) putCached(t *testing.T, marker string) {
 }
 
 // pooled is the host's pooled backend and pool, for calling the image functions directly.
-func (e *imgEnv) pooled(t *testing.T) (backend, provider.KVMHost, libvirt.StoragePool) {
+func (e *testEnv) pooled(t *testing.T) (backend, provider.KVMHost, libvirt.StoragePool) {
 	t.Helper()
 	b, err := e.p.hosts.pooled(context.Background(), e.host)
 	if err != nil {
@@ -162,7 +121,7 @@ func (e *imgEnv) pooled(t *testing.T) (backend, provider.KVMHost, libvirt.Storag
 // (their results arrive on errs) and checks they shared one fetch: both wait while the
 // first download is half way, both prechecks asked for the length, and once the server
 // lets the download finish both succeed with one GET and one base upload between them.
-func (e *imgEnv) wantOneSharedFetch(t *testing.T, errs <-chan error, what string) {
+func (e *testEnv) wantOneSharedFetch(t *testing.T, errs <-chan error, what string) {
 	t.Helper()
 	select {
 	case <-e.srv.halfSent: // one fetch is half way through
@@ -173,7 +132,9 @@ func (e *imgEnv) wantOneSharedFetch(t *testing.T, errs <-chan error, what string
 	}
 	// Both prechecks asked for the length, so both Creates saw no marker and queue for
 	// the image; only then may the fetch finish.
-	eventually(t, "both prechecks to ask for the image length", func() bool { return e.srv.heads.Load() == 2 })
+	testutil.WaitFor(t, waitLong, "both prechecks to ask for the image length", func() (bool, error) {
+		return e.srv.heads.Load() == 2, fmt.Errorf("%d HEAD requests", e.srv.heads.Load())
+	})
 	e.srv.release()
 	for range 2 {
 		if err := <-errs; err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // wantPending fails unless err is the pending result, and returns its progress.
@@ -28,11 +29,17 @@ func wantPending(t *testing.T, err error) provider.Progress {
 }
 
 // runningJobs is how many image jobs the provider has in flight.
-func (e *imgEnv) runningJobs() int {
+func (e *testEnv) runningJobs() int {
 	js := e.p.images.jobs
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	return len(js.running)
+}
+
+// noRunningJobs is a WaitFor condition: no image job is running.
+func (e *testEnv) noRunningJobs() (bool, error) {
+	n := e.runningJobs()
+	return n == 0, fmt.Errorf("%d jobs running", n)
 }
 
 // TestImageCreatesShareOneJob: the first Create needing the image starts its fetch in the
@@ -40,7 +47,7 @@ func (e *imgEnv) runningJobs() int {
 // joins the job without asking the mirror anything and sees its progress; once the job
 // is done both go on, with one download between them.
 func TestImageCreatesShareOneJob(t *testing.T) {
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	e.p.images.progressEvery = 10 * time.Millisecond
 	e.srv.setMode(serveGated)
 
@@ -65,10 +72,10 @@ func TestImageCreatesShareOneJob(t *testing.T) {
 	// last whole one.
 	half := fmt.Sprintf("downloading base image debian-13 to host %s: 1.5 MiB of 3.0 MiB (49%%)", e.host)
 	var pr provider.Progress
-	eventually(t, "the second Create to show the job half way", func() bool {
+	testutil.WaitFor(t, waitLong, "the second Create to show the job half way", func() (bool, error) {
 		_, err := e.createOnce("vm-b")
 		pr = wantPending(t, err)
-		return pr.Message == half
+		return pr.Message == half, fmt.Errorf("progress %q", pr.Message)
 	})
 	if pr.Done < 3<<19 || pr.Done > testImageSize/2 || pr.Total != testImageSize {
 		t.Fatalf("progress %+v, want about half of %d bytes", pr, testImageSize)
@@ -99,7 +106,7 @@ func TestImageCreatesShareOneJob(t *testing.T) {
 // that waited on it, each once and with its class; the next Create starts a new job, and
 // a Create that never waited never sees the old error.
 func TestImageJobFailureReportedOncePerWaiter(t *testing.T) {
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	e.srv.setMode(serveStall)
 	e.p.images.download = time.Second
 	_, err := e.createOnce("vm-a")
@@ -107,7 +114,7 @@ func TestImageJobFailureReportedOncePerWaiter(t *testing.T) {
 	<-e.srv.halfSent
 	_, err = e.createOnce("vm-b")
 	wantPending(t, err)
-	eventually(t, "the stalled job to fail", func() bool { return e.runningJobs() == 0 })
+	testutil.WaitFor(t, waitLong, "the stalled job to fail", e.noRunningJobs)
 	e.wantNotCached(t)
 
 	wantFailure := func(name string) {
@@ -144,10 +151,10 @@ func TestImageJobFailureReportedOncePerWaiter(t *testing.T) {
 // TestImageJobPermanentFailureKeepsItsClass: a job that fails permanently (the digest
 // differs from the configured one) reports permanent, naming the URL.
 func TestImageJobPermanentFailureKeepsItsClass(t *testing.T) {
-	e := newImgEnv(t, func(string) string { return strings.Repeat("ab", 32) })
+	e := newTestEnv(t, withImageServer(func(string) string { return strings.Repeat("ab", 32) }), withTestHost("img"))
 	_, err := e.createOnce("vm-a")
 	wantPending(t, err)
-	eventually(t, "the job to end", func() bool { return e.runningJobs() == 0 })
+	testutil.WaitFor(t, waitLong, "the job to end", e.noRunningJobs)
 	_, err = e.createOnce("vm-a")
 	wantClass(t, err, provider.ErrPermanent, nil)
 	if !strings.Contains(err.Error(), "not the configured "+strings.Repeat("ab", 32)) || !strings.Contains(err.Error(), e.srv.URL+"/images/") {
@@ -160,7 +167,7 @@ func TestImageJobPermanentFailureKeepsItsClass(t *testing.T) {
 // has ended; the half-written base is removed and no marker written; a Create after Close
 // starts no job.
 func TestImageJobCancelledByClose(t *testing.T) {
-	e, _ := newImgSSHEnv(t)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"), withSSH())
 	e.srv.setMode(serveGated)
 	_, err := e.createOnce("vm-a")
 	wantPending(t, err)
@@ -187,7 +194,7 @@ func TestImageJobCancelledByClose(t *testing.T) {
 // TestImageProgressReports: the download reports once at its start, then at most every
 // progressEvery while bytes arrive, each report also a V(1) line.
 func TestImageProgressReports(t *testing.T) {
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	const every = 40 * time.Millisecond
 	e.p.images.progressEvery = every
 	var (
@@ -217,7 +224,9 @@ func TestImageProgressReports(t *testing.T) {
 	}()
 	for i := range 3 {
 		pw.Write(e.srv.body[i<<20 : (i+1)<<20])
-		eventually(t, fmt.Sprintf("a report of MiB %d", i+1), func() bool { return last().Done == int64(i+1)<<20 })
+		testutil.WaitFor(t, waitLong, fmt.Sprintf("a report of MiB %d", i+1), func() (bool, error) {
+			return last().Done == int64(i+1)<<20, fmt.Errorf("last report %+v", last())
+		})
 	}
 	stop()
 	pw.Close()

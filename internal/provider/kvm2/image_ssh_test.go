@@ -8,32 +8,11 @@ import (
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/sshtest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
-// newImgSSHEnv is an imgEnv whose host is reached as in production: go-libvirt over a
-// forwarded socket of a real SSH server, served by the fake's wire protocol.
-func newImgSSHEnv(t *testing.T) (*imgEnv, *sshtest.Env) {
-	t.Helper()
-	e := newImgEnv(t, nil)
-	srv := sshtest.NewEnv(t, e.fake.ServeConn)
-	cfg := e.p.cfg
-	cfg.SSHKeyFile, cfg.KnownHostsFile = srv.KeyFile, srv.KnownHostsFile
-	cfg.Hosts = []provider.KVMHost{{Name: e.host, Address: srv.Addr, User: srv.User, Socket: srv.Socket, Bridge: "br0"}}
-	cfg = cfg.WithDefaults()
-	p, err := New(provider.ProviderConfig{Name: "kvm2-img-ssh", Type: provider.TypeKVM2, KVM2: &cfg}, e.p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	p.hosts.budgets = testBudgets
-	p.runningPoll, p.runningWait = e.p.runningPoll, e.p.runningWait
-	e.p = p
-	return e, srv
-}
-
 func TestImageUploadOverSSH(t *testing.T) {
-	e, srv := newImgSSHEnv(t)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"), withSSH())
 	if _, err := e.create("vm-a"); err != nil {
 		t.Fatal(err)
 	}
@@ -44,9 +23,9 @@ func TestImageUploadOverSSH(t *testing.T) {
 	}
 	// The upload had an SSH connection of its own, closed once it was done; the pooled
 	// one stays.
-	eventually(t, "the upload's SSH connection to close", func() bool {
-		st := srv.Stats()
-		return st.SSHConns == 2 && st.OpenSSHConns == 1
+	testutil.WaitFor(t, waitLong, "the upload's SSH connection to close", func() (bool, error) {
+		st := e.ssh.Stats()
+		return st.SSHConns == 2 && st.OpenSSHConns == 1, fmt.Errorf("%d SSH connections made, %d open", st.SSHConns, st.OpenSSHConns)
 	})
 	if e.fake.Connections() != 1 {
 		t.Fatalf("%d libvirt connections left open, want the pooled one", e.fake.Connections())
@@ -59,7 +38,7 @@ func TestImageFailingBodyOverSSH(t *testing.T) {
 		{mode: serveStall, msg: "context deadline exceeded"},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			e, _ := newImgSSHEnv(t)
+			e := newTestEnv(t, withImageServer(nil), withTestHost("img"), withSSH())
 			e.p.images.download = 1500 * time.Millisecond
 			e.srv.setMode(tc.mode)
 			_, err := e.create("vm-a")

@@ -56,7 +56,7 @@ func TestResolveImage(t *testing.T) {
 }
 
 func TestImageFetchedOnFirstCreateThenCached(t *testing.T) {
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	if _, err := e.create("vm-a"); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestImageFetchFailures(t *testing.T) {
 			if tc.sha {
 				sha = func(string) string { return strings.Repeat("AB", 32) }
 			}
-			e := newImgEnv(t, sha)
+			e := newTestEnv(t, withImageServer(sha), withTestHost("img"))
 			e.srv.setMode(tc.mode)
 			// Through Create, as a user meets it: the precheck may be what fails.
 			_, err := e.create("vm-a")
@@ -178,7 +178,7 @@ func TestImageFetchFailures(t *testing.T) {
 }
 
 func TestImageCrashMidDownloadIsRefetched(t *testing.T) {
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	// What a crash leaves: a base volume, part written, and no marker.
 	if err := e.fake.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: e.img.baseVol(),
 		Content: e.srv.body[:1000], Capacity: testImageSize}); err != nil {
@@ -208,7 +208,7 @@ func TestImageMarkerForcesRefetch(t *testing.T) {
 			if tc.sha {
 				sha = strings.ToUpper // the configured digest is the body's, in upper case
 			}
-			e := newImgEnv(t, sha)
+			e := newTestEnv(t, withImageServer(sha), withTestHost("img"))
 			e.putCached(t, tc.marker)
 			if _, err := e.create("vm-a"); err != nil {
 				t.Fatal(err)
@@ -225,7 +225,7 @@ func TestImageMarkerForcesRefetch(t *testing.T) {
 func TestImageValidMarkerIsUsedAsIs(t *testing.T) {
 	// A marker with a digest and no sha256 configured: the cached copy stays, even
 	// though its content is not what the URL serves now.
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	e.putCached(t, strings.Repeat("5", 64)+"\n")
 	if _, err := e.create("vm-a"); err != nil {
 		t.Fatal(err)
@@ -237,7 +237,7 @@ func TestImageValidMarkerIsUsedAsIs(t *testing.T) {
 }
 
 func TestImageHeadRefusedFallsBackToGet(t *testing.T) {
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	e.srv.setMode(serveHead405)
 	if _, err := e.create("vm-a"); err != nil {
 		t.Fatal(err)
@@ -250,7 +250,7 @@ func TestImageHeadRefusedFallsBackToGet(t *testing.T) {
 }
 
 func TestImageStalledMirrorEndsByDownloadDeadline(t *testing.T) {
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	e.srv.setMode(serveStall)
 	e.p.images.download = 1500 * time.Millisecond
 	// The upload and transfer budgets are far away, so only the download deadline can end

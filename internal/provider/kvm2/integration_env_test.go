@@ -307,24 +307,9 @@ func (e *itRealEnv) removeImage() {
 	}
 }
 
-// itWaitFor polls cond until it holds or timeout passes; on giving up it says what it was
-// waiting for and what it saw last.
-func itWaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s; last seen: %s", timeout, what, last)
-		}
-		<-tick.C
-	}
-}
+// itPoll is how often the tier's waits (testutil.WaitFor) look at the real host: each
+// look is a virsh call or more.
+const itPoll = 200 * time.Millisecond
 
 // hostScript runs one of the host script's fault commands (stop-sshd, start-libvirtd...).
 func (h itRealHost) hostScript(t testing.TB, cmd string) {

@@ -5,6 +5,7 @@ package kvm2
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // TestKVM2ImageCache_realHost: the first Create downloads the image, the next finds the
@@ -181,14 +183,14 @@ func TestKVM2PoolFaults_realHost(t *testing.T) {
 // itEnsurePoolRunning starts pool unless it runs, and waits until virsh says it does.
 func itEnsurePoolRunning(t testing.TB, pool string) {
 	t.Helper()
-	itWaitFor(t, 2*time.Minute, "pool "+pool+" to run", func() (bool, string) {
+	testutil.WaitFor(t, 2*time.Minute, "pool "+pool+" to run", func() (bool, error) {
 		out, err := itVirsh("pool-info", pool)
 		if err == nil && regexp.MustCompile(`State:\s+running`).MatchString(out) {
-			return true, ""
+			return true, nil
 		}
 		out2, err2 := itVirsh("pool-start", pool)
-		return false, out + out2 + itErrString(err2)
-	})
+		return false, fmt.Errorf("%s%s%s", out, out2, itErrString(err2))
+	}, testutil.Every(itPoll))
 }
 
 func itErrString(err error) string {

@@ -6,10 +6,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // What real libvirtd does with an upload whose body fails, as go-libvirt at the pinned
@@ -51,7 +53,10 @@ func TestKVM2UploadReaderError_realHost(t *testing.T) {
 	if !errors.Is(err, mirror) {
 		t.Fatalf("got %v, want the body's own error", err)
 	}
-	eventually(t, "the stream sender to exit", func() bool { return senders() == 0 })
+	testutil.WaitFor(t, waitLong, "the stream sender to exit", func() (bool, error) {
+		n := senders()
+		return n == 0, fmt.Errorf("%d stream senders running", n)
+	})
 	if _, err := b.ConnectGetHostname(); err != nil {
 		t.Fatalf("connection unusable after an aborted upload: %v", err)
 	}

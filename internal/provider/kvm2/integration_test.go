@@ -5,7 +5,6 @@ package kvm2
 import (
 	"encoding/xml"
 	"errors"
-	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
@@ -52,8 +53,8 @@ func TestKVM2Check_realHost(t *testing.T) {
 	t.Logf("check: %s in %s, details %v", st.Reason, st.Latency, d)
 	// Read-only calls only, on a connection of its own: the check creates nothing.
 	want := map[string]int64{"ConnectGetLibVersion": 1, "ConnectGetHostname": 1, "StoragePoolLookupByName": 1, "StoragePoolGetInfo": 1}
-	if got := p.hosts.rpcs.methods(); !maps.Equal(got, want) {
-		t.Errorf("the check made RPCs %v, want exactly %v", got, want)
+	if diff := cmp.Diff(want, p.hosts.rpcs.methods()); diff != "" {
+		t.Errorf("the check's RPCs, by method (-want +got):\n%s", diff)
 	}
 	if n := e.dials.Load(); n != 1 {
 		t.Errorf("the check dialled %d times, want once", n)

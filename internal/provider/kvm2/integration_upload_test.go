@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // TestKVM2UploadKilled_realHost kills the SSH connection carrying an image upload on the
@@ -66,15 +67,15 @@ func testUploadKilled(t *testing.T, short string, all bool) {
 	}()
 	// The server has sent its first part and holds the rest back; wait until that part
 	// has crossed SSH and landed in the base volume on the host.
-	itWaitFor(t, 5*time.Minute, "the first part of the image to land in "+base, func() (bool, string) {
+	testutil.WaitFor(t, 5*time.Minute, "the first part of the image to land in "+base, func() (bool, error) {
 		select {
 		case r := <-done:
 			t.Fatalf("create ended before the upload was cut: %v", r.err)
 		default:
 		}
 		n := allocated(base)
-		return srv.sent.Load() >= gateAt && n >= gateAt/2, fmt.Sprintf("server sent %d bytes, %d allocated on the host", srv.sent.Load(), n)
-	})
+		return srv.sent.Load() >= gateAt && n >= gateAt/2, fmt.Errorf("server sent %d bytes, %d allocated on the host", srv.sent.Load(), n)
+	}, testutil.Every(itPoll))
 	pids := e.killSessions(t, all)
 	t.Logf("killed the sshd processes %v (every session: %v)", pids, all)
 

@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -18,47 +18,6 @@ import (
 // The first-generation type, kvm, runs on this code with its own config block, logger
 // name and metadata namespace. These tests run it beside kvm2 on the same in-memory hosts.
 
-// newTypedProviderEnv is newProviderEnv for a provider of type typ: the same hosts, fakes
-// and catalogue, built by NewOfType from a typ: block.
-func newTypedProviderEnv(t *testing.T, typ string, hostNames ...string) *providerEnv {
-	t.Helper()
-	env := newProviderEnv(t, hostNames...)
-	if typ != provider.TypeKVM2 {
-		env.p, env.logs = besideOnLogged(t, env, typ, typ+"-test")
-	}
-	return env
-}
-
-// besideOn builds another provider of type typ, named name, on env's hosts and fakes, as a
-// second providers-config entry naming the same hypervisors would be.
-func besideOn(t *testing.T, env *providerEnv, typ, name string, opts ...Option) *Provider {
-	t.Helper()
-	p, _ := besideOnLogged(t, env, typ, name, opts...)
-	return p
-}
-
-// besideOnLogged is besideOn that also returns the provider's own log sink.
-func besideOnLogged(t *testing.T, env *providerEnv, typ, name string, opts ...Option) (*Provider, *logSink) {
-	t.Helper()
-	cfg := env.p.cfg
-	pc := provider.ProviderConfig{Name: name, Type: typ}
-	if typ == provider.TypeKVM {
-		pc.KVM = &cfg
-	} else {
-		pc.KVM2 = &cfg
-	}
-	logs, log := newLogSink(2)
-	p, err := NewOfType(pc, typ, log, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	p.hosts.budgets = testBudgets
-	p.runningPoll, p.runningWait = env.p.runningPoll, env.p.runningWait
-	p.hosts.dial = env.p.hosts.dial
-	return p, logs
-}
-
 func TestKVMTypeMetadataNamespace(t *testing.T) {
 	const want = "https://gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/kvm"
 	if got := MetadataURI(provider.TypeKVM); got != want {
@@ -68,12 +27,12 @@ func TestKVMTypeMetadataNamespace(t *testing.T) {
 		t.Fatalf("kvm2's namespace %q is not the kvm one with /kvm2", metadataURI)
 	}
 
-	env := newTypedProviderEnv(t, provider.TypeKVM)
+	env := newTestEnv(t, withType(provider.TypeKVM))
 	req := testRequest("proxy-k1k1k1k1k1k1k1k1")
 	if _, err := env.p.Create(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
-	d, ok := env.fake().Domain(req.Name)
+	d, ok := env.fake.Domain(req.Name)
 	if !ok {
 		t.Fatalf("kvm Create left no domain %s", req.Name)
 	}
@@ -122,7 +81,7 @@ func TestNewOfTypeReadsTheBlockOfItsType(t *testing.T) {
 func TestMessagesNameTheProviderType(t *testing.T) {
 	for _, typ := range []string{provider.TypeKVM, provider.TypeKVM2} {
 		t.Run(typ, func(t *testing.T) {
-			env := newTypedProviderEnv(t, typ, "h1", "h2")
+			env := newTestEnv(t, withType(typ), withHosts("h1", "h2"))
 			create := func(mut func(*provider.CreateRequest)) error {
 				req := testRequest("proxy-m1m1m1m1m1m1m1m1")
 				req.Placement.Zone = "h1"
@@ -169,8 +128,8 @@ func TestMessagesNameTheProviderType(t *testing.T) {
 // TestKVMTypeLoggerName: every line of a kvm provider, its hosts' connection and libvirt
 // call lines included, comes from the logger named kvm and carries its provider name.
 func TestKVMTypeLoggerName(t *testing.T) {
-	env := newProviderEnv(t)
-	kvm, logs := besideOnLogged(t, env, provider.TypeKVM, "old")
+	env := newTestEnv(t)
+	kvm, logs := env.besideLogged(t, provider.TypeKVM, "old")
 	if _, err := kvm.Create(t.Context(), testRequest("proxy-g1g1g1g1g1g1g1g1")); err != nil {
 		t.Fatal(err)
 	}
@@ -201,9 +160,9 @@ func TestKVMTypeLoggerName(t *testing.T) {
 // TestKVMAndKVM2OnOneHost: two entries, one of each type, naming the same hypervisor.
 // Each lists only its own domains, and neither adopts, starts or deletes the other's.
 func TestKVMAndKVM2OnOneHost(t *testing.T) {
-	env := newProviderEnv(t)
-	kvm2p, f := env.p, env.fake()
-	kvm := besideOn(t, env, provider.TypeKVM, "old")
+	env := newTestEnv(t)
+	kvm2p, f := env.p, env.fake
+	kvm := env.beside(t, provider.TypeKVM, "old")
 
 	oldInst, err := kvm.Create(t.Context(), testRequest("proxy-o1o1o1o1o1o1o1o1"))
 	if err != nil {
@@ -281,8 +240,8 @@ func wantListed(t *testing.T, who string, p *Provider, names ...string) {
 	for _, in := range list {
 		got = append(got, in.Name)
 	}
-	if strings.Join(got, ",") != strings.Join(names, ",") {
-		t.Fatalf("%s lists %v, want %v", who, got, names)
+	if diff := cmp.Diff(names, got); diff != "" {
+		t.Fatalf("%s lists other domains (-want +got):\n%s", who, diff)
 	}
 }
 
@@ -291,9 +250,9 @@ func wantListed(t *testing.T, who string, p *Provider, names ...string) {
 // deterministic name. A kvm domain left behind by a skipped first step stays invisible to
 // kvm2's listing, so orphan GC never deletes it, and blocks the recreate permanently.
 func TestMigrationFromKVM(t *testing.T) {
-	env := newProviderEnv(t)
-	f := env.fake()
-	kvm := besideOn(t, env, provider.TypeKVM, "home")
+	env := newTestEnv(t)
+	f := env.fake
+	kvm := env.beside(t, provider.TypeKVM, "home")
 	migrated, leftBehind := testRequest("proxy-mig0mig0mig0mig0"), testRequest("proxy-left0left0left0le")
 	old, err := kvm.Create(t.Context(), migrated)
 	if err != nil {
@@ -314,7 +273,7 @@ func TestMigrationFromKVM(t *testing.T) {
 	if err := kvm.Close(); err != nil {
 		t.Fatal(err)
 	}
-	restarted := besideOn(t, env, provider.TypeKVM2, "home")
+	restarted := env.beside(t, provider.TypeKVM2, "home")
 	wantListed(t, "kvm2 after the restart", restarted)
 
 	// The Proxy is recreated: same deterministic name, now a kvm2 domain.
@@ -349,18 +308,8 @@ func TestMigrationFromKVM(t *testing.T) {
 // TestContractKVMType runs the provider suite against the kvm type over in-memory libvirt.
 func TestContractKVMType(t *testing.T) {
 	providertest.RunContract(t, func(t *testing.T) providertest.ContractEnv {
-		env := newTypedProviderEnv(t, provider.TypeKVM)
-		return providertest.ContractEnv{
-			Provider: env.p,
-			Request: provider.CreateRequest{
-				Placement: provider.Placement{MachineType: "small", Image: "debian-13"},
-				CloudInit: []byte(testUserData), Port: 3128,
-			},
-			MissingID:   providerID(fakeHost, "proxy-0000000000000000"),
-			MalformedID: "domains/proxy-0000000000000000",
-			Targets:     []string{fakeHost},
-			Timeout:     30 * time.Second,
-		}
+		env := newTestEnv(t, withType(provider.TypeKVM))
+		return env.contract()
 	})
 }
 
@@ -368,7 +317,7 @@ func TestContractKVMType(t *testing.T) {
 // provider.type=kvm and its name, and its libvirt RPC spans are their children.
 func TestKVMTypeSpans(t *testing.T) {
 	const host = "h-kvm-spans"
-	env := newTypedProviderEnv(t, provider.TypeKVM, host)
+	env := newTestEnv(t, withType(provider.TypeKVM), withHosts(host))
 	p := provider.Observe("old-spans", provider.TypeKVM, env.p)
 	req := testRequest("proxy-s1s1s1s1s1s1s1s1")
 	if _, err := p.Create(t.Context(), req); err != nil {
@@ -402,15 +351,8 @@ func TestKVMTypeSpans(t *testing.T) {
 // same base volume in its pool. Creates on both while the image is not cached yet fetch
 // it once, and neither takes the other's half-written base for a stale one.
 func TestKVMAndKVM2ShareOneImageFetch(t *testing.T) {
-	e := newImgEnv(t, nil)
-	cfg := e.p.cfg
-	kvm, err := NewOfType(provider.ProviderConfig{Name: "old", Type: provider.TypeKVM, KVM: &cfg}, provider.TypeKVM, discardLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kvm.Close() })
-	kvm.hosts.budgets, kvm.hosts.dial = testBudgets, e.d.dial
-	kvm.runningPoll, kvm.runningWait = e.p.runningPoll, e.p.runningWait
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
+	kvm := e.beside(t, provider.TypeKVM, "old")
 
 	e.srv.setMode(serveGated)
 	errs := make(chan error, 2)

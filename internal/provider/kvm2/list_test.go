@@ -6,13 +6,15 @@ import (
 	"testing"
 
 	"github.com/digitalocean/go-libvirt"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 )
 
 func TestListByTagAcrossHosts(t *testing.T) {
-	env := newProviderEnv(t, "h1", "h2")
+	env := newTestEnv(t, withHosts("h1", "h2"))
 	req := testRequest("proxy-l1l1l1l1l1l1l1l1")
 	req.Placement.Zone = "h1"
 	a, err := env.p.Create(t.Context(), req)
@@ -37,15 +39,10 @@ func TestListByTagAcrossHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-	if len(list) != 2 {
-		t.Fatalf("listed %+v, want exactly the two created", list)
-	}
-	for i, want := range []provider.Instance{{ProviderID: a.ProviderID, Name: a.Name, UID: a.UID, State: provider.StateRunning, CreatedAt: a.CreatedAt},
-		{ProviderID: b.ProviderID, Name: b.Name, UID: b.UID, State: provider.StateStopped, CreatedAt: b.CreatedAt}} {
-		got := list[i]
-		if got.ProviderID != want.ProviderID || got.Name != want.Name || got.UID != want.UID || got.State != want.State || !got.CreatedAt.Equal(want.CreatedAt) {
-			t.Errorf("listed %+v, want %+v", got, want)
-		}
+	want := []provider.Instance{{ProviderID: a.ProviderID, Name: a.Name, UID: a.UID, State: provider.StateRunning, CreatedAt: a.CreatedAt},
+		{ProviderID: b.ProviderID, Name: b.Name, UID: b.UID, State: provider.StateStopped, CreatedAt: b.CreatedAt}}
+	if diff := cmp.Diff(want, list, cmpopts.IgnoreFields(provider.Instance{}, "IP")); diff != "" {
+		t.Fatalf("listed other than exactly the two created (-want +got):\n%s", diff)
 	}
 	for _, name := range []string{"admin-vm", "proxy-kvmkvmkvmkvmkvm", "proxy-corrupt"} {
 		if len(env.logs.find(`"kvm2 list skips domain"`, `"name":"`+name+`"`)) != 1 {
@@ -61,7 +58,7 @@ func TestListByTagAcrossHosts(t *testing.T) {
 }
 
 func TestListByTagFailsWholeWhenAHostFails(t *testing.T) {
-	env := newProviderEnv(t, "h1", "h2")
+	env := newTestEnv(t, withHosts("h1", "h2"))
 	req := testRequest("proxy-l3l3l3l3l3l3l3l3")
 	req.Placement.Zone = "h1"
 	if _, err := env.p.Create(t.Context(), req); err != nil {

@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 func TestMetadataURI(t *testing.T) {
@@ -25,13 +28,13 @@ func TestMetadataRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compareGolden(t, "metadata.xml", out+"\n")
+	testutil.Golden(t, "metadata.xml", out+"\n")
 	m, err := parseMetadata(metadataURI, out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m != want {
-		t.Fatalf("round trip gave %+v, want %+v", m, want)
+	if diff := cmp.Diff(want, m); diff != "" {
+		t.Fatalf("round trip changed the mark (-want +got):\n%s", diff)
 	}
 	// A mark from before install and specHash existed has neither element, and writing
 	// one without them still leaves them out.

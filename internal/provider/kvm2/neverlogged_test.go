@@ -10,10 +10,10 @@ import (
 
 // secretsOf returns the pieces of the credential files that must never surface: every
 // base64 line of the private key and the host key in known_hosts.
-func secretsOf(t *testing.T, e *sshEnv) []string {
+func secretsOf(t *testing.T, e *testEnv) []string {
 	t.Helper()
 	var out []string
-	key, err := os.ReadFile(e.srv.KeyFile)
+	key, err := os.ReadFile(e.ssh.KeyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +22,7 @@ func secretsOf(t *testing.T, e *sshEnv) []string {
 			out = append(out, l)
 		}
 	}
-	kh, err := os.ReadFile(e.srv.KnownHostsFile)
+	kh, err := os.ReadFile(e.ssh.KnownHostsFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func secretsOf(t *testing.T, e *sshEnv) []string {
 // check, neither the logs, nor the errors, nor the span attributes carry key material,
 // known_hosts content or upload bodies (the seed's cloud-init).
 func TestNeverLogged(t *testing.T) {
-	e := newSSHEnv(t, 2)
+	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(2))
 	secrets := secretsOf(t, e)
 	const cloudInit = "#cloud-config\n# marker-7f3a9c-never-logged\nruncmd: [echo hi]\n"
 	secrets = append(secrets, "marker-7f3a9c-never-logged")
@@ -69,15 +69,15 @@ func TestNeverLogged(t *testing.T) {
 	e.hs.check(ctx)
 
 	// A key file holding the real key's base64 under a header x/crypto does not know.
-	keyBytes := must(os.ReadFile(e.srv.KeyFile))
+	keyBytes := must(os.ReadFile(e.ssh.KeyFile))
 	mangled := strings.Replace(string(keyBytes), "OPENSSH PRIVATE KEY", "FANCY PRIVATE KEY", 2)
-	writeFile(t, e.srv.KeyFile, []byte(mangled))
+	writeFile(t, e.ssh.KeyFile, []byte(mangled))
 	_, _, err = e.hs.dialFresh(ctx, e.host)
 	note(err)
 	e.hs.check(ctx)
-	writeFile(t, e.srv.KeyFile, keyBytes)
+	writeFile(t, e.ssh.KeyFile, keyBytes)
 	// A changed host key.
-	must(e.srv.RotateHostKey())
+	must(e.ssh.RotateHostKey())
 	_, _, err = e.hs.dialFresh(ctx, e.host)
 	note(err)
 	e.hs.check(ctx)

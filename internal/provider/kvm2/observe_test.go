@@ -15,8 +15,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 )
 
 // logSink collects log lines as funcr renders them (JSON), up to a verbosity.
@@ -91,24 +89,10 @@ func attr(s sdktrace.ReadOnlySpan, key string) (attribute.Value, bool) {
 	return attribute.Value{}, false
 }
 
-func newObservedHosts(t *testing.T, f *libvirtfake.Fake, host string, verbosity int) (*hosts, *logSink) {
-	t.Helper()
-	sink, log := newLogSink(verbosity)
-	hs, err := newHosts("obs", testHostConfig(host), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs.budgets = testBudgets
-	d := &memDialer{fake: f}
-	hs.dial = d.dial
-	t.Cleanup(func() { hs.close() })
-	return hs, sink
-}
-
 func TestObservedSuccessfulCall(t *testing.T) {
-	f := libvirtfake.New()
 	host := uniqueHost("obs-ok")
-	hs, sink := newObservedHosts(t, f, host, 2)
+	e := newTestEnv(t, withHosts(host), withName("obs"), withLogVerbosity(2))
+	hs, sink := e.hs, e.logs
 	ctx, parent := rpcTracer.Start(context.Background(), "provider.create")
 	b := must(hs.pooled(ctx, host))
 	if _, err := b.DomainDefineXMLFlags(minimalDomainXML("proxy-obs"), 0); err != nil {
@@ -149,9 +133,9 @@ func TestObservedSuccessfulCall(t *testing.T) {
 }
 
 func TestObservedFailedCall(t *testing.T) {
-	f := libvirtfake.New()
 	host := uniqueHost("obs-fail")
-	hs, sink := newObservedHosts(t, f, host, 1)
+	e := newTestEnv(t, withHosts(host), withName("obs"), withLogVerbosity(1))
+	hs, sink := e.hs, e.logs
 	b := must(hs.pooled(context.Background(), host))
 	if _, err := b.DomainLookupByName("proxy-missing"); err == nil {
 		t.Fatal("lookup of a missing domain succeeded")
@@ -182,8 +166,8 @@ func TestObservedFailedCall(t *testing.T) {
 }
 
 func TestObservedDetailsOnlyAtV2(t *testing.T) {
-	f := libvirtfake.New()
-	hs, sink := newObservedHosts(t, f, "obs-v1", 1)
+	e := newTestEnv(t, withHosts("obs-v1"), withName("obs"), withLogVerbosity(1))
+	hs, sink := e.hs, e.logs
 	b := must(hs.pooled(context.Background(), "obs-v1"))
 	pool := must(b.StoragePoolLookupByName("default"))
 	if _, _, _, _, err := b.StoragePoolGetInfo(pool); err != nil {
@@ -203,8 +187,8 @@ func TestObservedDetailsOnlyAtV2(t *testing.T) {
 }
 
 func TestRPCCounter(t *testing.T) {
-	f := libvirtfake.New()
-	hs, _ := newMemHosts(t, f, "h1")
+	e := newTestEnv(t)
+	hs := e.hs
 	b := must(hs.pooled(context.Background(), "h1"))
 	for range 3 {
 		must(b.ConnectGetHostname())

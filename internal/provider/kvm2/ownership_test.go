@@ -17,11 +17,11 @@ var bothTypes = []string{provider.TypeKVM2, provider.TypeKVM}
 
 // installEnv is two providers of type typ on env's one host, as two installs of the
 // operator (two clusters) sharing a hypervisor would be.
-func installEnv(t *testing.T, typ string) (env *providerEnv, a, b *Provider, logsA *logSink) {
+func installEnv(t *testing.T, typ string) (env *testEnv, a, b *Provider, logsA *logSink) {
 	t.Helper()
-	env = newProviderEnv(t)
-	a, logsA = besideOnLogged(t, env, typ, "home", WithInstallID("install-a"))
-	b = besideOn(t, env, typ, "home", WithInstallID("install-b"))
+	env = newTestEnv(t)
+	a, logsA = env.besideLogged(t, typ, "home", WithInstallID("install-a"))
+	b = env.beside(t, typ, "home", WithInstallID("install-b"))
 	return env, a, b, logsA
 }
 
@@ -45,7 +45,7 @@ func TestTwoInstallsOnOneHost(t *testing.T) {
 	for _, typ := range bothTypes {
 		t.Run(typ, func(t *testing.T) {
 			env, a, b, logsA := installEnv(t, typ)
-			f := env.fake()
+			f := env.fake
 			instA, err := a.Create(t.Context(), testRequest("proxy-ia1ia1ia1ia1ia1i"))
 			if err != nil {
 				t.Fatal(err)
@@ -117,7 +117,7 @@ func TestMarkWithoutInstallKeepsOldBehaviour(t *testing.T) {
 	for _, typ := range bothTypes {
 		t.Run(typ, func(t *testing.T) {
 			env, a, b, _ := installEnv(t, typ)
-			f := env.fake()
+			f := env.fake
 			const name = "proxy-old0old0old0old0"
 			req := testRequest(name)
 			defineForeign(t, f, name, markFor(t, MetadataURI(typ), req.UID), false)
@@ -150,8 +150,8 @@ func TestMarkWithoutInstallKeepsOldBehaviour(t *testing.T) {
 func TestCreateReplacesDomainBuiltFromAnotherSpec(t *testing.T) {
 	for _, typ := range bothTypes {
 		t.Run(typ, func(t *testing.T) {
-			env := newTypedProviderEnv(t, typ)
-			f := env.fake()
+			env := newTestEnv(t, withType(typ))
+			f := env.fake
 			req := testRequest("proxy-5bec5bec5bec5bec")
 			req.SpecHash = "spec-1"
 			f.SetStateAfterCreate(req.Name, libvirt.DomainShutoff)
@@ -202,8 +202,8 @@ func TestCreateAdoptsWhenEitherHashIsUnknown(t *testing.T) {
 		{"mark without hash", "", "spec-2"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			env := newProviderEnv(t)
-			f := env.fake()
+			env := newTestEnv(t)
+			f := env.fake
 			req := testRequest("proxy-ad0bad0bad0bad0b")
 			req.SpecHash = c.built
 			if _, err := env.p.Create(t.Context(), req); err != nil {
@@ -229,9 +229,9 @@ func TestCreateAdoptsWhenEitherHashIsUnknown(t *testing.T) {
 func TestCreateRemovesItsUIDFromOtherHosts(t *testing.T) {
 	for _, typ := range bothTypes {
 		t.Run(typ, func(t *testing.T) {
-			env := newProviderEnv(t, "h1", "h2")
-			p, logs := besideOnLogged(t, env, typ, "home", WithInstallID("install-a"))
-			other := besideOn(t, env, typ, "home", WithInstallID("install-b"))
+			env := newTestEnv(t, withHosts("h1", "h2"))
+			p, logs := env.besideLogged(t, typ, "home", WithInstallID("install-a"))
+			other := env.beside(t, typ, "home", WithInstallID("install-b"))
 			h1 := env.fakes["h1"]
 			req := testRequest("proxy-m0ve0m0ve0m0ve0m")
 			req.Placement.Zone = "h1"
@@ -292,7 +292,7 @@ func TestCreateRemovesItsUIDFromOtherHosts(t *testing.T) {
 // line, and the Create goes on; a removal that fails on a host that answers fails the
 // Create (transient) before anything is built, so the retry looks again.
 func TestCreateElsewhereFailures(t *testing.T) {
-	env := newProviderEnv(t, "h1", "h2")
+	env := newTestEnv(t, withHosts("h1", "h2"))
 	h1, h2 := env.fakes["h1"], env.fakes["h2"]
 	req := testRequest("proxy-e1se0e1se0e1se0e")
 	req.Placement.Zone = "h1"
@@ -329,7 +329,7 @@ func TestCreateElsewhereFailures(t *testing.T) {
 // provider.ErrOwnedByOther beside its class, so the reconciler knows orphan GC may clear
 // it; its message is unchanged.
 func TestCreateOfAnotherUIDIsMarkedOwnedByOther(t *testing.T) {
-	env := newProviderEnv(t)
+	env := newTestEnv(t)
 	req := testRequest("proxy-0b0b0b0b0b0b0b0b")
 	if _, err := env.p.Create(t.Context(), req); err != nil {
 		t.Fatal(err)
@@ -346,7 +346,7 @@ func TestCreateOfAnotherUIDIsMarkedOwnedByOther(t *testing.T) {
 // TestCreateElsewhereCheckCost: the look at the other hosts is one listing plus one mark
 // read per domain there, and only for a Create that finds nothing on its target.
 func TestCreateElsewhereCheckCost(t *testing.T) {
-	env := newProviderEnv(t, "h1", "h2")
+	env := newTestEnv(t, withHosts("h1", "h2"))
 	h1 := env.fakes["h1"]
 	neighbour := testRequest("proxy-c0571c0571c0571c")
 	neighbour.Placement.Zone = "h1"

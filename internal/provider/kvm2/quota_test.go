@@ -44,7 +44,7 @@ func TestPoolSpaceBoundary(t *testing.T) {
 		{name: "cached image, one byte short", cached: true, spare: -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newImgEnv(t, nil)
+			e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 			imageBytes := uint64(testImageSize + markerLen) // the base and its marker
 			if tc.cached {
 				e.putCached(t, e.srv.digest)
@@ -78,7 +78,7 @@ func TestPoolSpaceBoundary(t *testing.T) {
 }
 
 func TestPoolNotRunningIsPermanent(t *testing.T) {
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	if err := e.fake.SetPoolActive(libvirtfake.DefaultPool, false); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestPoolNotRunningIsPermanent(t *testing.T) {
 }
 
 func TestImageLengthLookup(t *testing.T) {
-	e := newImgEnv(t, nil)
+	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	for _, tc := range []struct {
 		mode        string
 		heads, gets int32

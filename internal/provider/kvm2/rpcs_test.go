@@ -35,7 +35,7 @@ func rpcBreakdown(m map[string]int64) string {
 // TestRPCsPerOperation reports and bounds the RPCs of Create (cached image), Get and
 // Delete.
 func TestRPCsPerOperation(t *testing.T) {
-	env := newProviderEnv(t)
+	env := newTestEnv(t)
 	rpcs := env.p.hosts.rpcs
 	req := testRequest("proxy-c0c0c0c0c0c0c0c0")
 
@@ -47,7 +47,7 @@ func TestRPCsPerOperation(t *testing.T) {
 	create := rpcs.total()
 	t.Logf("Create (cached image): %d RPCs: %s", create, rpcBreakdown(rpcs.methods()))
 
-	must(0, env.fake().SetInterfaceAddresses(req.Name, libvirt.DomainInterfaceAddressesSrcAgent,
+	must(0, env.fake.SetInterfaceAddresses(req.Name, libvirt.DomainInterfaceAddressesSrcAgent,
 		[]libvirt.DomainInterface{libvirtfake.Interface("eth0", "52:54:00:00:00:01", "192.168.1.80/24")}, nil))
 	rpcs.reset()
 	if _, err := env.p.Get(t.Context(), inst.ProviderID); err != nil {
@@ -56,7 +56,7 @@ func TestRPCsPerOperation(t *testing.T) {
 	get := rpcs.total()
 	t.Logf("Get (running, agent answers): %d RPCs: %s", get, rpcBreakdown(rpcs.methods()))
 
-	must(0, env.fake().SetDomainState(req.Name, libvirt.DomainShutoff))
+	must(0, env.fake.SetDomainState(req.Name, libvirt.DomainShutoff))
 	rpcs.reset()
 	if _, err := env.p.Get(t.Context(), inst.ProviderID); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestRPCsPerOperation(t *testing.T) {
 	if getOff >= get {
 		t.Errorf("a Get of a shut-off domain took %d RPCs, a running one %d: it should skip the address lookup", getOff, get)
 	}
-	must(0, env.fake().SetDomainState(req.Name, libvirt.DomainRunning))
+	must(0, env.fake.SetDomainState(req.Name, libvirt.DomainRunning))
 
 	rpcs.reset()
 	if err := env.p.Delete(t.Context(), inst.ProviderID); err != nil {
@@ -80,7 +80,7 @@ func TestRPCsPerOperation(t *testing.T) {
 			create, maxCreateRPCs, get, maxGetRPCs, del, maxDeleteRPCs)
 	}
 	// The fake counts what reached it: the decorator must not miss or invent calls.
-	if n := env.fake().TotalCalls(); int64(n) < create+get+del {
+	if n := env.fake.TotalCalls(); int64(n) < create+get+del {
 		t.Fatalf("the fake saw %d calls, the counter %d", n, create+get+del)
 	}
 }
@@ -88,7 +88,7 @@ func TestRPCsPerOperation(t *testing.T) {
 // BenchmarkCreateGetDelete reports RPCs per Create (cached image) and per Get next to
 // the time, over in-memory libvirt.
 func BenchmarkCreateGetDelete(b *testing.B) {
-	env := newProviderEnv(b)
+	env := newTestEnv(b)
 	rpcs := env.p.hosts.rpcs
 	var creates, gets int64
 	for i := 0; b.Loop(); i++ {
@@ -99,7 +99,7 @@ func BenchmarkCreateGetDelete(b *testing.B) {
 			b.Fatal(err)
 		}
 		creates += rpcs.total()
-		if err := env.fake().SetInterfaceAddresses(req.Name, libvirt.DomainInterfaceAddressesSrcAgent,
+		if err := env.fake.SetInterfaceAddresses(req.Name, libvirt.DomainInterfaceAddressesSrcAgent,
 			[]libvirt.DomainInterface{libvirtfake.Interface("eth0", "52:54:00:00:00:01", "192.168.1.80/24")}, nil); err != nil {
 			b.Fatal(err)
 		}

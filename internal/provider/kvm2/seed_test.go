@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestSeedISOReadByIsoinfo reads the seed back with genisoimage's isoinfo, a reader
@@ -54,8 +56,8 @@ func TestSeedISOReadByIsoinfo(t *testing.T) {
 		names = append(names, strings.TrimSpace(l))
 	}
 	sort.Strings(names)
-	if want := []string{"/meta-data;1", "/user-data;1", "/vendor-data;1"}; strings.Join(names, " ") != strings.Join(want, " ") {
-		t.Fatalf("files on the seed: %q, want %q", names, want)
+	if diff := cmp.Diff([]string{"/meta-data;1", "/user-data;1", "/vendor-data;1"}, names); diff != "" {
+		t.Fatalf("files on the seed (-want +got):\n%s", diff)
 	}
 	for name, want := range map[string][]byte{
 		"user-data":   userData,
@@ -132,8 +134,8 @@ func TestVendorData(t *testing.T) {
 		parts = append(parts, ct+"\x00"+string(body))
 	}
 	want := []string{"text/plain\x00" + doc, "text/x-shellscript\x00" + guestAgentScript}
-	if strings.Join(parts, "|") != strings.Join(want, "|") {
-		t.Fatalf("parts %q, want %q", parts, want)
+	if diff := cmp.Diff(want, parts); diff != "" {
+		t.Fatalf("parts, as type NUL body (-want +got):\n%s", diff)
 	}
 }
 

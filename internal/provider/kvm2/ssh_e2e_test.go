@@ -7,39 +7,15 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
-	"github.com/go-logr/logr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/sshtest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 )
 
-// newSSHProvider is a kvm2 provider whose one host is the fake libvirt behind a real
-// in-process sshd, spoken to by go-libvirt's own client: the production path end to end.
-func newSSHProvider(t *testing.T, log logr.Logger) (*Provider, *libvirtfake.Fake) {
-	t.Helper()
-	f := libvirtfake.New()
-	putBase(t, f, "debian-13", "qcow2")
-	srv := sshtest.NewEnv(t, f.ServeConn)
-	cfg := provider.KVMConfig{
-		SSHKeyFile: srv.KeyFile, KnownHostsFile: srv.KnownHostsFile,
-		Images:       map[string]provider.KVMImage{"debian-13": {URL: testImageURL}},
-		MachineTypes: map[string]provider.KVMMachineType{"small": {VCPUs: 1, MemoryMiB: 1024}},
-		Hosts:        []provider.KVMHost{{Name: "ssh1", Address: srv.Addr, User: srv.User, Socket: srv.Socket, Bridge: "br0"}},
-	}
-	p, err := New(provider.ProviderConfig{Name: "kvm2-ssh", Type: provider.TypeKVM2, KVM2: &cfg}, log, WithInstallID("install-a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	p.runningPoll = 5 * time.Millisecond
-	return p, f
-}
-
 func TestProviderOverSSH(t *testing.T) {
-	logs, log := newLogSink(1)
-	p, f := newSSHProvider(t, log)
+	e := newTestEnv(t, withSSH(), withHosts("ssh1"), withProviderOptions(WithInstallID("install-a")), withLogVerbosity(1))
+	p, f, logs := e.p, e.fake, e.logs
 	ctx := t.Context()
 	req := testRequest("proxy-5e5e5e5e5e5e5e5e")
 	req.Placement.Zone = "ssh1"
@@ -110,17 +86,9 @@ func TestProviderOverSSH(t *testing.T) {
 // TestContractOverSSH runs the provider contract suite against the production transport.
 func TestContractOverSSH(t *testing.T) {
 	providertest.RunContract(t, func(t *testing.T) providertest.ContractEnv {
-		p, _ := newSSHProvider(t, logr.Discard())
-		return providertest.ContractEnv{
-			Provider: p,
-			Request: provider.CreateRequest{
-				Placement: provider.Placement{MachineType: "small", Image: "debian-13"},
-				CloudInit: []byte(testUserData), Port: 3128,
-			},
-			MissingID:   "hosts/ssh1/domains/proxy-0000000000000000",
-			MalformedID: "hosts/ssh1",
-			Targets:     []string{"ssh1"},
-			Timeout:     30 * time.Second,
-		}
+		e := newTestEnv(t, withSSH(), withHosts("ssh1"), withProviderOptions(WithInstallID("install-a")))
+		ce := e.contract()
+		ce.MalformedID = "hosts/ssh1"
+		return ce
 	})
 }

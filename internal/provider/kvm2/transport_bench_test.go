@@ -12,7 +12,7 @@ import (
 // BenchmarkDialSSHLibvirt: TCP connect, SSH handshake, forwarded socket and libvirt
 // connect, then the courtesy close.
 func BenchmarkDialSSHLibvirt(b *testing.B) {
-	e := newSSHEnv(b, 0)
+	e := newTestEnv(b, withSSH(), withTestHost("hv"), withLogVerbosity(0))
 	h := must(e.hs.host(e.host))
 	ctx := context.Background()
 	for b.Loop() {
@@ -26,7 +26,7 @@ func BenchmarkDialSSHLibvirt(b *testing.B) {
 
 // BenchmarkRPCPooled: one ConnectGetHostname round trip on the shared connection.
 func BenchmarkRPCPooled(b *testing.B) {
-	e := newSSHEnv(b, 0)
+	e := newTestEnv(b, withSSH(), withTestHost("hv"), withLogVerbosity(0))
 	ctx := context.Background()
 	be := must(e.hs.pooled(ctx, e.host))
 	must(be.ConnectGetHostname())
@@ -39,7 +39,7 @@ func BenchmarkRPCPooled(b *testing.B) {
 
 // BenchmarkRPCFresh: the same RPC on a connection dialled for it and closed after.
 func BenchmarkRPCFresh(b *testing.B) {
-	e := newSSHEnv(b, 0)
+	e := newTestEnv(b, withSSH(), withTestHost("hv"), withLogVerbosity(0))
 	ctx := context.Background()
 	for b.Loop() {
 		be, closeFn, err := e.hs.dialFresh(ctx, e.host)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // What go-libvirt's StorageVolUpload does at the pinned version when a stream goes wrong.
@@ -34,7 +36,7 @@ func senders() int {
 
 // uploadVolume creates an empty raw volume of size bytes in a pool of its own holding
 // free bytes, and returns the host's pooled backend with it.
-func uploadVolume(t *testing.T, e *sshEnv, size, free uint64) (backend, libvirt.StorageVol) {
+func uploadVolume(t *testing.T, e *testEnv, size, free uint64) (backend, libvirt.StorageVol) {
 	t.Helper()
 	e.fake.AddPool("uploads", "/srv/uploads", free)
 	b := must(e.hs.pooled(context.Background(), e.host))
@@ -55,7 +57,7 @@ func rawVolumeXMLForTest(name string, size uint64) string {
 // error, and the sender goroutine exits: abort and outErr are buffered at this version,
 // so neither side parks on a channel nobody reads.
 func TestUploadDaemonFailureLeavesNoSender(t *testing.T) {
-	e := newSSHEnv(t, 0)
+	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(0))
 	const size = 32 << 20
 	b, vol := uploadVolume(t, e, size, 1<<20)
 	err := b.StorageVolUpload(vol, bytes.NewReader(make([]byte, size)), 0, size, 0)
@@ -65,7 +67,10 @@ func TestUploadDaemonFailureLeavesNoSender(t *testing.T) {
 	if _, ok := libvirtCode(err); !ok {
 		t.Fatalf("error %v does not carry the daemon's libvirt error", err)
 	}
-	eventually(t, "the stream sender to exit", func() bool { return senders() == 0 })
+	testutil.WaitFor(t, waitLong, "the stream sender to exit", func() (bool, error) {
+		n := senders()
+		return n == 0, fmt.Errorf("%d stream senders running", n)
+	})
 	if _, err := b.ConnectGetHostname(); err != nil {
 		t.Fatalf("connection unusable after a failed upload: %v", err)
 	}
@@ -75,7 +80,7 @@ func TestUploadDaemonFailureLeavesNoSender(t *testing.T) {
 // confirms an abort like a finish, so go-libvirt hands back the reader's own error, taken
 // from the sender through the buffered outErr; the sender has exited by then.
 func TestUploadReaderErrorEndsTheCall(t *testing.T) {
-	e := newSSHEnv(t, 0)
+	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(0))
 	const size = 8 << 20
 	b, vol := uploadVolume(t, e, size, 1<<30)
 	mirror := errors.New("mirror closed the connection")
@@ -83,7 +88,10 @@ func TestUploadReaderErrorEndsTheCall(t *testing.T) {
 	if err := b.StorageVolUpload(vol, r, 0, size, 0); !errors.Is(err, mirror) {
 		t.Fatalf("got %v, want the reader's error", err)
 	}
-	eventually(t, "the stream sender to exit", func() bool { return senders() == 0 })
+	testutil.WaitFor(t, waitLong, "the stream sender to exit", func() (bool, error) {
+		n := senders()
+		return n == 0, fmt.Errorf("%d stream senders running", n)
+	})
 	if _, err := b.ConnectGetHostname(); err != nil {
 		t.Fatalf("connection unusable after an aborted upload: %v", err)
 	}
@@ -97,7 +105,7 @@ func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 // killing the connection return the caller at once, but the sender sits in Read, with
 // its buffer, until the reader returns.
 func TestUploadBlockedReaderPinsSenderUntilItReturns(t *testing.T) {
-	e := newSSHEnv(t, 0)
+	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(0))
 	e.hs.budgets.smallUpload = 100 * time.Millisecond
 	b, vol := uploadVolume(t, e, 1<<20, 1<<30)
 	r := &blockingReader{release: make(chan struct{}), reading: make(chan struct{})}
@@ -111,7 +119,10 @@ func TestUploadBlockedReaderPinsSenderUntilItReturns(t *testing.T) {
 		t.Fatalf("%d stream senders while the reader blocks, want 1", n)
 	}
 	close(r.release)
-	eventually(t, "the sender to exit once the reader returned", func() bool { return senders() == 0 })
+	testutil.WaitFor(t, waitLong, "the sender to exit once the reader returned", func() (bool, error) {
+		n := senders()
+		return n == 0, fmt.Errorf("%d stream senders running", n)
+	})
 }
 
 type blockingReader struct {

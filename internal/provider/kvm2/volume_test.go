@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 func TestVolumeNames(t *testing.T) {
@@ -80,7 +81,7 @@ func TestOverlayVolumeXML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compareGolden(t, "overlay-volume.xml", out+"\n")
+	testutil.Golden(t, "overlay-volume.xml", out+"\n")
 	var v volumeXML
 	if err := xml.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatal(err)
@@ -94,7 +95,7 @@ func TestOverlayVolumeXML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compareGolden(t, "seed-volume.xml", raw+"\n")
+	testutil.Golden(t, "seed-volume.xml", raw+"\n")
 	if strings.Contains(raw, "backingStore") {
 		t.Fatalf("raw volume has a backing store: %s", raw)
 	}

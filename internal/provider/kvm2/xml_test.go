@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 func testDomainSpec(t *testing.T, domainType, firmware string) domainSpec {
@@ -32,7 +34,7 @@ func TestBuildDomainXML(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				compareGolden(t, "domain-"+domainType+"-"+firmware+".xml", out)
+				testutil.Golden(t, "domain-"+domainType+"-"+firmware+".xml", out)
 				checkDomain(t, out, domainType, firmware)
 			})
 		}

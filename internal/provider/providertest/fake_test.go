@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
 
@@ -125,14 +127,12 @@ func TestFakeRecordsCalls(t *testing.T) {
 	_ = f.Check(ctx)
 
 	calls := f.Calls()
-	want := []string{OpCreate, OpGet, OpDelete, OpList, OpCheck}
-	if len(calls) != len(want) {
-		t.Fatalf("got %d calls %+v, want %v", len(calls), calls, want)
+	var ops []string
+	for _, c := range calls {
+		ops = append(ops, c.Op)
 	}
-	for i, op := range want {
-		if calls[i].Op != op {
-			t.Fatalf("call %d is %q, want %q", i, calls[i].Op, op)
-		}
+	if diff := cmp.Diff([]string{OpCreate, OpGet, OpDelete, OpList, OpCheck}, ops); diff != "" {
+		t.Fatalf("recorded calls (-want +got):\n%s", diff)
 	}
 	if got := calls[0].Arg.(provider.CreateRequest); string(got.CloudInit) != "x" || got.Name != "a" {
 		t.Fatalf("recorded create request %+v", got)

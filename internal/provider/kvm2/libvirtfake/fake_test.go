@@ -2,6 +2,7 @@ package libvirtfake
 
 import (
 	"errors"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	"go.uber.org/goleak"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -137,7 +140,9 @@ func TestBlockHoldsCallsUntilReleased(t *testing.T) {
 		}()
 	}
 	<-g.Entered()
-	waitFor(t, "two calls held at the gate", func() bool { return g.Waiting() == 2 })
+	testutil.WaitFor(t, waitLong, "two calls held at the gate", func() (bool, error) {
+		return g.Waiting() == 2, fmt.Errorf("%d calls held", g.Waiting())
+	})
 	select {
 	case <-done:
 		t.Fatal("a blocked call returned before the release")
@@ -199,18 +204,9 @@ func TestErrorfUsesLibvirtWording(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after a generous
-// deadline with what it was waiting for.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitLong is the deadline of a wait on the fake's state (testutil.WaitFor): one only a
+// broken test reaches.
+const waitLong = 30 * time.Second
 
 func libvirtCode(err error) libvirt.ErrorNumber {
 	var e libvirt.Error

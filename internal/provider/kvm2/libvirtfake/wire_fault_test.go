@@ -3,10 +3,13 @@ package libvirtfake
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 
 	"github.com/digitalocean/go-libvirt"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 func TestUploadFailingMidStreamOverTheWire(t *testing.T) {
@@ -69,9 +72,9 @@ func TestUploadAbortedByClientOverTheWire(t *testing.T) {
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("upload whose reader failed returned %v, want the reader's error", err)
 	}
-	waitFor(t, "the aborted upload to be recorded", func() bool {
+	testutil.WaitFor(t, waitLong, "the aborted upload to be recorded", func() (bool, error) {
 		u := f.Uploads()
-		return len(u) == 1 && u[0].Done
+		return len(u) == 1 && u[0].Done, fmt.Errorf("uploads %+v", u)
 	})
 	if u := f.Uploads()[0]; u.Err != errClientAbort || u.Received != 1000 {
 		t.Fatalf("recorded %+v", u)
@@ -97,7 +100,9 @@ func TestKilledConnectionInterruptsCallInFlight(t *testing.T) {
 	_ = client.Wait()
 	<-l.Disconnected() // go-libvirt notices the socket is gone
 	g.Release()
-	waitFor(t, "the fake to drop the connection", func() bool { return f.Connections() == 0 })
+	testutil.WaitFor(t, waitLong, "the fake to drop the connection", func() (bool, error) {
+		return f.Connections() == 0, fmt.Errorf("%d connections open", f.Connections())
+	})
 }
 
 func TestFakeSideKillAndDrop(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/sshtest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 type dialerFunc func() (net.Conn, error)
@@ -215,7 +217,9 @@ func TestConnectOpenFailure(t *testing.T) {
 	if !errors.As(err, &le) || le.Code != uint32(libvirt.ErrAccessDenied) {
 		t.Fatalf("connect: %#v", err)
 	}
-	waitFor(t, "the refused connection to close", func() bool { return f.Connections() == 0 })
+	testutil.WaitFor(t, waitLong, "the refused connection to close", func() (bool, error) {
+		return f.Connections() == 0, fmt.Errorf("%d connections open", f.Connections())
+	})
 }
 
 func TestConcurrentCallsShareOneConnection(t *testing.T) {

@@ -2,6 +2,7 @@ package sshtest
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -19,16 +22,9 @@ func TestMain(m *testing.M) {
 
 func echo(c net.Conn) { _, _ = io.Copy(c, c) }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitLong is the deadline of a wait on the server's counters: one only a broken test
+// reaches.
+const waitLong = 30 * time.Second
 
 func dial(t *testing.T, e *Env) *ssh.Client {
 	t.Helper()
@@ -58,7 +54,10 @@ func TestForwardsUnixSocketToHandler(t *testing.T) {
 		t.Fatalf("stats with one channel open: %+v", s)
 	}
 	_ = conn.Close()
-	waitFor(t, "the channel to be counted closed", func() bool { return e.Stats().OpenChannels == 0 })
+	testutil.WaitFor(t, waitLong, "the channel to be counted closed", func() (bool, error) {
+		st := e.Stats()
+		return st.OpenChannels == 0, fmt.Errorf("stats %+v", st)
+	})
 }
 
 func TestRejectsForwardingItCannotServe(t *testing.T) {
@@ -93,7 +92,10 @@ func TestRejectsUnauthorizedKeyAndWrongUser(t *testing.T) {
 	if _, err := e.Dial(); err == nil || !strings.Contains(err.Error(), "unable to authenticate") {
 		t.Fatalf("wrong user: %v", err)
 	}
-	waitFor(t, "two failed handshakes", func() bool { return e.Stats().AuthFailures == 2 })
+	testutil.WaitFor(t, waitLong, "two failed handshakes", func() (bool, error) {
+		st := e.Stats()
+		return st.AuthFailures == 2, fmt.Errorf("stats %+v", st)
+	})
 	if s := e.Stats(); s.SSHConns != 0 {
 		t.Fatalf("stats %+v", s)
 	}
@@ -141,7 +143,10 @@ func TestKeepaliveReplies(t *testing.T) {
 		_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
 		res <- err
 	}()
-	waitFor(t, "the second keepalive to arrive", func() bool { return e.Stats().Keepalives == 2 })
+	testutil.WaitFor(t, waitLong, "the second keepalive to arrive", func() (bool, error) {
+		st := e.Stats()
+		return st.Keepalives == 2, fmt.Errorf("stats %+v", st)
+	})
 	select {
 	case err := <-res:
 		t.Fatalf("a swallowed keepalive was answered: %v", err)
@@ -167,7 +172,10 @@ func TestStalledHandshake(t *testing.T) {
 		_, _, _, err := ssh.NewClientConn(tcp, e.Addr, cfg)
 		res <- err
 	}()
-	waitFor(t, "the stalled TCP connection", func() bool { return e.Stats().TCPConns == 1 })
+	testutil.WaitFor(t, waitLong, "the stalled TCP connection", func() (bool, error) {
+		st := e.Stats()
+		return st.TCPConns == 1, fmt.Errorf("stats %+v", st)
+	})
 	select {
 	case err := <-res:
 		t.Fatalf("a stalled handshake finished: %v", err)
@@ -197,7 +205,10 @@ func TestKillConnectionsAndPerConnectionCounts(t *testing.T) {
 		}
 		_ = fc.Close()
 	}
-	waitFor(t, "the fresh connection's channels to close", func() bool { return e.Stats().OpenChannels == 1 })
+	testutil.WaitFor(t, waitLong, "the fresh connection's channels to close", func() (bool, error) {
+		st := e.Stats()
+		return st.OpenChannels == 1, fmt.Errorf("stats %+v", st)
+	})
 	conns := e.Conns()
 	if len(conns) != 2 || conns[0].Channels != 1 || conns[0].OpenChannels != 1 || conns[1].Channels != 2 {
 		t.Fatalf("conns %+v", conns)
@@ -206,7 +217,10 @@ func TestKillConnectionsAndPerConnectionCounts(t *testing.T) {
 	if err := pooled.Wait(); err == nil {
 		t.Fatal("pooled connection ended cleanly after a kill")
 	}
-	waitFor(t, "both connections to be counted closed", func() bool { return e.Stats().OpenSSHConns == 0 })
+	testutil.WaitFor(t, waitLong, "both connections to be counted closed", func() (bool, error) {
+		st := e.Stats()
+		return st.OpenSSHConns == 0, fmt.Errorf("stats %+v", st)
+	})
 	if s := e.Stats(); s.KilledSSHConns != 2 {
 		t.Fatalf("stats %+v", s)
 	}
@@ -216,7 +230,10 @@ func TestKillOneConnection(t *testing.T) {
 	e := NewEnv(t, echo)
 	a := dial(t, e)
 	b := dial(t, e)
-	waitFor(t, "two open connections", func() bool { return e.Stats().OpenSSHConns == 2 })
+	testutil.WaitFor(t, waitLong, "two open connections", func() (bool, error) {
+		st := e.Stats()
+		return st.OpenSSHConns == 2, fmt.Errorf("stats %+v", st)
+	})
 	if !e.KillConn(1) {
 		t.Fatal("KillConn(1) found no open connection")
 	}
