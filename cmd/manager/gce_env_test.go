@@ -58,9 +58,12 @@ func TestManagerRunsAProxyOnGCE(t *testing.T) {
 	}
 	key := client.ObjectKeyFromObject(px)
 	got := &v1alpha1.Proxy{}
-	mgr.waitUntil("the Proxy to be Running on a gce instance", func() bool {
-		return c.Get(ctx, key, got) == nil && strings.HasPrefix(got.Status.ProviderID, "gce://epo-env-project/europe-west1-b/proxy-") &&
-			got.Status.IP == fp.Host
+	mgr.waitUntil("the Proxy to be Running on a gce instance", func() (bool, error) {
+		if err := c.Get(ctx, key, got); err != nil {
+			return false, err
+		}
+		return strings.HasPrefix(got.Status.ProviderID, "gce://epo-env-project/europe-west1-b/proxy-") && got.Status.IP == fp.Host,
+			fmt.Errorf("providerID %q, ip %q, phase %s", got.Status.ProviderID, got.Status.IP, got.Status.Phase)
 	})
 	name := got.Status.ProviderID[strings.LastIndex(got.Status.ProviderID, "/")+1:]
 	inst := fake.Instance("europe-west1-b", name)
@@ -76,19 +79,32 @@ func TestManagerRunsAProxyOnGCE(t *testing.T) {
 	if !strings.Contains(userData, "#cloud-config") {
 		t.Errorf("user-data metadata %q holds no cloud-config", userData)
 	}
-	mgr.waitUntil("the Proxy to be Ready with egress IP 127.0.0.9", func() bool {
-		return c.Get(ctx, key, got) == nil && got.Status.Phase == v1alpha1.PhaseReady && got.Status.Healthy &&
-			got.Status.EgressIP == "127.0.0.9"
+	mgr.waitUntil("the Proxy to be Ready with egress IP 127.0.0.9", func() (bool, error) {
+		if err := c.Get(ctx, key, got); err != nil {
+			return false, err
+		}
+		return got.Status.Phase == v1alpha1.PhaseReady && got.Status.Healthy && got.Status.EgressIP == "127.0.0.9",
+			fmt.Errorf("phase %s, healthy %t, egress IP %q, message %q", got.Status.Phase, got.Status.Healthy, got.Status.EgressIP, got.Status.Message)
 	})
-	mgr.waitUntil("ProviderHealth gcp-eu with its zone ready", func() bool {
+	mgr.waitUntil("ProviderHealth gcp-eu with its zone ready", func() (bool, error) {
 		ph := &v1alpha1.ProviderHealth{}
-		return c.Get(ctx, client.ObjectKey{Name: "gcp-eu"}, ph) == nil && ph.Status.TotalTargets == 1 && ph.Status.Ready == "1/1"
+		if err := c.Get(ctx, client.ObjectKey{Name: "gcp-eu"}, ph); err != nil {
+			return false, err
+		}
+		return ph.Status.TotalTargets == 1 && ph.Status.Ready == "1/1",
+			fmt.Errorf("%d targets, ready %q", ph.Status.TotalTargets, ph.Status.Ready)
 	})
 
 	if err := c.Delete(ctx, px); err != nil {
 		t.Fatal(err)
 	}
-	mgr.waitUntil("the Proxy to be gone", func() bool { return apierrors.IsNotFound(c.Get(ctx, key, got)) })
+	mgr.waitUntil("the Proxy to be gone", func() (bool, error) {
+		err := c.Get(ctx, key, got)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("get: %v, phase %s", err, got.Status.Phase)
+	})
 	if n := fake.Instances(); n != 0 {
 		t.Errorf("%d instances left in the fake after the Proxy was deleted", n)
 	}
