@@ -194,16 +194,29 @@ func testPoolRotation(t *testing.T, env *testenv.Env) {
 		}
 		return live == 2, fmt.Errorf("children %s", describe(kids))
 	})
-	for i := 0; i < 4 && !e.rotated("rot", old); i++ {
+	// Each step of the clock makes the Ready successor available, so the pool deletes an
+	// old child and surges the next successor. Step again only once that successor exists
+	// and is Ready (three live children, every new one Ready): checking just "every new
+	// child Ready" right after a step can pass before the next successor is made, and the
+	// steps then run out before the rotation ends.
+	for i := 0; i < 6 && !e.rotated("rot", old); i++ {
 		e.clock.Step(10 * time.Second)
 		e.poke("rot")
-		e.waitPool("rot", "new children Ready", func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+		e.waitPool("rot", "the rotation done, or the next successor made and Ready", func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+			if e.rotated("rot", old) {
+				return true
+			}
+			live := 0
 			for _, k := range kids {
+				if !k.DeletionTimestamp.IsZero() {
+					continue
+				}
+				live++
 				if !slices.Contains(old, k.Name) && k.Status.Phase != v1alpha1.PhaseReady {
 					return false
 				}
 			}
-			return true
+			return live == 3
 		})
 	}
 	e.waitPool("rot", "both old children replaced", func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool { return e.rotated("rot", old) })
