@@ -65,6 +65,10 @@ const (
 	// is checked again without a spec change. Another install's instance is a plain
 	// PermanentError: this install's GC never removes it.
 	ReasonOwnedByOther = "OwnedByOther"
+	// ReasonCredentialsUnavailable: the Secret spec.proxy.basicAuth.secretRef names is
+	// missing, lacks a key, or holds values tinyproxy cannot take. The Proxy waits for the
+	// Secret (which the operator watches); an existing instance is left as it is.
+	ReasonCredentialsUnavailable = "CredentialsUnavailable"
 )
 
 // Event reasons on a Proxy that are no condition reason.
