@@ -20,6 +20,36 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
+// startProbingManager starts the manager binary with the discovery API behind the token
+// t0ken, probing every second with its own /v1/whoami as the target, plus extra flags;
+// it returns the manager and the discovery API's address.
+func startProbingManager(t *testing.T, env *testenv.Env, extra ...string) (*managerProc, string) {
+	t.Helper()
+	providers := writeFile(t, "providers.yaml", fmt.Sprintf(goodConfig, t.TempDir()))
+	token := writeFile(t, "token", "t0ken\n")
+	probe, disc := freeAddr(t), freeAddr(t)
+	return startManager(t, env, append([]string{"--providers-config", providers,
+		"--health-probe-bind-address", probe, "--metrics-bind-address", "0",
+		"--discovery-bind-address", disc, "--discovery-token-file", token,
+		"--proxy-probe-url", "http://" + disc + "/v1/whoami", "--proxy-check-interval", "1s"}, extra...)...), disc
+}
+
+// discoveryGet GETs path from the discovery API at disc, with the bearer token tok
+// unless it is empty, and returns the status code and the body (or the error).
+func discoveryGet(disc, path, tok string) (int, string) {
+	req, _ := http.NewRequest(http.MethodGet, "http://"+disc+path, nil)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
 // The manager binary end to end for the health side: an External Proxy in front of a
 // forward proxy on loopback is probed through it (the probe target being the manager's
 // own /v1/whoami), becomes Ready with its egress IP, and the discovery API, behind a
@@ -29,14 +59,7 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 	c := env.Client
 	fp := healthtest.New(t, "127.0.0.9")
 
-	providers := writeFile(t, "providers.yaml", fmt.Sprintf(goodConfig, t.TempDir()))
-	token := writeFile(t, "token", "t0ken\n")
-	probe, disc := freeAddr(t), freeAddr(t)
-	mgr := startManager(t, env, "--providers-config", providers,
-		"--health-probe-bind-address", probe, "--metrics-bind-address", "0",
-		"--discovery-bind-address", disc, "--discovery-token-file", token,
-		"--proxy-probe-url", "http://"+disc+"/v1/whoami", "--proxy-check-interval", "1s",
-		"--provider-check-interval", "1s", "--provider-check-timeout", "500ms")
+	mgr, disc := startProbingManager(t, env, "--provider-check-interval", "1s", "--provider-check-timeout", "500ms")
 
 	ctx := context.Background()
 	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: "default", Labels: map[string]string{"pool": "crawl"}},
@@ -50,19 +73,7 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 			got.Status.Healthy && got.Status.EgressIP == "127.0.0.9"
 	})
 
-	get := func(path, tok string) (int, string) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+disc+path, nil)
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
-	}
+	get := func(path, tok string) (int, string) { return discoveryGet(disc, path, tok) }
 	if code, _ := get("/v1/proxies", ""); code != http.StatusUnauthorized {
 		t.Errorf("no token: %d, want 401", code)
 	}
@@ -106,14 +117,7 @@ func TestManagerProbesAndHandsOutCredentials(t *testing.T) {
 	fp := healthtest.New(t, "127.0.0.10")
 	fp.RequireAuth(&healthtest.Auth{Username: "crawler", Password: "Pw-one.1"})
 
-	providers := writeFile(t, "providers.yaml", fmt.Sprintf(goodConfig, t.TempDir()))
-	token := writeFile(t, "token", "t0ken\n")
-	probe, disc := freeAddr(t), freeAddr(t)
-	mgr := startManager(t, env, "--providers-config", providers,
-		"--health-probe-bind-address", probe, "--metrics-bind-address", "0",
-		"--discovery-bind-address", disc, "--discovery-token-file", token,
-		"--proxy-probe-url", "http://"+disc+"/v1/whoami", "--proxy-check-interval", "1s",
-		"--proxy-status-heartbeat", "1s", "--provider-check-interval", "1m")
+	mgr, disc := startProbingManager(t, env, "--proxy-status-heartbeat", "1s", "--provider-check-interval", "1m")
 
 	ctx := context.Background()
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge-auth", Namespace: "default"},
@@ -133,17 +137,7 @@ func TestManagerProbesAndHandsOutCredentials(t *testing.T) {
 			got.Status.EgressIP == "127.0.0.10"
 	})
 
-	get := func(path string) (int, string) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+disc+path, nil)
-		req.Header.Set("Authorization", "Bearer t0ken")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
-	}
+	get := func(path string) (int, string) { return discoveryGet(disc, path, "t0ken") }
 	if code, body := get("/v1/proxies?format=text&namespace=default"); code != http.StatusOK || strings.Contains(body, "crawler") {
 		t.Errorf("without credentials=true: %d %q, want the URL without credentials", code, body)
 	}
