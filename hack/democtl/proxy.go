@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/clientcmd"
@@ -37,10 +40,12 @@ func newClient(kubeconfig string) (client.Client, error) {
 func proxyScheme() *runtime.Scheme {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	utilruntime.Must(corev1.AddToScheme(scheme))
 	return scheme
 }
 
-// apply creates the Proxy in file, or updates its spec when it exists.
+// apply creates each object of file (the Proxies and the Secrets they name), or updates
+// it when it exists: a Proxy's spec, a Secret's data.
 func apply(kubeconfig, file, namespace string) error {
 	c, err := newClient(kubeconfig)
 	if err != nil {
@@ -50,31 +55,79 @@ func apply(kubeconfig, file, namespace string) error {
 	if err != nil {
 		return err
 	}
-	var px v1alpha1.Proxy
-	if err := yaml.UnmarshalStrict(data, &px); err != nil {
+	objs, err := decodeManifest(data)
+	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
-	if px.Namespace == "" {
-		px.Namespace = namespace
-	}
 	ctx := context.Background()
-	var cur v1alpha1.Proxy
-	err = c.Get(ctx, client.ObjectKeyFromObject(&px), &cur)
+	for _, obj := range objs {
+		if obj.GetNamespace() == "" {
+			obj.SetNamespace(namespace)
+		}
+		if err := applyOne(ctx, c, obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeManifest decodes the YAML documents of a manifest: Proxies and Secrets, strictly.
+func decodeManifest(data []byte) ([]client.Object, error) {
+	var objs []client.Object
+	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+			return nil, fmt.Errorf("document %d: %w", i+1, err)
+		}
+		var obj client.Object
+		switch tm.Kind {
+		case "":
+			continue // comments only
+		case "Proxy":
+			obj = &v1alpha1.Proxy{}
+		case "Secret":
+			obj = &corev1.Secret{}
+		default:
+			return nil, fmt.Errorf("document %d: kind %q; this command applies Proxies and Secrets", i+1, tm.Kind)
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+			return nil, fmt.Errorf("document %d (%s): %w", i+1, tm.Kind, err)
+		}
+		objs = append(objs, obj)
+	}
+	if len(objs) == 0 {
+		return nil, errors.New("no Proxy or Secret in it")
+	}
+	return objs, nil
+}
+
+func applyOne(ctx context.Context, c client.Client, obj client.Object) error {
+	kind := "proxy.egress.hrajfrisbee.cz"
+	if _, ok := obj.(*corev1.Secret); ok {
+		kind = "secret"
+	}
+	cur := obj.DeepCopyObject().(client.Object)
+	err := c.Get(ctx, client.ObjectKeyFromObject(obj), cur)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := c.Create(ctx, &px); err != nil {
+		if err := c.Create(ctx, obj); err != nil {
 			return err
 		}
-		fmt.Printf("proxy.egress.hrajfrisbee.cz/%s created\n", px.Name)
+		fmt.Printf("%s/%s created\n", kind, obj.GetName())
+		return nil
 	case err != nil:
 		return err
-	default:
-		cur.Spec = px.Spec
-		if err := c.Update(ctx, &cur); err != nil {
-			return err
-		}
-		fmt.Printf("proxy.egress.hrajfrisbee.cz/%s configured\n", px.Name)
 	}
+	switch o := obj.(type) {
+	case *v1alpha1.Proxy:
+		cur.(*v1alpha1.Proxy).Spec = o.Spec
+	case *corev1.Secret:
+		cur.(*corev1.Secret).Data, cur.(*corev1.Secret).StringData = o.Data, o.StringData
+	}
+	if err := c.Update(ctx, cur); err != nil {
+		return err
+	}
+	fmt.Printf("%s/%s configured\n", kind, obj.GetName())
 	return nil
 }
 
