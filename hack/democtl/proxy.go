@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -13,14 +12,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/manifest"
 )
 
 func newClient(kubeconfig string) (client.Client, error) {
@@ -55,7 +53,7 @@ func apply(kubeconfig, file, namespace string) error {
 	if err != nil {
 		return err
 	}
-	objs, err := decodeManifest(data)
+	objs, err := manifest.Decode(data)
 	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
@@ -69,36 +67,6 @@ func apply(kubeconfig, file, namespace string) error {
 		}
 	}
 	return nil
-}
-
-// decodeManifest decodes the YAML documents of a manifest: Proxies and Secrets, strictly.
-func decodeManifest(data []byte) ([]client.Object, error) {
-	var objs []client.Object
-	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
-		var tm metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
-			return nil, fmt.Errorf("document %d: %w", i+1, err)
-		}
-		var obj client.Object
-		switch tm.Kind {
-		case "":
-			continue // comments only
-		case "Proxy":
-			obj = &v1alpha1.Proxy{}
-		case "Secret":
-			obj = &corev1.Secret{}
-		default:
-			return nil, fmt.Errorf("document %d: kind %q; this command applies Proxies and Secrets", i+1, tm.Kind)
-		}
-		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
-			return nil, fmt.Errorf("document %d (%s): %w", i+1, tm.Kind, err)
-		}
-		objs = append(objs, obj)
-	}
-	if len(objs) == 0 {
-		return nil, errors.New("no Proxy or Secret in it")
-	}
-	return objs, nil
 }
 
 func applyOne(ctx context.Context, c client.Client, obj client.Object) error {

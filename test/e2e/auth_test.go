@@ -8,17 +8,15 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/manifest"
 )
 
 // sampleSubnet is the bridge subnet the sample's allowedSourceRanges lists; the test puts
@@ -37,26 +35,18 @@ func readSample(t *testing.T) (*v1alpha1.Proxy, *corev1.Secret) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	objs, err := manifest.Decode(data)
+	if err != nil {
+		t.Fatalf("%s: %v", samplePath, err)
+	}
 	var px *v1alpha1.Proxy
 	var sec *corev1.Secret
-	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
-		var tm metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
-			t.Fatalf("%s document %d: %v", samplePath, i+1, err)
-		}
-		var into any
-		switch tm.Kind {
-		case "Proxy":
-			px = &v1alpha1.Proxy{}
-			into = px
-		case "Secret":
-			sec = &corev1.Secret{}
-			into = sec
-		default:
-			t.Fatalf("%s document %d: kind %q, want the Secret and the Proxy", samplePath, i+1, tm.Kind)
-		}
-		if err := yaml.UnmarshalStrict([]byte(doc), into); err != nil {
-			t.Fatalf("%s document %d: %v", samplePath, i+1, err)
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *v1alpha1.Proxy:
+			px = o
+		case *corev1.Secret:
+			sec = o
 		}
 	}
 	switch {
