@@ -184,8 +184,12 @@ func TestProxyBasicAuthSecretLifecycle(t *testing.T) {
 	got = e.waitProxy(name, "replaced after the range change", func(p *v1alpha1.Proxy) bool {
 		return p.Status.Phase == v1alpha1.PhaseRunning && p.Status.SpecHash != hash2 && p.Status.ProviderID != ""
 	})
-	if cs = e.creates(); !strings.Contains(string(cs[len(cs)-1].CloudInit), "Allow 192.168.0.0/16") {
+	want = expectedRender(t, got, &proxyconfig.Credentials{Username: "crawler", Password: pw2})
+	if cs = e.creates(); string(cs[len(cs)-1].CloudInit) != string(want.UserData) || !strings.Contains(string(want.UserData), "Allow 192.168.0.0/16") {
 		t.Errorf("the last Create lacks the new range")
+	}
+	if got.Status.SpecHash != SpecHash(got, want.HashInput) {
+		t.Errorf("specHash %q after the range change, want %q", got.Status.SpecHash, SpecHash(got, want.HashInput))
 	}
 
 	// 7. The Secret deleted under a running instance: status says so, the instance stays.
@@ -226,11 +230,11 @@ func TestProxyBasicAuthSecretLifecycle(t *testing.T) {
 	haystacks = append(haystacks, string(st))
 	for _, s := range spans.Ended() {
 		for _, a := range s.Attributes() {
-			haystacks = append(haystacks, a.Value.Emit())
+			haystacks = append(haystacks, a.Value.String())
 		}
 		for _, ev := range s.Events() {
 			for _, a := range ev.Attributes {
-				haystacks = append(haystacks, a.Value.Emit())
+				haystacks = append(haystacks, a.Value.String())
 			}
 		}
 		haystacks = append(haystacks, s.Status().Description)
@@ -270,7 +274,7 @@ func TestProxyConfigRenderErrorLatches(t *testing.T) {
 	if err := e.c.Update(e.ctx, got); err != nil {
 		t.Fatal(err)
 	}
-	got = e.waitPhase("bad", v1alpha1.PhaseRunning)
+	e.waitPhase("bad", v1alpha1.PhaseRunning)
 	if cs := e.creates(); len(cs) != 1 || !strings.Contains(string(cs[0].CloudInit), "text/x-shellscript") {
 		t.Errorf("creates %d, want one with the user's script as a part", len(cs))
 	}
