@@ -194,7 +194,8 @@ type ProxyStatus struct {
 	// Healthy is true when the last probe through the proxy succeeded.
 	// +optional
 	Healthy bool `json:"healthy,omitempty"`
-	// SpecHash is the hash of provider, placement and cloudInit the instance was built from.
+	// SpecHash is the hash of provider, placement and user-data (spec.cloudInit, with the
+	// configuration rendered from spec.proxy when set) the instance was built from.
 	// +optional
 	SpecHash string `json:"specHash,omitempty"`
 	// ObservedGeneration is the metadata.generation the status describes.
