@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/manifest"
@@ -103,7 +105,15 @@ func statusThrough(proxyURL *url.URL, target string) (int, error) {
 func (s *story) checkAuth(px *v1alpha1.Proxy, sec *corev1.Secret, discovery, whoURL string) {
 	t := s.t
 	ip := s.mustProxy().Status.IP
-	user, pass := sec.StringData["username"], sec.StringData["password"]
+	// As the API server holds it (stringData is write-only: the created object has data).
+	var live corev1.Secret
+	if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(sec), &live); err != nil {
+		t.Fatalf("reading the sample's Secret: %v", err)
+	}
+	user, pass := string(live.Data["username"]), string(live.Data["password"])
+	if user == "" || pass == "" {
+		t.Fatalf("the Secret %s holds no username and password", sec.Name)
+	}
 	for _, tc := range []struct {
 		name string
 		user *url.Userinfo
