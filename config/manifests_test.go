@@ -176,7 +176,7 @@ func TestRBAC(t *testing.T) {
 	// Leases are not here: leader election's is granted by the namespaced Role
 	// (internal/controller/role_test.go checks both).
 	for _, want := range []string{"proxies", "proxies/status", "proxies/finalizers", "providerhealths", "providerhealths/status", "events", "namespaces",
-		"proxypools", "proxypools/status", "services", "endpointslices"} {
+		"proxypools", "proxypools/status", "services", "endpointslices", "secrets"} {
 		if !slices.Contains(resources, want) {
 			t.Errorf("the manager role lacks %s", want)
 		}

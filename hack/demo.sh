@@ -160,17 +160,22 @@ start_manager() {
 }
 
 report() {
-  local ip port k="$KUBECTL --kubeconfig $KUBECONFIG_PATH"
+  local ip port user pass k="$KUBECTL --kubeconfig $KUBECONFIG_PATH"
   ip=$("$DEMOCTL" get --kubeconfig "$KUBECONFIG_PATH" | awk -v n="$PROXY_NAME" '$2 == n { print $6 }')
   port=$(awk '$1 == "port:" { print $2; exit }' "$SAMPLE")
+  # The sample's basic-auth Secret (stringData).
+  user=$(awk '$1 == "username:" { print $2; exit }' "$SAMPLE")
+  pass=$(awk '$1 == "password:" { print $2; exit }' "$SAMPLE")
   echo
   "$DEMOCTL" get --kubeconfig "$KUBECONFIG_PATH"
   cat <<EOF
 
 The proxy is Ready. Try it from this machine (the discovery API's whoami answers with the
-address the request came from, the guest's):
+address the request came from, the guest's); without the sample Secret's credentials the
+proxy answers 407:
 
-  curl -x http://$ip:$port http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT/v1/whoami
+  curl -x http://$user:$pass@$ip:$port http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT/v1/whoami
+  curl -si -x http://$ip:$port http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT/v1/whoami | head -1
 
 With kubectl (built into the cache, the API server's version):
 
@@ -182,6 +187,8 @@ With kubectl (built into the cache, the API server's version):
   $k get providerhealths kvm2-home -o yaml
 
 Discovery API:       curl http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT/v1/proxies?format=text
+                     (URLs without credentials: the demo runs it without a token, and
+                     credentials=true is served only with --discovery-token-file)
 Kubeconfig:          $KUBECONFIG_PATH
 Manager log:         $STATE/manager.log
 Stop it all:         make demo-down   (deletes every Proxy, and so its VM, then stops the

@@ -65,6 +65,10 @@ const (
 	// is checked again without a spec change. Another install's instance is a plain
 	// PermanentError: this install's GC never removes it.
 	ReasonOwnedByOther = "OwnedByOther"
+	// ReasonCredentialsUnavailable: the Secret spec.proxy.basicAuth.secretRef names is
+	// missing, lacks a key, or holds values tinyproxy cannot take. The Proxy waits for the
+	// Secret (which the operator watches); an existing instance is left as it is.
+	ReasonCredentialsUnavailable = "CredentialsUnavailable"
 )
 
 // Event reasons on a Proxy that are no condition reason.
@@ -190,7 +194,8 @@ type ProxyStatus struct {
 	// Healthy is true when the last probe through the proxy succeeded.
 	// +optional
 	Healthy bool `json:"healthy,omitempty"`
-	// SpecHash is the hash of provider, placement and cloudInit the instance was built from.
+	// SpecHash is the hash of provider, placement and user-data (spec.cloudInit, with the
+	// configuration rendered from spec.proxy when set) the instance was built from.
 	// +optional
 	SpecHash string `json:"specHash,omitempty"`
 	// ObservedGeneration is the metadata.generation the status describes.

@@ -12,13 +12,15 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
 
 // setupHealth adds the provider health monitor, the proxy health engine and orphan GC
 // (leader only) and the discovery API (every replica, with its readiness check) to mgr.
 // wake is the reconciler's Wake: orphan GC calls it for the Failed Proxies an instance it
-// deleted was blocking.
-func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions, wake func(context.Context, client.ObjectKey)) error {
+// deleted was blocking. creds reads a Proxy's basic-auth credentials, which the probe
+// sends and discovery hands out on request (?credentials=true).
+func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions, wake func(context.Context, client.ObjectKey), creds proxyconfig.CredentialsFunc) error {
 	monitor := &controller.ProviderHealthMonitor{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
@@ -28,7 +30,8 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 		Log:       ctrl.Log.WithName("providerhealth"),
 	}
 	engine, err := health.New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("proxy-health"),
-		health.Options{ProbeURL: h.ProxyProbeURL, Interval: h.ProxyCheckInterval, HeartbeatInterval: h.StatusHeartbeat}, ctrl.Log.WithName("health"))
+		health.Options{ProbeURL: h.ProxyProbeURL, Interval: h.ProxyCheckInterval, HeartbeatInterval: h.StatusHeartbeat, Credentials: creds},
+		ctrl.Log.WithName("health"))
 	if err != nil {
 		return err
 	}
@@ -57,9 +60,10 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 		return err
 	}
 	srv, err := discovery.New(src, discovery.Options{
-		Addr:      h.DiscoveryBindAddress,
-		TokenFile: h.DiscoveryTokenFile,
-		Log:       ctrl.Log.WithName("discovery"),
+		Addr:        h.DiscoveryBindAddress,
+		TokenFile:   h.DiscoveryTokenFile,
+		Credentials: creds,
+		Log:         ctrl.Log.WithName("discovery"),
 	})
 	if err != nil {
 		return err

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -16,6 +19,36 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health/healthtest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
+
+// startProbingManager starts the manager binary with the discovery API behind the token
+// t0ken, probing every second with its own /v1/whoami as the target, plus extra flags;
+// it returns the manager and the discovery API's address.
+func startProbingManager(t *testing.T, env *testenv.Env, extra ...string) (*managerProc, string) {
+	t.Helper()
+	providers := writeFile(t, "providers.yaml", fmt.Sprintf(goodConfig, t.TempDir()))
+	token := writeFile(t, "token", "t0ken\n")
+	probe, disc := freeAddr(t), freeAddr(t)
+	return startManager(t, env, append([]string{"--providers-config", providers,
+		"--health-probe-bind-address", probe, "--metrics-bind-address", "0",
+		"--discovery-bind-address", disc, "--discovery-token-file", token,
+		"--proxy-probe-url", "http://" + disc + "/v1/whoami", "--proxy-check-interval", "1s"}, extra...)...), disc
+}
+
+// discoveryGet GETs path from the discovery API at disc, with the bearer token tok
+// unless it is empty, and returns the status code and the body (or the error).
+func discoveryGet(disc, path, tok string) (int, string) {
+	req, _ := http.NewRequest(http.MethodGet, "http://"+disc+path, nil)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
 
 // The manager binary end to end for the health side: an External Proxy in front of a
 // forward proxy on loopback is probed through it (the probe target being the manager's
@@ -26,14 +59,7 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 	c := env.Client
 	fp := healthtest.New(t, "127.0.0.9")
 
-	providers := writeFile(t, "providers.yaml", fmt.Sprintf(goodConfig, t.TempDir()))
-	token := writeFile(t, "token", "t0ken\n")
-	probe, disc := freeAddr(t), freeAddr(t)
-	mgr := startManager(t, env, "--providers-config", providers,
-		"--health-probe-bind-address", probe, "--metrics-bind-address", "0",
-		"--discovery-bind-address", disc, "--discovery-token-file", token,
-		"--proxy-probe-url", "http://"+disc+"/v1/whoami", "--proxy-check-interval", "1s",
-		"--provider-check-interval", "1s", "--provider-check-timeout", "500ms")
+	mgr, disc := startProbingManager(t, env, "--provider-check-interval", "1s", "--provider-check-timeout", "500ms")
 
 	ctx := context.Background()
 	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: "default", Labels: map[string]string{"pool": "crawl"}},
@@ -51,19 +77,7 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 			fmt.Errorf("phase %q, healthy %v, egress IP %q", st.Phase, st.Healthy, st.EgressIP)
 	})
 
-	get := func(path, tok string) (int, string) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+disc+path, nil)
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
-	}
+	get := func(path, tok string) (int, string) { return discoveryGet(disc, path, tok) }
 	if code, _ := get("/v1/proxies", ""); code != http.StatusUnauthorized {
 		t.Errorf("no token: %d, want 401", code)
 	}
@@ -98,5 +112,88 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 		t.Errorf("pick with nothing healthy: %d, want 503", code)
 	}
 
+	mgr.stop()
+}
+
+// The manager gives the health engine and the discovery API the Proxies' basic-auth
+// Secrets: an External Proxy whose proxy demands credentials becomes Ready, discovery
+// with the token and ?credentials=true hands out a URL that works as a proxy URL as it
+// is, and a rotated Secret is probed and handed out at once.
+func TestManagerProbesAndHandsOutCredentials(t *testing.T) {
+	env := testenv.StartT(t)
+	c := env.Client
+	fp := healthtest.New(t, "127.0.0.10")
+	fp.RequireAuth(&healthtest.Auth{Username: "crawler", Password: "Pw-one.1"})
+
+	mgr, disc := startProbingManager(t, env, "--proxy-status-heartbeat", "1s", "--provider-check-interval", "1m")
+
+	ctx := context.Background()
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge-auth", Namespace: "default"},
+		Data: map[string][]byte{"username": []byte("crawler"), "password": []byte("Pw-one.1")}}
+	if err := c.Create(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "authed", Namespace: "default"},
+		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: fp.Host, Port: fp.Port,
+			Proxy: &v1alpha1.ProxyConfig{BasicAuth: &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: "edge-auth"}}}}}
+	if err := c.Create(ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	mgr.waitUntil("the Proxy behind basic auth to be Ready", func() bool {
+		got := &v1alpha1.Proxy{}
+		return c.Get(ctx, client.ObjectKeyFromObject(px), got) == nil && got.Status.Phase == v1alpha1.PhaseReady &&
+			got.Status.EgressIP == "127.0.0.10"
+	})
+
+	get := func(path string) (int, string) { return discoveryGet(disc, path, "t0ken") }
+	if code, body := get("/v1/proxies?format=text&namespace=default"); code != http.StatusOK || strings.Contains(body, "crawler") {
+		t.Errorf("without credentials=true: %d %q, want the URL without credentials", code, body)
+	}
+	// through asks for /v1/whoami through the proxy URL as discovery handed it out.
+	through := func(proxyURL string) (int, error) {
+		u, err := url.Parse(strings.TrimSpace(proxyURL))
+		if err != nil {
+			return 0, err
+		}
+		hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u)}, Timeout: 10 * time.Second}
+		res, err := hc.Get("http://" + disc + "/v1/whoami")
+		if err != nil {
+			return 0, err
+		}
+		res.Body.Close()
+		return res.StatusCode, nil
+	}
+	for _, pw := range []string{"Pw-one.1", "Pw-two.2"} {
+		if pw != "Pw-one.1" { // a rotation: the Secret and the proxy change together
+			sec.Data["password"] = []byte(pw)
+			if err := c.Update(ctx, sec); err != nil {
+				t.Fatal(err)
+			}
+			fp.RequireAuth(&healthtest.Auth{Username: "crawler", Password: pw})
+		}
+		want := fmt.Sprintf("http://crawler:%s@%s:%d\n", pw, fp.Host, fp.Port)
+		var body string
+		mgr.waitUntil("discovery to hand out the URL with password "+pw, func() bool {
+			var code int
+			code, body = get("/v1/proxies?format=text&namespace=default&credentials=true")
+			return code == http.StatusOK && body == want
+		})
+		if code, err := through(body); err != nil || code != http.StatusOK {
+			t.Errorf("a request through the handed-out URL: %d %v", code, err)
+		}
+	}
+	if code, err := through(fmt.Sprintf("http://%s:%d", fp.Host, fp.Port)); err != nil || code != http.StatusProxyAuthRequired {
+		t.Errorf("a request without credentials: %d %v, want 407", code, err)
+	}
+	// The probe goes with the rotated password: a successful probe after the rotation.
+	rotated := time.Now().Add(time.Second) // lastProbeTime has whole seconds
+	mgr.waitUntil("a successful probe with the rotated password", func() bool {
+		got := &v1alpha1.Proxy{}
+		return c.Get(ctx, client.ObjectKeyFromObject(px), got) == nil && got.Status.Phase == v1alpha1.PhaseReady &&
+			got.Status.ConsecutiveProbeFailures == 0 && got.Status.LastProbeTime != nil && got.Status.LastProbeTime.After(rotated)
+	})
+	if strings.Contains(mgr.stderr.String(), "Pw-") {
+		t.Errorf("the manager logged a password:\n%s", mgr.stderr.String())
+	}
 	mgr.stop()
 }

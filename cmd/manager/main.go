@@ -25,6 +25,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
 
@@ -220,7 +221,11 @@ func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {
 
 // setupComponents adds the reconciler and its companions to mgr.
 func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o *options) error {
+	// One source of basic-auth credentials for the rendered configuration, the probe and
+	// discovery: the Secrets, read through the manager's cache (the reconciler watches them).
+	creds := proxyconfig.SecretCredentials{Reader: mgr.GetClient()}.Credentials
 	r := &controller.ProxyReconciler{
+		Credentials:  creds,
 		Client:       mgr.GetClient(),
 		Scheme:       mgr.GetScheme(),
 		Recorder:     mgr.GetEventRecorder("proxy-controller"),
@@ -236,7 +241,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	if err := addReadyChecks(mgr, providers); err != nil { // readiness.go
 		return fmt.Errorf("readiness checks: %w", err)
 	}
-	return setupHealth(mgr, providers, o.health, r.Wake)
+	return setupHealth(mgr, providers, o.health, r.Wake, creds)
 }
 
 func closeProviders(providers map[string]provider.Provider, log interface{ Error(error, string, ...any) }) {

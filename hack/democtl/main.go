@@ -6,7 +6,7 @@
 //
 //	democtl controlplane --dir DIR --record R  # writes DIR/kubeconfig, DIR/*.pid; runs until SIGTERM
 //	democtl serve-image --addr A --file F      # serves F at http://A/<basename of F>
-//	democtl apply --kubeconfig K -f FILE       # create or update the Proxy in FILE
+//	democtl apply --kubeconfig K -f FILE       # create or update the Proxies and Secrets in FILE
 //	democtl wait --kubeconfig K --name N       # follow the Proxy until Ready, printing progress
 //	democtl get --kubeconfig K                 # the Proxies, as a table
 //	democtl delete-all --kubeconfig K --record R [--manager-pid P]
@@ -37,7 +37,7 @@ func main() {
 	addr := fs.String("addr", "", "listen address (serve-image)")
 	file := fs.String("file", "", "the file to serve (serve-image)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the control plane")
-	manifest := fs.String("f", "", "a Proxy manifest (apply)")
+	manifest := fs.String("f", "", "a manifest of Proxies and Secrets (apply)")
 	namespace := fs.String("namespace", "default", "the Proxy's namespace")
 	name := fs.String("name", "", "the Proxy's name")
 	timeout := fs.Duration("timeout", 30*time.Minute, "how long to wait (wait, delete-all)")

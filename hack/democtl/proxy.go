@@ -9,15 +9,16 @@ import (
 	"text/tabwriter"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/manifest"
 )
 
 func newClient(kubeconfig string) (client.Client, error) {
@@ -37,10 +38,12 @@ func newClient(kubeconfig string) (client.Client, error) {
 func proxyScheme() *runtime.Scheme {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	utilruntime.Must(corev1.AddToScheme(scheme))
 	return scheme
 }
 
-// apply creates the Proxy in file, or updates its spec when it exists.
+// apply creates each object of file (the Proxies and the Secrets they name), or updates
+// it when it exists: a Proxy's spec, a Secret's data.
 func apply(kubeconfig, file, namespace string) error {
 	c, err := newClient(kubeconfig)
 	if err != nil {
@@ -50,31 +53,49 @@ func apply(kubeconfig, file, namespace string) error {
 	if err != nil {
 		return err
 	}
-	var px v1alpha1.Proxy
-	if err := yaml.UnmarshalStrict(data, &px); err != nil {
+	objs, err := manifest.Decode(data)
+	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
-	if px.Namespace == "" {
-		px.Namespace = namespace
-	}
 	ctx := context.Background()
-	var cur v1alpha1.Proxy
-	err = c.Get(ctx, client.ObjectKeyFromObject(&px), &cur)
+	for _, obj := range objs {
+		if obj.GetNamespace() == "" {
+			obj.SetNamespace(namespace)
+		}
+		if err := applyOne(ctx, c, obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func applyOne(ctx context.Context, c client.Client, obj client.Object) error {
+	kind := "proxy.egress.hrajfrisbee.cz"
+	if _, ok := obj.(*corev1.Secret); ok {
+		kind = "secret"
+	}
+	cur := obj.DeepCopyObject().(client.Object)
+	err := c.Get(ctx, client.ObjectKeyFromObject(obj), cur)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := c.Create(ctx, &px); err != nil {
+		if err := c.Create(ctx, obj); err != nil {
 			return err
 		}
-		fmt.Printf("proxy.egress.hrajfrisbee.cz/%s created\n", px.Name)
+		fmt.Printf("%s/%s created\n", kind, obj.GetName())
+		return nil
 	case err != nil:
 		return err
-	default:
-		cur.Spec = px.Spec
-		if err := c.Update(ctx, &cur); err != nil {
-			return err
-		}
-		fmt.Printf("proxy.egress.hrajfrisbee.cz/%s configured\n", px.Name)
 	}
+	switch o := obj.(type) {
+	case *v1alpha1.Proxy:
+		cur.(*v1alpha1.Proxy).Spec = o.Spec
+	case *corev1.Secret:
+		cur.(*corev1.Secret).Data, cur.(*corev1.Secret).StringData = o.Data, o.StringData
+	}
+	if err := c.Update(ctx, cur); err != nil {
+		return err
+	}
+	fmt.Printf("%s/%s configured\n", kind, obj.GetName())
 	return nil
 }
 

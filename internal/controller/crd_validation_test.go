@@ -8,9 +8,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/manifest"
 )
 
 // The CRD's schema and CEL rules, as the API server applies them to what a user applies.
@@ -71,13 +71,23 @@ func TestSamplesAreAccepted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		px := &v1alpha1.Proxy{}
-		if err := yaml.UnmarshalStrict(data, px); err != nil {
+		// A sample is a Proxy, with the Secret its spec.proxy.basicAuth names before it.
+		objs, err := manifest.Decode(data)
+		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		px.Namespace = "default"
-		if err := shared.Client(t).Create(ctx, px, client.DryRunAll); err != nil {
-			t.Errorf("%s: %v", f, err)
+		proxies := 0
+		for i, obj := range objs {
+			if _, ok := obj.(*v1alpha1.Proxy); ok {
+				proxies++
+			}
+			obj.SetNamespace("default")
+			if err := shared.Client(t).Create(ctx, obj, client.DryRunAll); err != nil {
+				t.Errorf("%s object %d: %v", f, i+1, err)
+			}
+		}
+		if proxies != 1 {
+			t.Errorf("%s: %d Proxies, want one", f, proxies)
 		}
 	}
 }

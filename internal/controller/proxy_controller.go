@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,6 +32,7 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
 
@@ -81,6 +83,11 @@ type ProxyReconciler struct {
 	// re-checked and cost nothing: they wait for a spec change.
 	FailedRecheckInterval time.Duration
 
+	// Credentials reads a Proxy's basic-auth credentials for the configuration rendered
+	// from spec.proxy; nil reads the Secrets through Client. The manager passes the same
+	// lookup to the health engine and the discovery API.
+	Credentials proxyconfig.CredentialsFunc
+
 	// wake carries the Proxies Wake asks to reconcile; made by SetupWithManager.
 	wake chan event.TypedGenericEvent[*v1alpha1.Proxy]
 }
@@ -101,15 +108,20 @@ const wakeBuffer = 256
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // SetupWithManager registers the reconciler with mgr, running maxConcurrent reconciles
-// at once. Only spec changes (a new generation), deletions and Wake wake it; status
-// writes by the reconciler itself or the health engine do not.
+// at once. Only spec changes (a new generation), deletions, Wake and changes of a Secret
+// a Proxy's spec.proxy.basicAuth names wake it; status writes by the reconciler itself
+// or the health engine do not.
 func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Proxy{}, SecretRefIndex, indexSecretRef); err != nil {
+		return fmt.Errorf("indexing proxies by %s: %w", SecretRefIndex, err)
+	}
 	r.wake = make(chan event.TypedGenericEvent[*v1alpha1.Proxy], wakeBuffer)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.Proxy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesForSecret)).
 		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*v1alpha1.Proxy]{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent, RateLimiter: errorBackoff()}).
 		Named("proxy").

@@ -17,8 +17,9 @@ import (
 )
 
 // create asks the provider for the Proxy's instance (adopting one an earlier, cut-off
-// attempt left behind) and publishes it.
-func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provider, hash string) (ctrl.Result, error) {
+// attempt left behind), built from userData, and publishes it. userData may hold the
+// proxy's password: it goes to the provider and nowhere else.
+func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provider, hash string, userData []byte) (ctrl.Result, error) {
 	px := s.px
 	name := px.InstanceName()
 	if ownedByOther(px) {
@@ -43,7 +44,7 @@ func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provi
 			MachineType: px.Spec.Placement.MachineType,
 			Image:       px.Spec.Placement.Image,
 		},
-		CloudInit: []byte(px.Spec.CloudInit),
+		CloudInit: userData,
 		Port:      px.Spec.Port,
 		SpecHash:  hash,
 	}

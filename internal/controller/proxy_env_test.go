@@ -50,10 +50,17 @@ func newProxyEnv(t testing.TB, opts ...envOption) *proxyEnv {
 // newProxyEnvWorkers is newProxyEnv with workers concurrent reconciles.
 func newProxyEnvWorkers(t testing.TB, workers int, opts ...envOption) *proxyEnv {
 	t.Helper()
+	return newProxyEnvManager(t, workers, nil, opts...)
+}
+
+// newProxyEnvManager is newProxyEnvWorkers with the manager's options adjusted by
+// mutate (when not nil), such as its logger.
+func newProxyEnvManager(t testing.TB, workers int, mutate func(*ctrl.Options), opts ...envOption) *proxyEnv {
+	t.Helper()
 	ctx := testContext(t)
 	env := shared.Env(t)
 	ns := env.Namespace(t, ctx, "px")
-	mgr := env.NewManager(t, ns, nil)
+	mgr := env.NewManager(t, ns, mutate)
 	e := &proxyEnv{t: t, ctx: ctx, ns: ns, c: env.Client, fake: providertest.NewFake(), cached: mgr.GetClient()}
 	e.r = &ProxyReconciler{
 		Client:     mgr.GetClient(),

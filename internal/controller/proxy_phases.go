@@ -30,11 +30,15 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.
 		// A permanent error stands until the spec changes; retrying cannot help.
 		return ctrl.Result{}, nil
 	}
-	hash := SpecHash(px)
 	if px.Status.Phase == "" {
 		s.setPhase(v1alpha1.PhasePending, EventPending,
 			fmt.Sprintf("instance %s will be created by provider %s", px.InstanceName(), px.Spec.Provider))
 	}
+	rendered, done, res, err := r.renderConfig(ctx, s) // proxy_config.go
+	if done {
+		return res, err
+	}
+	hash := SpecHash(px, rendered.HashInput)
 
 	if id := px.Status.ProviderID; id != "" {
 		inst, err := p.Get(ctx, id)
@@ -55,7 +59,7 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.
 			return r.observe(s, inst), nil
 		}
 	}
-	return r.create(ctx, s, p, hash)
+	return r.create(ctx, s, p, hash, rendered.UserData)
 }
 
 // replace deletes an instance built from an older spec, so that a new one is created.
@@ -167,13 +171,16 @@ func (r *ProxyReconciler) reconcileExternal(ctx context.Context, s *scope) (ctrl
 }
 
 // SpecHash is the hash of the fields an instance is built from: provider, placement and
-// cloudInit. An instance whose hash differs from its Proxy's is replaced.
-func SpecHash(px *v1alpha1.Proxy) string {
+// the user-data's hash input (proxyconfig.ForProxy's HashInput: spec.cloudInit itself for
+// a Proxy without spec.proxy, so its hash is what it was before spec.proxy existed; with
+// spec.proxy the rendered configuration, the password as a salted digest). An instance
+// whose hash differs from its Proxy's is replaced.
+func SpecHash(px *v1alpha1.Proxy, userDataHashInput string) string {
 	b, err := json.Marshal(struct {
 		Provider  string                  `json:"provider"`
 		Placement v1alpha1.ProxyPlacement `json:"placement"`
 		CloudInit string                  `json:"cloudInit"`
-	}{px.Spec.Provider, px.Spec.Placement, px.Spec.CloudInit})
+	}{px.Spec.Provider, px.Spec.Placement, userDataHashInput})
 	if err != nil {
 		panic(fmt.Sprintf("marshalling proxy spec for hashing: %v", err)) // plain strings cannot fail
 	}

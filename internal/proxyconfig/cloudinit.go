@@ -17,13 +17,15 @@ import (
 
 // CloudConfig renders the #cloud-config document that configures tinyproxy:
 //
-//   - packages: [tinyproxy], for images that lack it (a no-op where it is installed);
-//   - write_files: tinyproxy.conf, owned root:tinyproxy with mode 0640 since it may hold the
-//     password, and deferred to cloud-init's final stage so that the tinyproxy group
-//     exists by then (it comes with the package; deferral needs cloud-init 21.4 or later);
-//   - runcmd: restart tinyproxy, which runs after both, so the service uses the file;
-//   - merge_how: when combined with the user's cloud-config, lists (packages, write_files,
-//     runcmd) are appended to the user's and the user's other keys are kept.
+//   - write_files: tinyproxy's configuration, to StagedConfPath (root:root, mode 0600,
+//     since it may hold the password), in cloud-init's first stage;
+//   - runcmd, in its final stage: install tinyproxy with apt-get only when the image
+//     lacks it (cloud-init's packages: would run the package manager on every image,
+//     and on one without a reachable mirror that costs minutes of failing apt-get
+//     update); put the file in place as root:tinyproxy mode 0640 (the group comes with
+//     the package, so this waits for the install); restart tinyproxy;
+//   - merge_how: when combined with the user's cloud-config, lists (write_files, runcmd)
+//     are appended to the user's and the user's other keys are kept.
 func CloudConfig(c Config) ([]byte, error) {
 	conf, err := tinyproxyConf(c)
 	if err != nil {
@@ -37,13 +39,10 @@ merge_how:
     settings: [append]
   - name: dict
     settings: [no_replace, recurse_list]
-packages:
-  - tinyproxy
 write_files:
-  - path: ` + TinyproxyConfPath + `
-    owner: root:tinyproxy
-    permissions: "0640"
-    defer: true
+  - path: ` + StagedConfPath + `
+    owner: root:root
+    permissions: "0600"
     content: |
 `)
 	for _, line := range strings.SplitAfter(strings.TrimSuffix(conf, "\n"), "\n") {
@@ -51,10 +50,21 @@ write_files:
 	}
 	b.WriteString(`
 runcmd:
+  - [sh, -c, "` + installIfMissing + `"]
+  - [install, -o, root, -g, tinyproxy, -m, "0640", ` + StagedConfPath + `, ` + TinyproxyConfPath + `]
+  - [rm, -f, ` + StagedConfPath + `]
   - [systemctl, restart, tinyproxy]
 `)
 	return b.Bytes(), nil
 }
+
+// StagedConfPath is where the rendered cloud-config first writes tinyproxy's
+// configuration, readable by root alone, until the tinyproxy group exists.
+const StagedConfPath = "/var/lib/egress-proxies-operator/tinyproxy.conf"
+
+// installIfMissing installs tinyproxy with apt-get on an image that lacks it; on one
+// that has it (the test image) it does nothing, so no package manager runs.
+const installIfMissing = "command -v tinyproxy >/dev/null 2>&1 || { apt-get update; DEBIAN_FRONTEND=noninteractive apt-get install -y tinyproxy; }"
 
 // UserData is the instance's user-data for c and the user's own cloud-init (spec.cloudInit):
 // the rendered cloud-config alone when user is empty, otherwise a MIME multipart document

@@ -72,14 +72,16 @@ func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
 	if len(cc.MergeHow) != 2 || cc.MergeHow[0].Name != "list" || cc.MergeHow[0].Settings[0] != "append" {
 		t.Errorf("merge_how %+v: lists must be appended to the user's", cc.MergeHow)
 	}
-	if len(cc.Packages) != 1 || cc.Packages[0] != "tinyproxy" {
+	// No packages: cloud-init would run the package manager even where tinyproxy is
+	// installed; runcmd installs it only where it is missing.
+	if len(cc.Packages) != 0 {
 		t.Errorf("packages %v", cc.Packages)
 	}
 	if len(cc.WriteFiles) != 1 {
 		t.Fatalf("write_files %+v", cc.WriteFiles)
 	}
 	f := cc.WriteFiles[0]
-	if f.Path != TinyproxyConfPath || f.Owner != "root:tinyproxy" || f.Permissions != "0640" || !f.Defer {
+	if f.Path != StagedConfPath || f.Owner != "root:root" || f.Permissions != "0600" || f.Defer {
 		t.Errorf("file %+v", f)
 	}
 	for _, line := range []string{"Port 3128", "Allow 10.0.0.0/8", "Allow 192.168.1.0/24", "Allow 2001:db8::/32",
@@ -91,8 +93,19 @@ func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
 	if strings.Count(f.Content, "ConnectPort") != 1 {
 		t.Errorf("CONNECT must be limited to 443 alone:\n%s", f.Content)
 	}
-	if len(cc.Runcmd) != 1 || strings.Join(cc.Runcmd[0], " ") != "systemctl restart tinyproxy" {
-		t.Errorf("runcmd %v", cc.Runcmd)
+	want := []string{
+		"sh -c " + installIfMissing,
+		"install -o root -g tinyproxy -m 0640 " + StagedConfPath + " " + TinyproxyConfPath,
+		"rm -f " + StagedConfPath,
+		"systemctl restart tinyproxy",
+	}
+	if len(cc.Runcmd) != len(want) {
+		t.Fatalf("runcmd %v, want %d commands", cc.Runcmd, len(want))
+	}
+	for i, w := range want {
+		if got := strings.Join(cc.Runcmd[i], " "); got != w {
+			t.Errorf("runcmd[%d] %q, want %q", i, got, w)
+		}
 	}
 }
 

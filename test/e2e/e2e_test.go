@@ -26,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 )
@@ -38,27 +37,21 @@ const imageKey = "e2e-guest"
 // percent finds the percentage in a progress message such as "... 12.0 MiB of 121.2 MiB (10%)".
 var percent = regexp.MustCompile(`\((\d+)%\)$`)
 
-// samplePath is the Proxy users apply; the test applies it with only the image and the
-// namespace changed.
+// samplePath is the Proxy (and its basic-auth Secret) users apply; the test applies it
+// with only the image, the bridge subnet and the namespace changed.
 var samplePath = filepath.Join(repoRoot, "config", "samples", "proxy_kvm2.yaml")
 
-func sampleProxy(t *testing.T, h hostEnv, namespace string) *v1alpha1.Proxy {
+func sampleProxy(t *testing.T, h hostEnv, namespace string) (*v1alpha1.Proxy, *corev1.Secret) {
 	t.Helper()
-	data, err := os.ReadFile(samplePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var px v1alpha1.Proxy
-	if err := yaml.UnmarshalStrict(data, &px); err != nil {
-		t.Fatalf("%s: %v", samplePath, err)
-	}
-	if !strings.Contains(px.Spec.CloudInit, "Allow 10.123.0.0/24") {
-		t.Fatalf("%s: the cloud-init no longer allows the bridge subnet 10.123.0.0/24", samplePath)
-	}
-	px.Namespace = namespace
+	px, sec := readSample(t) // auth_test.go
+	px.Namespace, sec.Namespace = namespace, namespace
 	px.Spec.Placement.Image = imageKey
-	px.Spec.CloudInit = strings.ReplaceAll(px.Spec.CloudInit, "10.123.0.0/24", h.BridgeSubnet)
-	return &px
+	for i, r := range px.Spec.Proxy.AllowedSourceRanges {
+		if r == sampleSubnet {
+			px.Spec.Proxy.AllowedSourceRanges[i] = v1alpha1.CIDR(h.BridgeSubnet)
+		}
+	}
+	return px, sec
 }
 
 // timings are the moments of one incarnation of the VM, for the test log.
@@ -104,6 +97,7 @@ func TestProxyLifecycle(t *testing.T) {
 		"--providers-config=" + cfgPath, "--kubeconfig=" + kubeconfig,
 		"--metrics-bind-address=0", "--health-probe-bind-address=" + freeAddr(t, "127.0.0.1"),
 		"--discovery-bind-address=" + strings.TrimPrefix(discovery, "http://"),
+		"--discovery-token-file=" + writeDiscoveryToken(t, dir),
 		"--proxy-probe-url=" + whoURL + "/probe", "--proxy-check-interval=5s",
 		"--provider-check-interval=10s", "--provider-check-timeout=30s",
 		// Other tiers share this host: never collect what this cluster does not know.
@@ -113,7 +107,7 @@ func TestProxyLifecycle(t *testing.T) {
 	// A fixed namespace gives a fixed instance name, so a run cut short (a go test
 	// timeout skips clean-ups) is cleaned up by the next one.
 	ns := "e2e"
-	px := sampleProxy(t, h, ns)
+	px, sec := sampleProxy(t, h, ns)
 	s := &story{t: t, c: c, host: host, mgr: mgr, key: client.ObjectKeyFromObject(px), vm: px.InstanceName()}
 	host.removeInstance(s.vm)
 	host.removeBaseImage(imageKey)
@@ -135,6 +129,9 @@ func TestProxyLifecycle(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.Create(ctx, sec); err != nil {
+		t.Fatalf("creating the sample's Secret: %v", err)
+	}
 	mgr.start()
 	watch := watchBoots(host, s.vm)
 	t.Cleanup(watch.close)
@@ -142,6 +139,7 @@ func TestProxyLifecycle(t *testing.T) {
 	first := s.createSurvivingKills(ctx, px, images)
 	ip, readyAt := s.checkServing(px, who, discovery, whoURL)
 	first.ready = readyAt
+	s.checkAuth(px, sec, discovery, whoURL)
 	s.checkProviderHealth()
 	uuid := s.uuid()
 	seen := watch.get(uuid)
@@ -274,30 +272,27 @@ func (s *story) checkServing(px *v1alpha1.Proxy, who *whoami, discovery, whoURL 
 	want := fmt.Sprintf("http://%s:%d", ip, px.Spec.Port)
 	var listed string
 	s.waitFor("the discovery API to list "+want, shortDeadline, 500*time.Millisecond, func() (bool, error) {
-		body, err := get(http.DefaultClient, discovery+"/v1/proxies?format=text")
+		body, err := get(discoveryClient, discovery+"/v1/proxies?format=text")
 		listed = body
 		return strings.Contains(body, want), err
 	})
-	picked, err := get(http.DefaultClient, discovery+"/v1/proxies/pick?key=crawler-1&format=text")
-	if err != nil || strings.TrimSpace(picked) != want {
-		t.Errorf("pick for key crawler-1 = %q (%v), want %s", picked, err, want)
+	// The proxy demands basic auth: the crawler asks for its URL with the credentials.
+	picked, err := get(discoveryClient, discovery+"/v1/proxies/pick?key=crawler-1&format=text&credentials=true")
+	proxyURL, perr := url.Parse(strings.TrimSpace(picked))
+	if err != nil || perr != nil || proxyURL.User == nil || (&url.URL{Scheme: proxyURL.Scheme, Host: proxyURL.Host}).String() != want {
+		t.Fatalf("pick for key crawler-1 with credentials = %d characters (%v, %v), want %s with user:password@", len(picked), err, perr, want)
 	}
 	t.Logf("discovery lists %q", strings.TrimSpace(listed))
-
-	proxyURL, err := url.Parse(strings.TrimSpace(picked))
-	if err != nil {
-		t.Fatalf("the discovery API's URL %q: %v", picked, err)
-	}
 	through := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
 	before := who.from(ip)
 	body, err := get(through, whoURL+"/through-the-proxy")
 	if err != nil {
-		t.Fatalf("GET %s through %s: %v", whoURL, proxyURL, err)
+		t.Fatalf("GET %s through %s: %v", whoURL, proxyURL.Redacted(), err)
 	}
 	if !strings.Contains(body, `"`+ip+`"`) || who.from(ip) <= before {
-		t.Fatalf("GET %s through %s answered %q; want it to come from the guest's address %s", whoURL, proxyURL, body, ip)
+		t.Fatalf("GET %s through %s answered %q; want it to come from the guest's address %s", whoURL, proxyURL.Redacted(), body, ip)
 	}
-	t.Logf("a request through %s reached %s from %s", proxyURL, whoURL, ip)
+	t.Logf("a request through %s reached %s from %s", proxyURL.Redacted(), whoURL, ip)
 	return ip, readyAt
 }
 
@@ -380,7 +375,7 @@ func (s *story) deleteLeavesNothing(ctx context.Context, discovery string) {
 		t.Fatalf("after deleting the Proxy, %s left behind: %v", s.vm, left)
 	}
 	s.waitFor("the discovery API to stop listing the deleted proxy", shortDeadline, 500*time.Millisecond, func() (bool, error) {
-		body, err := get(http.DefaultClient, discovery+"/v1/proxies?format=text")
+		body, err := get(discoveryClient, discovery+"/v1/proxies?format=text")
 		return err == nil && !strings.Contains(body, px.Status.IP+":"), err
 	})
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
 
 // secretsOf returns the pieces of the credential files that must never surface: every
@@ -39,12 +41,20 @@ func secretsOf(t *testing.T, e *testEnv) []string {
 
 // At the most verbose level, across successful calls, uploads, failed dials and a health
 // check, neither the logs, nor the errors, nor the span attributes carry key material,
-// known_hosts content or upload bodies (the seed's cloud-init).
+// known_hosts content or upload bodies (the seed's user-data: the configuration rendered
+// from spec.proxy, with the basic-auth password, combined with the user's cloud-init).
 func TestNeverLogged(t *testing.T) {
 	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(2))
 	secrets := secretsOf(t, e)
-	const cloudInit = "#cloud-config\n# marker-7f3a9c-never-logged\nruncmd: [echo hi]\n"
-	secrets = append(secrets, "marker-7f3a9c-never-logged")
+	const password = "pw-marker-2c9d-never-logged"
+	rendered, err := proxyconfig.UserData(proxyconfig.Config{Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8"},
+		Credentials: &proxyconfig.Credentials{Username: "crawler", Password: password}},
+		"#cloud-config\n# marker-7f3a9c-never-logged\nruncmd: [echo hi]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cloudInit := string(rendered)
+	secrets = append(secrets, "marker-7f3a9c-never-logged", password, "BasicAuth crawler", "DisableViaHeader", "multipart/mixed")
 	var errs []string
 	note := func(err error) {
 		if err != nil {

@@ -1,0 +1,114 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
+)
+
+// SecretRefIndex is the field index of Proxies by the name of the Secret their
+// spec.proxy.basicAuth.secretRef names, which maps a changed Secret to its Proxies.
+const SecretRefIndex = "spec.proxy.basicAuth.secretRef.name"
+
+// The reconciler reads basic-auth Secrets (through the manager's cache, which watches
+// them) and writes none.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+
+// indexSecretRef is the SecretRefIndex value of a Proxy: its Secret's name, or none.
+func indexSecretRef(obj client.Object) []string {
+	px, ok := obj.(*v1alpha1.Proxy)
+	if !ok || px.Spec.Proxy == nil || px.Spec.Proxy.BasicAuth == nil {
+		return nil
+	}
+	return []string{string(px.Spec.Proxy.BasicAuth.SecretRef.Name)}
+}
+
+// proxiesForSecret maps a Secret to the Managed Proxies of its namespace that name it,
+// so a Secret created, completed or rotated wakes them. External Proxies render nothing:
+// their probes and discovery read the Secret when they need it.
+func (r *ProxyReconciler) proxiesForSecret(ctx context.Context, sec client.Object) []reconcile.Request {
+	list := &v1alpha1.ProxyList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(sec.GetNamespace()), client.MatchingFields{SecretRefIndex: sec.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the proxies that use a secret", "secret", client.ObjectKeyFromObject(sec))
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, px := range list.Items {
+		if px.Spec.Mode != v1alpha1.ProxyModeExternal {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&px)})
+		}
+	}
+	return reqs
+}
+
+// credentials is the reconciler's credentials lookup: Credentials, or the Secrets read
+// through Client when that is nil.
+func (r *ProxyReconciler) credentials() proxyconfig.CredentialsFunc {
+	if r.Credentials != nil {
+		return r.Credentials
+	}
+	return proxyconfig.SecretCredentials{Reader: r.Client}.Credentials
+}
+
+// renderConfig is the Proxy's user-data and spec hash input (proxyconfig.ForProxy).
+// When it cannot be had, done is set and res and err are what the reconcile returns:
+//   - the Secret is missing, lacks a key or holds values tinyproxy cannot take: the
+//     Proxy waits, with the reason in status and a Warning event, and is not requeued:
+//     the Secret watch wakes it;
+//   - the Secret could not be read: err, retried with backoff;
+//   - the spec cannot be rendered (a spec.cloudInit of no known kind, a bad range): a
+//     permanent error, latched until the spec changes.
+func (r *ProxyReconciler) renderConfig(ctx context.Context, s *scope) (rendered proxyconfig.Rendered, done bool, res ctrl.Result, err error) {
+	var lookupErr error
+	creds := r.credentials()
+	rendered, err = proxyconfig.ForProxy(ctx, s.px, func(ctx context.Context, px *v1alpha1.Proxy) (*proxyconfig.Credentials, error) {
+		c, err := creds(ctx, px)
+		lookupErr = err
+		return c, err
+	})
+	switch {
+	case err == nil:
+		return rendered, false, ctrl.Result{}, nil
+	case errors.Is(err, proxyconfig.ErrSecretMissing), errors.Is(err, proxyconfig.ErrSecretKeyMissing), errors.Is(err, proxyconfig.ErrBadCredentials):
+		r.waitForCredentials(s, err)
+		return rendered, true, ctrl.Result{}, nil
+	case lookupErr != nil:
+		res, err := r.providerError(s, actionReconcile, err, false) // transient: retried with backoff
+		return rendered, true, res, err
+	default:
+		res, err := r.providerError(s, actionReconcile, provider.Permanent(fmt.Errorf("rendering the proxy configuration: %w", err)), true)
+		return rendered, true, res, err
+	}
+}
+
+// waitForCredentials shows why the Proxy's credentials cannot be had. An instance built
+// earlier keeps running as it is: replacing it needs the new credentials, and deleting
+// it would take a working proxy away over a Secret being edited.
+func (r *ProxyReconciler) waitForCredentials(s *scope, err error) {
+	px := s.px
+	msg := fmt.Sprintf("%v; waiting for the Secret to be fixed", err)
+	if px.Status.ProviderID != "" {
+		msg += fmt.Sprintf(" (instance %s keeps the configuration it was built with)", px.InstanceName())
+	}
+	if c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned); c == nil ||
+		c.Reason != v1alpha1.ReasonCredentialsUnavailable || c.Message != msg {
+		s.log.Info("proxy waits for its basic-auth secret", "error", err.Error())
+		s.event(corev1.EventTypeWarning, v1alpha1.ReasonCredentialsUnavailable, actionReconcile, "%s", msg)
+	}
+	if px.Status.ProviderID == "" {
+		s.setPhase(v1alpha1.PhasePending, v1alpha1.ReasonCredentialsUnavailable, msg)
+	}
+	px.Status.Message = msg
+	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonCredentialsUnavailable, msg)
+}
