@@ -139,10 +139,13 @@ func TestManagerProbesAndHandsOutCredentials(t *testing.T) {
 	if err := c.Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}
-	mgr.waitUntil("the Proxy behind basic auth to be Ready", func() bool {
+	mgr.waitUntil("the Proxy behind basic auth to be Ready", func() (bool, error) {
 		got := &v1alpha1.Proxy{}
-		return c.Get(ctx, client.ObjectKeyFromObject(px), got) == nil && got.Status.Phase == v1alpha1.PhaseReady &&
-			got.Status.EgressIP == "127.0.0.10"
+		if err := c.Get(ctx, client.ObjectKeyFromObject(px), got); err != nil {
+			return false, err
+		}
+		return got.Status.Phase == v1alpha1.PhaseReady && got.Status.EgressIP == "127.0.0.10",
+			fmt.Errorf("phase %s, egress IP %q, message %q", got.Status.Phase, got.Status.EgressIP, got.Status.Message)
 	})
 
 	get := func(path string) (int, string) { return discoveryGet(disc, path, "t0ken") }
@@ -173,10 +176,10 @@ func TestManagerProbesAndHandsOutCredentials(t *testing.T) {
 		}
 		want := fmt.Sprintf("http://crawler:%s@%s:%d\n", pw, fp.Host, fp.Port)
 		var body string
-		mgr.waitUntil("discovery to hand out the URL with password "+pw, func() bool {
+		mgr.waitUntil("discovery to hand out the URL with password "+pw, func() (bool, error) {
 			var code int
 			code, body = get("/v1/proxies?format=text&namespace=default&credentials=true")
-			return code == http.StatusOK && body == want
+			return code == http.StatusOK && body == want, fmt.Errorf("%d %q", code, body)
 		})
 		if code, err := through(body); err != nil || code != http.StatusOK {
 			t.Errorf("a request through the handed-out URL: %d %v", code, err)
@@ -187,10 +190,14 @@ func TestManagerProbesAndHandsOutCredentials(t *testing.T) {
 	}
 	// The probe goes with the rotated password: a successful probe after the rotation.
 	rotated := time.Now().Add(time.Second) // lastProbeTime has whole seconds
-	mgr.waitUntil("a successful probe with the rotated password", func() bool {
+	mgr.waitUntil("a successful probe with the rotated password", func() (bool, error) {
 		got := &v1alpha1.Proxy{}
-		return c.Get(ctx, client.ObjectKeyFromObject(px), got) == nil && got.Status.Phase == v1alpha1.PhaseReady &&
-			got.Status.ConsecutiveProbeFailures == 0 && got.Status.LastProbeTime != nil && got.Status.LastProbeTime.After(rotated)
+		if err := c.Get(ctx, client.ObjectKeyFromObject(px), got); err != nil {
+			return false, err
+		}
+		return got.Status.Phase == v1alpha1.PhaseReady && got.Status.ConsecutiveProbeFailures == 0 &&
+				got.Status.LastProbeTime != nil && got.Status.LastProbeTime.After(rotated),
+			fmt.Errorf("phase %s, %d consecutive failures, last probe %v", got.Status.Phase, got.Status.ConsecutiveProbeFailures, got.Status.LastProbeTime)
 	})
 	if strings.Contains(mgr.stderr.String(), "Pw-") {
 		t.Errorf("the manager logged a password:\n%s", mgr.stderr.String())

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -150,6 +151,9 @@ func TestProxyBasicAuthSecretLifecycle(t *testing.T) {
 			t.Errorf("the user-data lacks %q", s)
 		}
 	}
+	if diff := cmp.Diff([]string{"10.0.0.0/8"}, cs[0].SourceRanges); diff != "" {
+		t.Errorf("the Create's source ranges (-want +got):\n%s", diff)
+	}
 	hash1 := SpecHash(got, want.HashInput)
 	if got.Status.SpecHash != hash1 || cs[0].SpecHash != hash1 || hash1 == SpecHash(got, got.Spec.CloudInit) {
 		t.Errorf("specHash %q (request %q), want %q, which covers the rendered configuration", got.Status.SpecHash, cs[0].SpecHash, hash1)
@@ -187,6 +191,9 @@ func TestProxyBasicAuthSecretLifecycle(t *testing.T) {
 	want = expectedRender(t, got, &proxyconfig.Credentials{Username: "crawler", Password: pw2})
 	if cs = e.creates(); string(cs[len(cs)-1].CloudInit) != string(want.UserData) || !strings.Contains(string(want.UserData), "Allow 192.168.0.0/16") {
 		t.Errorf("the last Create lacks the new range")
+	}
+	if diff := cmp.Diff([]string{"10.0.0.0/8", "192.168.0.0/16"}, cs[len(cs)-1].SourceRanges); diff != "" {
+		t.Errorf("the last Create's source ranges (-want +got):\n%s", diff)
 	}
 	if got.Status.SpecHash != SpecHash(got, want.HashInput) {
 		t.Errorf("specHash %q after the range change, want %q", got.Status.SpecHash, SpecHash(got, want.HashInput))

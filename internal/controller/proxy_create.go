@@ -44,9 +44,10 @@ func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provi
 			MachineType: px.Spec.Placement.MachineType,
 			Image:       px.Spec.Placement.Image,
 		},
-		CloudInit: userData,
-		Port:      px.Spec.Port,
-		SpecHash:  hash,
+		CloudInit:    userData,
+		Port:         px.Spec.Port,
+		SourceRanges: sourceRanges(px),
+		SpecHash:     hash,
 	}
 	prog := r.newProgress(ctx, s)
 	inst, err := p.Create(provider.WithProgress(ctx, prog.report), req)
@@ -223,4 +224,17 @@ func (p *progress) stop() *v1alpha1.Proxy {
 	p.mu.Unlock()
 	<-p.done
 	return p.latest
+}
+
+// sourceRanges are spec.proxy.allowedSourceRanges as the provider takes them: a provider
+// that manages firewalls admits the proxy port from these networks.
+func sourceRanges(px *v1alpha1.Proxy) []string {
+	if px.Spec.Proxy == nil || len(px.Spec.Proxy.AllowedSourceRanges) == 0 {
+		return nil
+	}
+	out := make([]string, len(px.Spec.Proxy.AllowedSourceRanges))
+	for i, r := range px.Spec.Proxy.AllowedSourceRanges {
+		out[i] = string(r)
+	}
+	return out
 }
