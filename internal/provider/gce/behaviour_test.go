@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -294,5 +295,38 @@ func TestRecreateAfterRestartAndPreemption(t *testing.T) {
 	}
 	if len(ids) != 3 || ids[1] != ids[0] || ids[2] == ids[0] {
 		t.Errorf("insert requestIds %q: want the first replayed once, then a fresh one", ids)
+	}
+}
+
+// TestReplacedInstanceGetsItsNewSources: an instance replaced for a changed spec (new
+// allowed sources) keeps its name, so its firewall rule must be made anew with the new
+// ranges, not kept from the old instance; a repeat Create with the same sources leaves
+// the rule alone.
+func TestReplacedInstanceGetsItsNewSources(t *testing.T) {
+	e := newEnv(t, func(c *provider.GCEConfig) { c.Firewall = &provider.GCEFirewall{} })
+	req := request("proxy-00000000000000c7", "u7")
+	req.SourceRanges = []string{"198.51.100.0/24"}
+	if _, err := e.p.Create(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.Create(t.Context(), req); err != nil {
+		t.Fatalf("repeat create: %v", err)
+	}
+	if n := e.fake.CallCount(gcefake.FirewallsInsert); n != 1 {
+		t.Errorf("%d firewall inserts for one rule, want 1", n)
+	}
+	req.SourceRanges, req.SpecHash = []string{"192.0.2.0/24", "10.0.0.0/8"}, "hash-2"
+	if _, err := e.p.Create(t.Context(), req); err != nil {
+		t.Fatalf("create for the new spec: %v", err)
+	}
+	fw := e.fake.Firewall(req.Name)
+	if fw == nil {
+		t.Fatal("no firewall rule after the replacement")
+	}
+	if diff := cmp.Diff([]string{"10.0.0.0/8", "192.0.2.0/24"}, slices.Sorted(slices.Values(fw.SourceRanges))); diff != "" {
+		t.Errorf("the replaced instance's rule admits (-want +got):\n%s", diff)
+	}
+	if n := e.fake.CallCount(gcefake.FirewallsDelete); n != 1 {
+		t.Errorf("%d firewall deletes, want 1 (the old rule)", n)
 	}
 }

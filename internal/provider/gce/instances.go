@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -219,14 +220,21 @@ func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.
 		return provider.Errorf(provider.ErrPermanent,
 			"firewall rule %s: no source ranges (set spec.proxy.allowedSourceRanges or gce.firewall.sourceRanges)", name)
 	}
-	err := p.call(ctx, "firewalls.get", target{firewall: name}, func(ctx context.Context) error {
-		_, err := c.firewalls.Get(ctx, &computepb.GetFirewallRequest{Project: p.cfg.Project, Firewall: name})
+	var fw *computepb.Firewall
+	err := p.call(ctx, "firewalls.get", target{firewall: name}, func(ctx context.Context) (err error) {
+		fw, err = c.firewalls.Get(ctx, &computepb.GetFirewallRequest{Project: p.cfg.Project, Firewall: name})
 		return err
 	})
-	if err == nil {
+	switch {
+	case err == nil && (!p.ownsFirewall(fw) || firewallMatches(fw, ranges, req)):
 		return nil
-	}
-	if !isNotFound(err) {
+	case err == nil:
+		// Ours but made for other sources, another port or another Proxy (an instance
+		// replaced for a changed spec keeps its name): made anew with what is asked now.
+		if err := p.deleteFirewall(ctx, c, name); err != nil {
+			return err
+		}
+	case !isNotFound(err):
 		return notNotFound(classify(err, "reading firewall rule "+name))
 	}
 	key := "firewall/" + name
@@ -256,6 +264,16 @@ func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.
 		return nil
 	}
 	return notNotFound(err)
+}
+
+// firewallMatches says whether fw admits exactly the port of req from ranges, for req's Proxy.
+func firewallMatches(fw *computepb.Firewall, ranges []string, req provider.CreateRequest) bool {
+	have, want := slices.Clone(fw.GetSourceRanges()), slices.Clone(ranges)
+	slices.Sort(have)
+	slices.Sort(want)
+	allowed := fw.GetAllowed()
+	return slices.Equal(have, want) && strings.HasSuffix(fw.GetDescription(), " uid="+req.UID) &&
+		len(allowed) == 1 && slices.Equal(allowed[0].GetPorts(), []string{fmt.Sprint(req.Port)})
 }
 
 // deleteFirewall removes the instance's rule when it is this install's; gone is success.
