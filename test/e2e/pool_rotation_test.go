@@ -347,34 +347,38 @@ func (p *poolStory) patchRotation(ctx context.Context, maxAge *metav1.Duration) 
 // replaces.
 func (p *poolStory) sample(originals map[types.UID]bool) *poolSampler {
 	s := &poolSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	take := func() {
+		smp := poolSample{at: time.Now()}
+		kids, err := p.children()
+		smp.err = err
+		for i := range kids {
+			smp.children++
+			if readyChild(&kids[i]) {
+				smp.ready++
+			}
+			if originals[kids[i].UID] {
+				smp.originalsLeft++
+			}
+		}
+		var pool v1alpha1.ProxyPool
+		if err := p.c.Get(context.Background(), p.key, &pool); err == nil {
+			smp.statusReady = pool.Status.ReadyReplicas
+		} else if smp.err == nil {
+			smp.err = err
+		}
+		s.mu.Lock()
+		s.samples = append(s.samples, smp)
+		s.mu.Unlock()
+	}
 	go func() {
 		defer close(s.done)
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
-			smp := poolSample{at: time.Now()}
-			kids, err := p.children()
-			smp.err = err
-			for i := range kids {
-				smp.children++
-				if readyChild(&kids[i]) {
-					smp.ready++
-				}
-				if originals[kids[i].UID] {
-					smp.originalsLeft++
-				}
-			}
-			var pool v1alpha1.ProxyPool
-			if err := p.c.Get(context.Background(), p.key, &pool); err == nil {
-				smp.statusReady = pool.Status.ReadyReplicas
-			} else if smp.err == nil {
-				smp.err = err
-			}
-			s.mu.Lock()
-			s.samples = append(s.samples, smp)
-			s.mu.Unlock()
+			take()
 			select {
 			case <-s.stop:
+				take() // the state the rotation ended in
 				return
 			case <-tick.C:
 			}
