@@ -118,7 +118,7 @@ test-e2e: envtest build ## A real guest VM carrying traffic, driven through the 
 	hack/libvirt-host.sh up
 	hack/guest-image.sh >/dev/null
 	source $(CACHE)/libvirt-host/env && EPO_REQUIRE_ENVTEST=1 KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) \
-	  go test -tags=e2e -count=1 -timeout=40m -v $(GO_TEST_FLAGS) ./test/e2e/...
+	  go test -tags=e2e -count=1 -timeout=60m -v $(GO_TEST_FLAGS) ./test/e2e/...
 
 .PHONY: bench
 bench: envtest ## Benchmarks (figures for the issues' closing notes).

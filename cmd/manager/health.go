@@ -30,8 +30,8 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 		Log:       ctrl.Log.WithName("providerhealth"),
 	}
 	engine, err := health.New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("proxy-health"),
-		health.Options{ProbeURL: h.ProxyProbeURL, Interval: h.ProxyCheckInterval, HeartbeatInterval: h.StatusHeartbeat, Credentials: creds},
-		ctrl.Log.WithName("health"))
+		health.Options{ProbeURL: h.ProxyProbeURL, Interval: h.ProxyCheckInterval, HeartbeatInterval: h.StatusHeartbeat,
+			Credentials: creds, Informers: mgr.GetCache(), BootProbeInterval: h.BootPollInterval}, ctrl.Log.WithName("health"))
 	if err != nil {
 		return err
 	}

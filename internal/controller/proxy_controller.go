@@ -44,9 +44,12 @@ const Finalizer = "egress.hrajfrisbee.cz/finalizer"
 
 // Defaults of the reconciler's timings.
 const (
-	DefaultQuotaRetry       = 5 * time.Minute
-	DefaultPendingRetry     = 10 * time.Second
-	DefaultPollInterval     = 10 * time.Second
+	DefaultQuotaRetry   = 5 * time.Minute
+	DefaultPendingRetry = 10 * time.Second
+	// DefaultPollInterval is how often a booting instance (no address yet) is looked at:
+	// short, so a Proxy turns Running within about a second of its VM reporting an
+	// address, and fixed, off the error backoff curve.
+	DefaultPollInterval     = time.Second
 	DefaultResyncInterval   = 5 * time.Minute
 	DefaultProgressInterval = 3 * time.Second
 	// DefaultFailedRecheckInterval is how often a Proxy Failed with OwnedByOther tries
@@ -70,7 +73,9 @@ type ProxyReconciler struct {
 	// APIReader reads fresh objects after a write conflict (the manager's API reader);
 	// Client is used when nil.
 	APIReader client.Reader
-	// PollInterval is how often an instance without an address is looked at again.
+	// PollInterval is how often a booting instance (not running yet, or running without
+	// an address) is looked at again, at a fixed interval (DefaultPollInterval,
+	// --boot-poll-interval).
 	PollInterval time.Duration
 	// ResyncInterval is how often a running instance is looked at, so one that vanished
 	// behind the operator's back is created again.

@@ -22,10 +22,16 @@ import (
 func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provider, hash string, userData []byte) (ctrl.Result, error) {
 	px := s.px
 	name := px.InstanceName()
-	if ownedByOther(px) {
+	switch {
+	case ownedByOther(px):
 		// A re-check: the Proxy stays Failed, with no phase flapping, until the Create succeeds.
 		s.log.V(1).Info("checking a proxy failed on an instance of another owner again", "message", px.Status.Message)
-	} else {
+	case s.base.Status.Phase == v1alpha1.PhaseProvisioning:
+		// A repeat (after a pending, quota or transient result): the Proxy already shows
+		// Provisioning, and what it shows stays until this Create's outcome, which is
+		// written only if it differs. Announcing "creating" first would write the status
+		// twice per retry, flipping the message and reason back and forth.
+	default:
 		msg := fmt.Sprintf("creating instance %s with provider %s", name, px.Spec.Provider)
 		s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning, msg)
 		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, msg)

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -34,8 +35,14 @@ const (
 	// DefaultHeartbeatInterval is the longest a probed Proxy's lastProbeTime goes
 	// unwritten while nothing else about its health changes.
 	DefaultHeartbeatInterval = 10 * time.Minute
-	defaultPort              = 3128
-	conflictRetries          = 3
+	// DefaultBootProbeInterval is how often a Proxy that has just turned Running is
+	// probed until its first good probe.
+	DefaultBootProbeInterval = time.Second
+	// DefaultBootProbeWindow is how long after turning Running a Proxy is probed every
+	// BootProbeInterval; then it waits for the rounds like any other.
+	DefaultBootProbeWindow = 2 * time.Minute
+	defaultPort            = 3128
+	conflictRetries        = 3
 )
 
 // Options configure an Engine.
@@ -59,6 +66,17 @@ type Options struct {
 	// FailureThreshold) is not written to the status, unless lastProbeTime is at least
 	// this old (DefaultHeartbeatInterval). Every probe goes to the metrics.
 	HeartbeatInterval time.Duration
+	// Informers, when not nil, is where the engine hears of Proxy changes (the
+	// manager's cache). A Proxy that turns Running with an address, or gets another
+	// instance or address while Running, is probed at once, and again every
+	// BootProbeInterval until a probe succeeds or BootProbeWindow has passed, instead of
+	// waiting for the next round. Without it only the rounds probe.
+	Informers cache.Informers
+	// BootProbeInterval is the wait between two probes of a Proxy that has just turned
+	// Running and has not answered yet (DefaultBootProbeInterval, --boot-poll-interval).
+	BootProbeInterval time.Duration
+	// BootProbeWindow bounds those probes (DefaultBootProbeWindow).
+	BootProbeWindow time.Duration
 }
 
 // Engine probes every Running or Ready Proxy once per interval. It is a manager
@@ -76,6 +94,14 @@ type Engine struct {
 	// failures holds each probed Proxy's consecutive failed probes, which the status
 	// shows only when a write is due anyway.
 	failures map[types.UID]failureCount
+	// inflight holds the Proxies being probed right now, by a round or a boot probe:
+	// one probe of a Proxy at a time.
+	inflight map[types.UID]bool
+	// booting holds the Proxies that turned Running and are probed every
+	// BootProbeInterval until they answer (boot.go); bootWake tells the boot loop of a
+	// new one.
+	booting  map[types.NamespacedName]bootEntry
+	bootWake chan struct{}
 }
 
 // failureCount is the run of failed probes through one target of one Proxy.
@@ -110,22 +136,38 @@ func New(c client.Client, apiReader client.Reader, rec events.EventRecorder, opt
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = DefaultHeartbeatInterval
 	}
+	if opts.BootProbeInterval <= 0 {
+		opts.BootProbeInterval = DefaultBootProbeInterval
+	}
+	if opts.BootProbeWindow <= 0 {
+		opts.BootProbeWindow = DefaultBootProbeWindow
+	}
 	if apiReader == nil {
 		apiReader = c
 	}
 	return &Engine{client: c, apiReader: apiReader, recorder: rec, log: log, opts: opts, prober: p, now: time.Now,
-		failures: map[types.UID]failureCount{}}, nil
+		failures: map[types.UID]failureCount{}, inflight: map[types.UID]bool{},
+		booting: map[types.NamespacedName]bootEntry{}, bootWake: make(chan struct{}, 1)}, nil
 }
 
 // NeedLeaderElection is true: only one replica writes health to the status.
 func (e *Engine) NeedLeaderElection() bool { return true }
 
 // Start runs a round at once and then every interval until ctx ends. A round that
-// outlasts the interval delays the next one rather than overlapping it.
+// outlasts the interval delays the next one rather than overlapping it. With
+// Options.Informers, Proxies that turn Running are probed at once besides (boot.go).
 func (e *Engine) Start(ctx context.Context) error {
 	e.log.Info("proxy health engine started", "probeURL", e.opts.ProbeURL, "interval", e.opts.Interval,
 		"timeout", e.opts.Timeout, "concurrency", e.opts.Concurrency, "failureThreshold", e.opts.FailureThreshold,
-		"heartbeatInterval", e.opts.HeartbeatInterval)
+		"heartbeatInterval", e.opts.HeartbeatInterval, "bootProbeInterval", e.opts.BootProbeInterval,
+		"bootProbeWindow", e.opts.BootProbeWindow, "probeOnRunning", e.opts.Informers != nil)
+	if e.opts.Informers != nil {
+		stop, err := e.watchRunning(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	t := time.NewTicker(e.opts.Interval)
 	defer t.Stop()
 	for {
@@ -175,9 +217,8 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 			wg.Wait()
 			return RoundStats{}, ctx.Err()
 		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		// When a boot probe of it is in flight, its result stands for this round.
+		e.goProbe(&wg, sem, px.UID, func() {
 			r := e.probeOne(ctx, px)
 			if ctx.Err() != nil {
 				return // shutting down or lost the lease: not the proxy's failure
@@ -197,12 +238,45 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 				wfail.Add(1)
 				e.log.Error(err, "recording probe result", "proxy", client.ObjectKeyFromObject(px))
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	e.forget(probing)
 	return RoundStats{Probed: int(probed.Load()), Succeeded: int(ok.Load()), Failed: int(bad.Load()),
 		WriteErrors: int(wfail.Load()), Conflicts: int(conflicts.Load()), Writes: int(writes.Load())}, ctx.Err()
+}
+
+// goProbe runs probe in a goroutine of wg that holds a slot of sem (taken by the
+// caller) and the claim on uid, and gives both back when probe returns. When uid is
+// being probed already it runs nothing, gives the slot back and returns false.
+func (e *Engine) goProbe(wg *sync.WaitGroup, sem chan struct{}, uid types.UID, probe func()) bool {
+	if !e.claim(uid) {
+		<-sem
+		return false
+	}
+	wg.Add(1)
+	go func() {
+		defer func() { e.release(uid); <-sem; wg.Done() }()
+		probe()
+	}()
+	return true
+}
+
+// claim marks uid as being probed; false when it already is.
+func (e *Engine) claim(uid types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.inflight[uid] {
+		return false
+	}
+	e.inflight[uid] = true
+	return true
+}
+
+func (e *Engine) release(uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.inflight, uid)
 }
 
 // forget drops the failure runs of Proxies this round did not probe: gone, or out of

@@ -97,6 +97,21 @@ func statusThrough(proxyURL *url.URL, target string) (int, error) {
 	return resp.StatusCode, nil
 }
 
+// credentials are the username and password of the proxy's Secret sec, as the API server
+// holds it (stringData is write-only: the created object has data).
+func (s *story) credentials(sec *corev1.Secret) *url.Userinfo {
+	s.t.Helper()
+	var live corev1.Secret
+	if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(sec), &live); err != nil {
+		s.t.Fatalf("reading the sample's Secret: %v", err)
+	}
+	user, pass := string(live.Data["username"]), string(live.Data["password"])
+	if user == "" || pass == "" {
+		s.t.Fatalf("the Secret %s holds no username and password", sec.Name)
+	}
+	return url.UserPassword(user, pass)
+}
+
 // checkAuth checks the guest's proxy demands the sample Secret's credentials (a request
 // without them gets 407, a wrong password 401, as tinyproxy 1.11 answers) and that
 // discovery hands the URL out with exactly those credentials only when asked with the
@@ -105,15 +120,9 @@ func statusThrough(proxyURL *url.URL, target string) (int, error) {
 func (s *story) checkAuth(px *v1alpha1.Proxy, sec *corev1.Secret, discovery, whoURL string) {
 	t := s.t
 	ip := s.mustProxy().Status.IP
-	// As the API server holds it (stringData is write-only: the created object has data).
-	var live corev1.Secret
-	if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(sec), &live); err != nil {
-		t.Fatalf("reading the sample's Secret: %v", err)
-	}
-	user, pass := string(live.Data["username"]), string(live.Data["password"])
-	if user == "" || pass == "" {
-		t.Fatalf("the Secret %s holds no username and password", sec.Name)
-	}
+	creds := s.credentials(sec)
+	user := creds.Username()
+	pass, _ := creds.Password()
 	for _, tc := range []struct {
 		name string
 		user *url.Userinfo

@@ -59,6 +59,7 @@ type timings struct {
 	label                  string
 	from, running, ready   time.Time
 	domStart, agentAddress time.Time
+	answered               time.Time // the guest's proxy first served a request (answerWatch)
 }
 
 func (tm timings) log(t *testing.T) {
@@ -68,8 +69,12 @@ func (tm timings) log(t *testing.T) {
 	t.Logf("TIMING %s: ->Running %s, ->Ready %s; guest boot (domain start -> agent address) %s; "+
 		"operator before the domain started %s; agent address -> Running %s; Running -> Ready %s",
 		tm.label, toRunning.Round(time.Second), tm.ready.Sub(tm.from).Round(time.Second), boot.Round(time.Second),
-		tm.domStart.Sub(tm.from).Round(time.Second), tm.running.Sub(tm.agentAddress).Round(time.Second),
-		tm.ready.Sub(tm.running).Round(time.Second))
+		tm.domStart.Sub(tm.from).Round(time.Second), tm.running.Sub(tm.agentAddress).Round(100*time.Millisecond),
+		tm.ready.Sub(tm.running).Round(100*time.Millisecond))
+	if !tm.answered.IsZero() {
+		t.Logf("TIMING %s: Running -> the guest's proxy answers %s (the guest); the proxy answers -> Ready %s (the operator's probe)",
+			tm.label, tm.answered.Sub(tm.running).Round(100*time.Millisecond), tm.ready.Sub(tm.answered).Round(100*time.Millisecond))
+	}
 }
 
 func TestProxyLifecycle(t *testing.T) {
@@ -83,6 +88,8 @@ func TestProxyLifecycle(t *testing.T) {
 	imageURL := serve(t, h.BridgeIP, images) + "/guest.qcow2"
 	who := &whoami{}
 	whoURL := serve(t, h.BridgeIP, who)
+	// The target of the test's own requests watching for the guest's proxy to answer.
+	answersURL := serve(t, h.BridgeIP, &whoami{}) + "/answers"
 	sum, err := os.ReadFile(h.GuestImage + ".sha256")
 	if err != nil {
 		t.Fatal(err)
@@ -137,8 +144,10 @@ func TestProxyLifecycle(t *testing.T) {
 	t.Cleanup(watch.close)
 
 	first := s.createSurvivingKills(ctx, px, images)
+	creds := s.credentials(sec)
+	answers := watchAnswers(s.mustProxy().Status.IP, px.Spec.Port, creds, answersURL)
 	ip, readyAt := s.checkServing(px, who, discovery, whoURL)
-	first.ready = readyAt
+	first.ready, first.answered = readyAt, answers.close()
 	s.checkAuth(px, sec, discovery, whoURL)
 	s.checkProviderHealth()
 	uuid := s.uuid()
@@ -147,7 +156,9 @@ func TestProxyLifecycle(t *testing.T) {
 	first.log(t)
 
 	second := s.replace(ctx, uuid, watch)
+	answers = watchAnswers(s.mustProxy().Status.IP, px.Spec.Port, creds, answersURL)
 	_, second.ready = s.checkServing(px, who, discovery, whoURL)
+	second.answered = answers.close()
 	second.log(t)
 	t.Logf("first IP %s, after replacement %s", ip, s.mustProxy().Status.IP)
 

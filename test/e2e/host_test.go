@@ -149,7 +149,7 @@ type domainSeen struct {
 	ip               string
 }
 
-// bootWatch polls a domain once a second and records, per UUID, when it was first seen
+// bootWatch polls a domain every 500 ms and records, per UUID, when it was first seen
 // running and when its guest agent first reported an address on the bridge: the guest's
 // own boot time, independent of the operator.
 type bootWatch struct {
@@ -164,7 +164,7 @@ func watchBoots(lh *libvirtHost, vm string) *bootWatch {
 	prefix := lh.env.BridgeIP[:strings.LastIndex(lh.env.BridgeIP, ".")+1]
 	go func() {
 		defer close(bw.done)
-		tick := time.NewTicker(time.Second)
+		tick := time.NewTicker(500 * time.Millisecond)
 		defer tick.Stop()
 		for {
 			out, _ := lh.run(fmt.Sprintf("virsh -q -c qemu:///system domuuid %[1]s && virsh -q -c qemu:///system domstate %[1]s && "+
