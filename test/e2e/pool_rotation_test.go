@@ -51,10 +51,10 @@ func samplePool(t *testing.T, h hostEnv, namespace string) *v1alpha1.ProxyPool {
 		t.Fatalf("%s: %v", poolSamplePath, err)
 	}
 	tmpl := &pool.Spec.Template.Spec
-	if !strings.Contains(tmpl.CloudInit, "Allow 10.123.0.0/24") {
-		t.Fatalf("%s: the cloud-init no longer allows the bridge subnet 10.123.0.0/24", poolSamplePath)
+	if tmpl.Proxy == nil || !slices.Equal(tmpl.Proxy.AllowedSourceRanges, []v1alpha1.CIDR{"10.123.0.0/24"}) {
+		t.Fatalf("%s: spec.template.spec.proxy no longer allows just the bridge subnet 10.123.0.0/24", poolSamplePath)
 	}
-	tmpl.CloudInit = strings.ReplaceAll(tmpl.CloudInit, "10.123.0.0/24", h.BridgeSubnet)
+	tmpl.Proxy.AllowedSourceRanges = []v1alpha1.CIDR{v1alpha1.CIDR(h.BridgeSubnet)}
 	tmpl.Placement.Image = imageKey
 	replicas := int32(2)
 	pool.Namespace, pool.Spec.Replicas = namespace, &replicas
