@@ -5,6 +5,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -148,6 +149,10 @@ func (r *ProxyReconciler) Wake(ctx context.Context, key client.ObjectKey) {
 	}
 }
 
+// staleRetry is how soon a reconcile that read a stale copy runs again: long enough for
+// the cache to deliver the write it missed, short enough not to be noticed.
+const staleRetry = 200 * time.Millisecond
+
 // maxErrorBackoff caps the retry delay after transient errors. controller-runtime's
 // default curve grows to about 17 minutes, which would leave a Proxy idle long after a
 // brief outage (a hypervisor reboot, a booting guest) has passed.
@@ -195,6 +200,11 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res 
 	s := r.newScope(ctx, px)
 	res, err = r.reconcilePhases(ctx, s)
 	if perr := r.patchStatus(ctx, s); perr != nil && !s.gone {
+		if errors.Is(perr, errStaleRead) {
+			// The cache was behind; the next read catches up. Not an error to report.
+			s.log.V(1).Info("proxy changed meanwhile; reconciling again", "reason", perr.Error())
+			return ctrl.Result{RequeueAfter: staleRetry}, nil
+		}
 		if err == nil {
 			err = perr
 		}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/go-logr/logr"
@@ -128,6 +129,13 @@ func (r *ProxyReconciler) patchStatus(ctx context.Context, s *scope) error {
 		if err := r.reader().Get(ctx, key, fresh); err != nil {
 			return fmt.Errorf("re-reading proxy %s after a status conflict: %w", key, err)
 		}
+		if stale(s.orig, &fresh.Status) {
+			// Another reconcile moved the instance on meanwhile: this one decided from a
+			// stale copy (the cache lagging behind its own writes), so its changes must
+			// not be laid over the newer state; the Proxy is reconciled again instead.
+			return fmt.Errorf("proxy %s: instance %q (spec hash %q) changed to %q (%q) meanwhile: %w",
+				key, s.orig.ProviderID, s.orig.SpecHash, fresh.Status.ProviderID, fresh.Status.SpecHash, errStaleRead)
+		}
 		s.base = fresh.DeepCopy()
 		layOwned(&fresh.Status, s.orig, want)
 		*s.px = *fresh
@@ -149,6 +157,17 @@ func (r *ProxyReconciler) reader() client.Reader {
 		return r.APIReader
 	}
 	return r.Client
+}
+
+// errStaleRead: a reconcile decided from a copy of the Proxy older than the server's in
+// the fields it decides from; Reconcile runs again rather than write.
+var errStaleRead = errors.New("the reconcile read a stale copy; reconciling again")
+
+// stale reports a fresh status whose instance fields (the ones the reconciler decides
+// from, which only the reconciler writes) differ from those the reconcile started from.
+// The health engine's writes never touch them, so its conflicts are laid over as before.
+func stale(started, fresh *v1alpha1.ProxyStatus) bool {
+	return started.ProviderID != fresh.ProviderID || started.SpecHash != fresh.SpecHash
 }
 
 // layOwned copies onto dst each field the reconciler owns that want changed relative to

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -149,5 +150,57 @@ func TestSecondConflictKeepsOtherWritersPhase(t *testing.T) {
 	}
 	if n := patches.Load(); n != 3 {
 		t.Errorf("%d status patches, want 3 (two conflicts, then the write)", n)
+	}
+}
+
+// A reconcile that reads a stale copy of the Proxy (the cache behind the reconciler's own
+// last writes: the instance not recorded yet) while its basic-auth Secret is missing must
+// not lay "Pending, no instance" over the Running Proxy the server holds. Its patch meets
+// a conflict; the fresh copy shows another instance than the one it decided from, so it
+// reconciles again instead, and that run, on the fresh copy, says the instance keeps its
+// configuration.
+func TestStaleReadIsReconciledAgain(t *testing.T) {
+	px := managedProxy("stale")
+	px.Spec.Proxy = &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"10.0.0.0/8"},
+		BasicAuth: &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: "gone"}}}
+	px.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseProvisioning, ObservedGeneration: 1,
+		Message: "creating instance " + px.InstanceName()}
+	var staleCopy *v1alpha1.Proxy
+	var reads atomic.Int32
+	r, c, f := fakeClusterReconciler(t, px, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if p, ok := obj.(*v1alpha1.Proxy); ok && staleCopy != nil && reads.Add(1) == 1 {
+				staleCopy.DeepCopyInto(p)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	old := readProxy(t, c, px)
+	// The earlier reconcile's last write: the instance runs.
+	id := providertest.ProviderID(px.InstanceName())
+	f.SetInstance(provider.Instance{ProviderID: id, Name: px.InstanceName(), UID: string(px.UID), State: provider.StateRunning, IP: "10.0.0.7"})
+	live := readProxy(t, c, px)
+	live.Status.Phase, live.Status.ProviderID, live.Status.IP, live.Status.SpecHash = v1alpha1.PhaseRunning, id, "10.0.0.7", "built-hash"
+	if err := c.Status().Update(context.Background(), live); err != nil {
+		t.Fatal(err)
+	}
+	staleCopy = old
+
+	res := reconcileOnce(t, r, px)
+	if res.RequeueAfter <= 0 {
+		t.Errorf("result %+v after the stale read, want a requeue", res)
+	}
+	got := readProxy(t, c, px)
+	if got.Status.Phase != v1alpha1.PhaseRunning || got.Status.ProviderID != id {
+		t.Fatalf("after the stale reconcile: phase %s, providerID %q; want Running on %s as the server held it", got.Status.Phase, got.Status.ProviderID, id)
+	}
+	reconcileOnce(t, r, px)
+	got = readProxy(t, c, px)
+	if got.Status.Phase != v1alpha1.PhaseRunning || !strings.Contains(got.Status.Message, "keeps the configuration it was built with") {
+		t.Errorf("after a fresh reconcile: phase %s, message %q; want Running and the instance keeping its configuration", got.Status.Phase, got.Status.Message)
+	}
+	if n := f.CountOf(providertest.OpCreate) + f.CountOf(providertest.OpDelete); n != 0 {
+		t.Errorf("provider calls %v: nothing may be created or deleted", f.Calls())
 	}
 }

@@ -10,6 +10,7 @@ var labelCharset = regexp.MustCompile(`^[a-z0-9_-]{0,63}$`)
 
 // FuzzLabelValue: whatever the input, the value is in GCE's label charset and at most 63
 // characters, and two inputs that differ once long values are shortened still differ.
+//
 //fuzzsmoke:count 10000
 func FuzzLabelValue(f *testing.F) {
 	for _, s := range []string{"", "gcp-eu", "Gcp.EU", "0e8a7f1c-3b9d-4c2e-9f1a-8d7b6c5e4a32", strings.Repeat("x", 80), "é✓/ "} {
@@ -30,6 +31,7 @@ func FuzzLabelValue(f *testing.F) {
 
 // FuzzProviderID: a providerID made by providerID parses back to its parts; anything
 // parseProviderID accepts has three non-empty parts.
+//
 //fuzzsmoke:count 10000
 func FuzzProviderID(f *testing.F) {
 	f.Add("epo-test-project", "europe-west1-b", "proxy-0123456789abcdef")
