@@ -38,6 +38,16 @@ CONTAINER_TOOL ?= docker
 docker-build: ## Build the manager image IMG (egress-proxies-operator:latest) from the Dockerfile.
 	$(CONTAINER_TOOL) build -t $(IMG) .
 
+.PHONY: image-tar
+image-tar: ## Build the manager image IMG as a tarball, without a daemon or a registry (bin/image/manager.tar).
+	@# The same image as docker-build: hack/imagebuild reads the Dockerfile's final stage for
+	@# the binary's path, the entrypoint and the user. Load it with ctr images import,
+	@# podman load or docker load, or push it with crane push.
+	mkdir -p bin/image
+	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o bin/image/manager ./cmd/manager
+	go run ./hack/imagebuild -dockerfile Dockerfile -bin bin/image/manager -tag $(IMG) -o bin/image/manager.tar
+	@echo "bin/image/manager.tar ($(IMG))"
+
 .PHONY: docker-push
 docker-push: ## Push the manager image IMG.
 	$(CONTAINER_TOOL) push $(IMG)
