@@ -85,3 +85,20 @@ ensure_packages() {
   rm -f "$aptlog"
   log "installed ${#missing[@]} packages"
 }
+
+# spawn PIDFILE LOGFILE CMD...: runs CMD in a session of its own (so it outlives the
+# script), output appended to LOGFILE, its pid in PIDFILE. setsid execs CMD in place (the
+# subshell is no group leader), so $! is CMD's own pid. Descriptors beyond 0-2 are closed
+# first: a lock the caller holds (`flock FILE make ...`) must not stay held by a daemon.
+spawn() {
+  local pidfile=$1 logfile=$2
+  shift 2
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if ((fd > 2)); then exec {fd}>&-; fi 2>/dev/null
+    done
+    exec setsid "$@" >>"$logfile" 2>&1 </dev/null
+  ) &
+  echo $! >"$pidfile"
+}
