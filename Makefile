@@ -160,6 +160,18 @@ kvm-ssh-secret: ## Create or update the kvm-ssh Secret from KVM_SSH_KEY and KVM_
 	  --from-file=id_ed25519="$(KVM_SSH_KEY)" --from-file=known_hosts="$(KVM_KNOWN_HOSTS)" \
 	  --dry-run=client -o yaml | kubectl apply -f -
 
+DISCOVERY_TOKEN_FILE ?=
+
+.PHONY: discovery-token-secret
+discovery-token-secret: ## Create or update the discovery-token Secret: DISCOVERY_TOKEN_FILE's token, or a new random one.
+	@if [ -n "$(DISCOVERY_TOKEN_FILE)" ]; then test -s "$(DISCOVERY_TOKEN_FILE)" || { echo "$(DISCOVERY_TOKEN_FILE): missing or empty"; exit 1; }; \
+	  src="$(DISCOVERY_TOKEN_FILE)"; else src=$$(mktemp); trap 'rm -f "$$src"' EXIT; \
+	  head -c 32 /dev/urandom | base64 | tr -d '/+=\n' >"$$src"; fi; \
+	kubectl -n $(NAMESPACE) create secret generic discovery-token --from-file=token="$$src" \
+	  --dry-run=client -o yaml | kubectl apply -f -; \
+	echo "crawlers send it as Authorization: Bearer; read it with:"; \
+	echo "  kubectl -n $(NAMESPACE) get secret discovery-token -o jsonpath='{.data.token}' | base64 -d"
+
 .PHONY: deploy
 deploy: ## Apply config/default to the current kubectl context.
 	kubectl apply -k config/default
