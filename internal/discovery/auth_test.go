@@ -84,21 +84,9 @@ func TestTokenReload(t *testing.T) {
 		}
 	}, funcr.Options{})
 	s := newTestServer(t, fixture(), Options{TokenFile: path, TokenReload: 10 * time.Millisecond, Log: log})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	addr := serveUntilCleanup(t, s)
 	status := func(tok string) int {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/v1/proxies", nil)
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/proxies", nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -142,21 +130,9 @@ func TestMissingTokenFileRefusesUntilItAppears(t *testing.T) {
 	if warned.Load() != 1 {
 		t.Errorf("%d start-up warnings about the missing token file, want 1", warned.Load())
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	addr := serveUntilCleanup(t, s)
 	call := func(auth string) (int, string) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/v1/proxies", nil)
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/proxies", nil)
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
 		}
@@ -188,6 +164,25 @@ func TestMissingTokenFileRefusesUntilItAppears(t *testing.T) {
 	if present.Load() != 1 {
 		t.Errorf("%d log lines about the token file appearing, want 1", present.Load())
 	}
+}
+
+// serveUntilCleanup serves s on a loopback port until the test ends and returns the address.
+func serveUntilCleanup(t *testing.T, s *Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return ln.Addr().String()
 }
 
 func waitFor(t testing.TB, what string, cond func() bool) {
