@@ -15,7 +15,7 @@ CONTROLLER_GEN := $(CACHE)/bin/controller-gen-$(CONTROLLER_GEN_VERSION)
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CACHE)/bin/staticcheck-$(STATICCHECK_VERSION)
 # Every build tag a test file of the module carries; vet and staticcheck run once per tag.
-BUILD_TAGS := integration e2e
+BUILD_TAGS := integration e2e deploy
 # The shell scripts shellcheck reads: everything under hack/ and .ci/ that runs in a shell.
 SHELL_SCRIPTS = $(sort $(wildcard hack/*.sh hack/lib/*.sh .ci/*))
 GO_TEST_FLAGS ?=
@@ -87,7 +87,7 @@ envtest: ## Build kube-apiserver and etcd for envtest into the cache (once per v
 ##@ Test
 
 .PHONY: test
-test: lint verify-generated test-unit test-integration-kvm2 test-e2e ## Run every test tier.
+test: lint verify-generated test-unit test-integration-kvm2 test-e2e test-deploy ## Run every test tier.
 
 # Each gate runs even when an earlier one failed, so one run lists every finding; lint
 # fails if any did. Missing tools are built (staticcheck) or installed (shellcheck, by
@@ -129,6 +129,18 @@ test-e2e: envtest build ## A real guest VM carrying traffic, driven through the 
 	hack/guest-image.sh >/dev/null
 	source $(CACHE)/libvirt-host/env && EPO_REQUIRE_ENVTEST=1 KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) \
 	  go test -tags=e2e -count=1 -timeout=40m -v $(GO_TEST_FLAGS) ./test/e2e/...
+
+# The cluster goes down afterwards whatever the result, so nothing is left running for the
+# next tier; its binaries, certificates and images stay cached. Hold the libvirt host's
+# lock around it like the other tiers that use it.
+.PHONY: test-deploy
+test-deploy: ## The operator's image on a one-node cluster (hack/cluster.sh), installed from config/default, with a real guest.
+	hack/libvirt-host.sh up
+	hack/guest-image.sh >/dev/null
+	hack/cluster.sh up
+	source $(CACHE)/libvirt-host/env && source $(CACHE)/cluster/env && \
+	  { go test -tags=deploy -count=1 -timeout=60m -v $(GO_TEST_FLAGS) ./test/deploy/... && rc=0 || rc=$$?; }; \
+	  hack/cluster.sh down; exit $$rc
 
 .PHONY: bench
 bench: envtest ## Benchmarks (figures for the issues' closing notes).

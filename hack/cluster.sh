@@ -163,7 +163,10 @@ ensure_network() {
   iptables -N "$FWD" 2>/dev/null || iptables -F "$FWD"
   iptables -A "$FWD" -s "$POD_CIDR" -d "$GUEST_SUBNET" -p tcp -j ACCEPT
   iptables -A "$FWD" -s "$GUEST_SUBNET" -d "$POD_CIDR" -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT
-  iptables -C FORWARD -j "$FWD" 2>/dev/null || iptables -I FORWARD 1 -j "$FWD"
+  # First in FORWARD, above the libvirt host's guard (which drops all forwarding on its
+  # bridge), even when that was hooked in after us.
+  while iptables -D FORWARD -j "$FWD" 2>/dev/null; do :; done
+  iptables -I FORWARD 1 -j "$FWD"
   iptables -t nat -N "$NAT_OUT" 2>/dev/null || iptables -t nat -F "$NAT_OUT"
   iptables -t nat -A "$NAT_OUT" -s "$POD_CIDR" -d "$GUEST_SUBNET" -j MASQUERADE
   iptables -t nat -C POSTROUTING -j "$NAT_OUT" 2>/dev/null || iptables -t nat -I POSTROUTING 1 -j "$NAT_OUT"
