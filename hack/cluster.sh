@@ -231,6 +231,26 @@ remove_network() {
   log "removed the pod network's bridge and rules"
 }
 
+# The kubelet writes pod logs under podLogsDir ($STATE/pod-logs) but its symlinks to them
+# always into /var/log/containers; down removes ours, and the directory if up made it.
+record_log_dirs() {
+  [[ -d /var/log/containers || -f $RUN/made-var-log-containers ]] || {
+    mkdir -p /var/log/containers
+    touch "$RUN/made-var-log-containers"
+  }
+}
+
+remove_log_links() {
+  local l
+  for l in /var/log/containers/*.log; do
+    [[ -L $l && $(readlink "$l") == "$STATE/pod-logs/"* ]] && rm -f "$l"
+  done
+  if [[ -f $RUN/made-var-log-containers ]]; then
+    rmdir /var/log/containers 2>/dev/null || log "warning: /var/log/containers is not empty; left in place"
+    rm -f "$RUN/made-var-log-containers"
+  fi
+}
+
 # ------------------------------------------------------------------ cgroups
 
 # Under every v1 hierarchy (and the unified one), the kubelet's cgroup root, with cpuset's
@@ -311,6 +331,7 @@ cmd_up() {
   write_kubelet_config
   write_kube_proxy_config
   record_tables
+  record_log_dirs
   ensure_network
   ensure_cgroups
 
@@ -328,7 +349,7 @@ cmd_up() {
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-cluster-ip-range "$SERVICE_CIDR" --allow-privileged=false --profiling=false \
     --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
-    --kubelet-certificate-authority "$PKI/ca.crt"
+    --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP
   start containerd "containerd answering on $CONTAINERD_SOCK" ctr --address "$CONTAINERD_SOCK" version -- \
     containerd --config "$STATE/containerd.toml"
   pause_image
@@ -441,7 +462,8 @@ cmd_down() {
   remove_network
   remove_kubelet_chains
   remove_cgroups
-  rm -rf "$STATE/etcd" "$STATE/kubelet" "$STATE/cni/ipam" "$RUNDIR" "$ENV_FILE"
+  remove_log_links
+  rm -rf "$STATE/etcd" "$STATE/kubelet" "$STATE/pod-logs" "$STATE/cni/ipam" "$RUNDIR" "$ENV_FILE"
   log "down (certificates, binaries and containerd's images stay for the next up)"
 }
 

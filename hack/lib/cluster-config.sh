@@ -167,6 +167,7 @@ authorization:
   mode: Webhook
 clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
+podLogsDir: $STATE/pod-logs
 failSwapOn: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
