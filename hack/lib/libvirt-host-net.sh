@@ -83,12 +83,12 @@ remove_guard_rules() {
 start_dnsmasq() {
   pid_alive "$RUN/dnsmasq.pid" dnsmasq && return 0
   local pfx=${BRIDGE_IP%.*}
-  dnsmasq --conf-file=/dev/null --port=0 --no-resolv --no-hosts \
+  without_fds dnsmasq --conf-file=/dev/null --port=0 --no-resolv --no-hosts \
     --interface="$BRIDGE" --bind-interfaces --except-interface=lo \
     --dhcp-range="$pfx.100,$pfx.199,255.255.255.0,1h" --dhcp-authoritative \
     --dhcp-option=option:router --dhcp-option=option:dns-server \
     --dhcp-leasefile="$STATE/dnsmasq/leases" --pid-file="$RUN/dnsmasq.pid" \
-    --log-facility="$STATE/log/dnsmasq.log" --log-dhcp 8>&-
+    --log-facility="$STATE/log/dnsmasq.log" --log-dhcp
   wait_until 20 "dnsmasq pid file" pid_alive "$RUN/dnsmasq.pid" dnsmasq || die "dnsmasq did not start (see $STATE/log/dnsmasq.log)"
   log "dnsmasq started (pid $(<"$RUN/dnsmasq.pid"), DHCP $pfx.100-199 on $BRIDGE)"
 }
