@@ -51,9 +51,28 @@ ensure_pki() {
   cert kubelet "system:node:$NODE" system:nodes "$client"
 }
 
+# put FILE COMPONENT: writes stdin to FILE only when it differs from what FILE holds, and
+# then stops COMPONENT if it runs, so that up starts it again on the new file. A file
+# rewritten unchanged would stop kube-proxy all the same: it exits whenever its config
+# file is written to.
+put() {
+  local file=$1 component=${2:-} tmp
+  tmp=$(mktemp "$file.XXXXXX")
+  cat >"$tmp"
+  if cmp -s "$tmp" "$file"; then
+    rm -f "$tmp"
+    return 0
+  fi
+  mv -f "$tmp" "$file"
+  if [[ -n $component ]] && running "$component"; then
+    log "$file changed; restarting $component"
+    stop "$component"
+  fi
+}
+
 # kubeconfig NAME: $STATE/NAME.kubeconfig, the API server as a client certificate NAME.
 kubeconfig() {
-  cat >"$STATE/$1.kubeconfig" <<EOF
+  put "$STATE/$1.kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -78,7 +97,7 @@ EOF
 # by the plugin: the only rule the pods' traffic needs is cluster.sh's own.
 write_cni_config() {
   mkdir -p "$STATE/cni/net.d"
-  cat >"$STATE/cni/net.d/10-epo-cluster.conflist" <<EOF
+  put "$STATE/cni/net.d/10-epo-cluster.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "epo-cluster",
@@ -106,7 +125,7 @@ EOF
 # CAP_SYS_RESOURCE, so runc cannot set the negative oom_score_adj the kubelet asks for and
 # fails every sandbox without it. The sandbox image is built here (no registry is reachable).
 write_containerd_config() {
-  cat >"$STATE/containerd.toml" <<EOF
+  put "$STATE/containerd.toml" containerd <<EOF
 version = 2
 root = "$STATE/containerd"
 state = "$RUNDIR/containerd"
@@ -145,7 +164,7 @@ EOF
 # and cannot be pulled again.
 write_kubelet_config() {
   mkdir -p "$STATE/kubelet"
-  cat >"$STATE/kubelet.yaml" <<EOF
+  put "$STATE/kubelet.yaml" kubelet <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -185,7 +204,7 @@ EOF
 # kube-proxy), apart from the iptables rules of the libvirt host sharing this machine, and
 # go with them. conntrack limits are left as they are (maxPerCore 0).
 write_kube_proxy_config() {
-  cat >"$STATE/kube-proxy.yaml" <<EOF
+  put "$STATE/kube-proxy.yaml" kube-proxy <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: nftables
