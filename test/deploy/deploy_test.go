@@ -85,7 +85,10 @@ func TestDeployedOperator(t *testing.T) {
 	who := &callers{}
 	probeAddr := serveOn(t, e.bridgeIP, who)
 	imagePath, imageSHA := guestImage(t)
-	imageAddr := serveOn(t, e.bridgeIP, fileServer(imagePath))
+	// The pods reach the host at the pod bridge's gateway; an answer from the libvirt
+	// bridge's address would not leave for them (the host's guard keeps that address on
+	// its bridge).
+	imageAddr := serveOn(t, e.gateway, fileServer(imagePath))
 
 	sw.step("build the manager image (make image-tar) and import it into the node's containerd", func() {
 		e.mustRun(t, "make", "image-tar", "IMG="+image)
