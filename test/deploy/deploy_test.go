@@ -23,8 +23,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
 
 const (
@@ -190,33 +192,27 @@ func TestDeployedOperator(t *testing.T) {
 // local libvirt host, as the pods reach it, and the probe target's URL.
 func writeOverlay(t *testing.T, e env, imageURL, imageSHA, probeURL string) {
 	t.Helper()
-	providers := fmt.Sprintf(`providers:
-  - name: kvm2-home
-    type: kvm2
-    kvm2:
-      sshKeyFile: /etc/proxy-operator/kvm/id_ed25519
-      knownHostsFile: /etc/proxy-operator/kvm/known_hosts
-      diskSizeGb: 2
-      images:
-        debian-12:
-          url: %s
-          sha256: %s
-          format: qcow2
-          firmware: uefi
-      machineTypes:
-        small: {vcpus: 2, memoryMiB: 1024}
-      hosts:
-        - name: local
-          address: %s
-          user: %s
-          socket: %s
-          pool: %s
-          bridge: %s
-          domainType: %s
-`, imageURL, imageSHA, e.podHostAddress(t), e.hostUser, e.socket, e.pool, e.bridge, e.domainType)
+	// The names are those config/samples/proxy_kvm2.yaml asks for; the key and known_hosts
+	// paths are config/default's kvm-ssh mount, as in config/manager/providers_config.yaml.
+	cfg := provider.Config{Providers: []provider.ProviderConfig{{Name: "kvm2-home", Type: "kvm2", KVM2: &provider.KVMConfig{
+		SSHKeyFile:     "/etc/proxy-operator/kvm/id_ed25519",
+		KnownHostsFile: "/etc/proxy-operator/kvm/known_hosts",
+		DiskSizeGb:     2,
+		Images:         map[string]provider.KVMImage{"debian-12": {URL: imageURL, SHA256: imageSHA, Format: "qcow2", Firmware: "uefi"}},
+		MachineTypes:   map[string]provider.KVMMachineType{"small": {VCPUs: 2, MemoryMiB: 1024}},
+		Hosts: []provider.KVMHost{{Name: "local", Address: e.podHostAddress(t), User: e.hostUser, Socket: e.socket,
+			Pool: e.pool, Bridge: e.bridge, DomainType: e.domainType}},
+	}}}}
+	providers, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := provider.ParseConfig(providers); err != nil {
+		t.Fatalf("the test's providers config: %v\n%s", err, providers)
+	}
 	patch := fmt.Sprintf("- op: add\n  path: /spec/template/spec/containers/0/args/-\n  value: --proxy-probe-url=%s\n", probeURL)
 	dir := filepath.Join(repoRoot, overlay)
-	for name, content := range map[string]string{"providers.yaml": providers, "probe-url.yaml": patch} {
+	for name, content := range map[string]string{"providers.yaml": string(providers), "probe-url.yaml": patch} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
