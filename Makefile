@@ -15,7 +15,7 @@ CONTROLLER_GEN := $(CACHE)/bin/controller-gen-$(CONTROLLER_GEN_VERSION)
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CACHE)/bin/staticcheck-$(STATICCHECK_VERSION)
 # Every build tag a test file of the module carries; vet and staticcheck run once per tag.
-BUILD_TAGS := integration e2e
+BUILD_TAGS := integration e2e deploy
 # The shell scripts shellcheck reads: everything under hack/ and .ci/ that runs in a shell.
 SHELL_SCRIPTS = $(sort $(wildcard hack/*.sh hack/lib/*.sh .ci/*))
 GO_TEST_FLAGS ?=
@@ -37,6 +37,16 @@ CONTAINER_TOOL ?= docker
 .PHONY: docker-build
 docker-build: ## Build the manager image IMG (egress-proxies-operator:latest) from the Dockerfile.
 	$(CONTAINER_TOOL) build -t $(IMG) .
+
+.PHONY: image-tar
+image-tar: ## Build the manager image IMG as a tarball, without a daemon or a registry (bin/image/manager.tar).
+	@# The same image as docker-build: hack/imagebuild reads the Dockerfile's final stage for
+	@# the binary's path, the entrypoint and the user. Load it with ctr images import,
+	@# podman load or docker load, or push it with crane push.
+	mkdir -p bin/image
+	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o bin/image/manager ./cmd/manager
+	go run ./hack/imagebuild -dockerfile Dockerfile -bin bin/image/manager -tag $(IMG) -o bin/image/manager.tar
+	@echo "bin/image/manager.tar ($(IMG))"
 
 .PHONY: docker-push
 docker-push: ## Push the manager image IMG.
@@ -77,7 +87,7 @@ envtest: ## Build kube-apiserver and etcd for envtest into the cache (once per v
 ##@ Test
 
 .PHONY: test
-test: lint verify-generated test-unit test-integration-kvm2 test-e2e ## Run every test tier.
+test: lint verify-generated test-unit test-integration-kvm2 test-e2e test-deploy ## Run every test tier.
 
 # Each gate runs even when an earlier one failed, so one run lists every finding; lint
 # fails if any did. Missing tools are built (staticcheck) or installed (shellcheck, by
@@ -120,6 +130,18 @@ test-e2e: envtest build ## A real guest VM carrying traffic, driven through the 
 	source $(CACHE)/libvirt-host/env && EPO_REQUIRE_ENVTEST=1 KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) \
 	  go test -tags=e2e -count=1 -timeout=60m -v $(GO_TEST_FLAGS) ./test/e2e/...
 
+# The cluster goes down afterwards whatever the result, so nothing is left running for the
+# next tier; its binaries, certificates and images stay cached. Hold the libvirt host's
+# lock around it like the other tiers that use it.
+.PHONY: test-deploy
+test-deploy: ## The operator's image on a one-node cluster (hack/cluster.sh), installed from config/default, with a real guest.
+	hack/libvirt-host.sh up
+	hack/guest-image.sh >/dev/null
+	hack/cluster.sh up
+	source $(CACHE)/libvirt-host/env && source $(CACHE)/cluster/env && \
+	  { go test -tags=deploy -count=1 -timeout=60m -v $(GO_TEST_FLAGS) ./test/deploy/... && rc=0 || rc=$$?; }; \
+	  hack/cluster.sh down; exit $$rc
+
 .PHONY: bench
 bench: envtest ## Benchmarks (figures for the issues' closing notes).
 	KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) go test -run='^$$' -bench=. -benchmem ./...
@@ -149,6 +171,18 @@ kvm-ssh-secret: ## Create or update the kvm-ssh Secret from KVM_SSH_KEY and KVM_
 	kubectl -n $(NAMESPACE) create secret generic kvm-ssh \
 	  --from-file=id_ed25519="$(KVM_SSH_KEY)" --from-file=known_hosts="$(KVM_KNOWN_HOSTS)" \
 	  --dry-run=client -o yaml | kubectl apply -f -
+
+DISCOVERY_TOKEN_FILE ?=
+
+.PHONY: discovery-token-secret
+discovery-token-secret: ## Create or update the discovery-token Secret: DISCOVERY_TOKEN_FILE's token, or a new random one.
+	@if [ -n "$(DISCOVERY_TOKEN_FILE)" ]; then test -s "$(DISCOVERY_TOKEN_FILE)" || { echo "$(DISCOVERY_TOKEN_FILE): missing or empty"; exit 1; }; \
+	  src="$(DISCOVERY_TOKEN_FILE)"; else src=$$(mktemp); trap 'rm -f "$$src"' EXIT; \
+	  head -c 32 /dev/urandom | base64 | tr -d '/+=\n' >"$$src"; fi; \
+	kubectl -n $(NAMESPACE) create secret generic discovery-token --from-file=token="$$src" \
+	  --dry-run=client -o yaml | kubectl apply -f -; \
+	echo "crawlers send it as Authorization: Bearer; read it with:"; \
+	echo "  kubectl -n $(NAMESPACE) get secret discovery-token -o jsonpath='{.data.token}' | base64 -d"
 
 .PHONY: deploy
 deploy: ## Apply config/default to the current kubectl context.

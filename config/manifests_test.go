@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
@@ -138,6 +139,22 @@ func TestDeploymentMountsWhatTheConfigNames(t *testing.T) {
 	if diff := cmp.Diff([]string{"id_ed25519", "known_hosts"}, keys); diff != "" {
 		t.Errorf("kvm-ssh files (-want +got):\n%s", diff)
 	}
+	// The discovery token: an optional Secret mounted where --discovery-token-file reads it.
+	var tokenFile string
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--discovery-token-file="); ok {
+			tokenFile = v
+		}
+	}
+	tok := vols["discovery-token"].Secret
+	if tokenFile == "" || tok == nil || tok.SecretName != "discovery-token" || tok.Optional == nil || !*tok.Optional ||
+		len(tok.Items) != 1 || mounts["discovery-token"].MountPath != filepath.Dir(tokenFile) || tok.Items[0].Path != filepath.Base(tokenFile) {
+		t.Errorf("--discovery-token-file=%q, volume %+v, mount %+v: want the optional Secret discovery-token mounted so that the file is its one key",
+			tokenFile, tok, mounts["discovery-token"])
+	}
+	if c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("imagePullPolicy %q: with the tag latest the default is Always, and an image loaded into the node is never used", c.ImagePullPolicy)
+	}
 	tmp := vols["tmp"].EmptyDir
 	if tmp == nil || tmp.SizeLimit == nil || tmp.SizeLimit.Cmp(resource.MustParse("64Mi")) != 0 || mounts["tmp"].MountPath != "/tmp" {
 		t.Errorf("/tmp volume %+v", vols["tmp"])
@@ -180,6 +197,99 @@ func TestRBAC(t *testing.T) {
 		if !slices.Contains(resources, want) {
 			t.Errorf("the manager role lacks %s", want)
 		}
+	}
+}
+
+// The metrics endpoint's filter needs TokenReview and SubjectAccessReview, granted to
+// the manager's ServiceAccount; metrics-reader is what a scraper is bound to.
+func TestMetricsRBAC(t *testing.T) {
+	var auth, reader rbacv1.ClusterRole
+	decodeStrict(t, "rbac/metrics_auth_role.yaml", documents(t, "rbac/metrics_auth_role.yaml")[0], &auth)
+	decodeStrict(t, "rbac/metrics_reader_role.yaml", documents(t, "rbac/metrics_reader_role.yaml")[0], &reader)
+	grants := map[string]bool{}
+	for _, r := range auth.Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					grants[g+"/"+res+":"+v] = true
+				}
+			}
+		}
+	}
+	for _, want := range []string{"authentication.k8s.io/tokenreviews:create", "authorization.k8s.io/subjectaccessreviews:create"} {
+		if !grants[want] {
+			t.Errorf("%s lacks %s", auth.Name, want)
+		}
+	}
+	var b rbacv1.ClusterRoleBinding
+	decodeStrict(t, "rbac/metrics_auth_role_binding.yaml", documents(t, "rbac/metrics_auth_role_binding.yaml")[0], &b)
+	var sa corev1.ServiceAccount
+	decodeStrict(t, "rbac/service_account.yaml", documents(t, "rbac/service_account.yaml")[0], &sa)
+	if b.RoleRef.Name != auth.Name || len(b.Subjects) != 1 || b.Subjects[0].Kind != "ServiceAccount" || b.Subjects[0].Name != sa.Name {
+		t.Errorf("%s binds %+v to %+v, want %s to the ServiceAccount %s", b.Name, b.RoleRef, b.Subjects, auth.Name, sa.Name)
+	}
+	if len(reader.Rules) != 1 || !slices.Equal(reader.Rules[0].NonResourceURLs, []string{"/metrics"}) || !slices.Equal(reader.Rules[0].Verbs, []string{"get"}) {
+		t.Errorf("%s rules %+v, want GET /metrics alone", reader.Name, reader.Rules)
+	}
+	for _, f := range []string{"metrics_auth_role.yaml", "metrics_auth_role_binding.yaml", "metrics_reader_role.yaml"} {
+		if !slices.Contains(kustomized(t, "rbac"), filepath.Join("rbac", f)) {
+			t.Errorf("config/rbac/kustomization.yaml does not apply %s", f)
+		}
+	}
+}
+
+// The NetworkPolicy sample selects the manager's pods and admits, on ports the manager's
+// container names, crawlers to discovery and Prometheus to metrics, nothing else.
+func TestNetworkPolicySample(t *testing.T) {
+	d, _ := deployed(t)
+	pod := d.Spec.Template
+	files := kustomized(t, "network-policy")
+	if len(files) != 1 {
+		t.Fatalf("config/network-policy applies %v, want one NetworkPolicy", files)
+	}
+	var np networkingv1.NetworkPolicy
+	decodeStrict(t, files[0], documents(t, files[0])[0], &np)
+	for k, v := range np.Spec.PodSelector.MatchLabels {
+		if pod.Labels[k] != v {
+			t.Errorf("the policy selects %s=%s, the manager's pods carry %v", k, v, pod.Labels)
+		}
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("policy types %v, want Ingress", np.Spec.PolicyTypes)
+	}
+	ports := map[string]bool{}
+	for _, p := range pod.Spec.Containers[0].Ports {
+		ports[p.Name] = true
+	}
+	var admitted []string
+	for _, r := range np.Spec.Ingress {
+		if len(r.From) == 0 || len(r.Ports) == 0 {
+			t.Errorf("an ingress rule %+v admits every source or every port", r)
+		}
+		for _, p := range r.Ports {
+			if p.Port == nil || !ports[p.Port.StrVal] {
+				t.Errorf("the policy admits port %v, not a port the manager's container names (%v)", p.Port, ports)
+				continue
+			}
+			admitted = append(admitted, p.Port.StrVal)
+		}
+	}
+	slices.Sort(admitted)
+	if !slices.Equal(admitted, []string{"discovery", "metrics"}) {
+		t.Errorf("the policy admits %v, want discovery and metrics alone", admitted)
+	}
+	var k, dk struct{ Namespace, NamePrefix string }
+	decodeStrict(t, "network-policy/kustomization.yaml", mustRead(t, "network-policy/kustomization.yaml"), &struct {
+		Namespace, NamePrefix string
+		Resources             []string
+	}{})
+	for f, into := range map[string]any{"network-policy/kustomization.yaml": &k, "default/kustomization.yaml": &dk} {
+		if err := yaml.Unmarshal(mustRead(t, f), into); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	if k != dk {
+		t.Errorf("the policy goes into namespace %q with prefix %q, config/default installs into %q with %q", k.Namespace, k.NamePrefix, dk.Namespace, dk.NamePrefix)
 	}
 }
 

@@ -7,6 +7,9 @@
 #   hack/envtest-assets.sh kubectl         # or any command of k8s.io/kubernetes/cmd, by name
 #   KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) go test ./...
 #
+# hack/cluster.sh asks for kube-controller-manager, kube-scheduler, kubelet and kube-proxy
+# besides; measured with the cache warm from kube-apiserver: 559 s, 17 s, 45 s and 20 s.
+#
 # Every k8s.io/kubernetes command (kube-apiserver, kubectl, kube-controller-manager, kubelet,
 # ...) builds through one wrapper module; once the Go build cache holds the first, the next
 # costs a fraction of it. etcd is a module of its own.

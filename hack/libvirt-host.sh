@@ -54,8 +54,9 @@ PACKAGES=(libvirt-daemon-system libvirt-daemon-system-sysv libvirt-clients qemu-
 source "$HACK/lib/libvirt-host-parts.sh"
 source "$HACK/lib/libvirt-host-net.sh"
 
-# Serialises concurrent ups and downs. Daemons are started with fd 8 closed so that none of
-# them holds the lock after this script exits.
+# Serialises concurrent ups and downs. Daemons are started without any descriptor of ours
+# (without_fds), so that none of them holds this lock, or a lock of the caller's such as
+# `flock /tmp/epo-libvirt-host.lock make ...`, after this script exits.
 lock() {
   exec 8>"$STATE/.lock"
   flock -w 300 8 || die "another libvirt-host.sh holds $STATE/.lock"

@@ -29,6 +29,10 @@ func TestFlagDefaults(t *testing.T) {
 		{"gc-grace", o.health.GCGrace, 10 * time.Minute},
 		{"discovery-bind-address", o.health.DiscoveryBindAddress, ":8082"},
 		{"leader-elect", o.leaderElect, false},
+		{"metrics-bind-address", o.metricsAddr, ":8443"},
+		{"metrics-secure", o.metricsSecure, true}, // HTTPS behind TokenReview and SubjectAccessReview
+		{"metrics-cert-dir", o.metricsCertDir, ""},
+		{"enable-http2", o.enableHTTP2, false},
 		{"install-id", o.installID, ""}, // empty: the UID of kube-system, read at start
 	} {
 		if c.got != c.def {

@@ -9,6 +9,9 @@
 #                          run CMD until it succeeds; give up after SECS naming WHAT
 #   ensure_packages PKG... apt-get install --no-install-recommends whatever is missing, with
 #                          maintainer scripts kept from starting daemons
+#   without_fds CMD...     run CMD with the caller's descriptors beyond 0-2 closed (daemons);
+#                          exec_without_fds the same in place of the shell
+#   spawn PIDFILE LOG CMD... run CMD in the background, in a session of its own
 
 : "${LOG_TAG:=hack}"
 _t0=${EPOCHREALTIME/,/.}
@@ -84,4 +87,33 @@ ensure_packages() {
   fi
   rm -f "$aptlog"
   log "installed ${#missing[@]} packages"
+}
+
+# exec_without_fds CMD...: closes every descriptor of this shell beyond 0-2, then execs CMD
+# in its place; for a subshell or a background job (`exec_without_fds daemon &`, where $!
+# is then the daemon's own pid). `flock FILE make ...` hands its locked descriptor down to
+# every child, and a daemon keeping it holds the lock long after make has ended, so that
+# everyone else waits forever.
+exec_without_fds() {
+  local fd
+  for fd in /proc/self/fd/*; do
+    fd=${fd##*/}
+    if ((fd > 2)); then exec {fd}>&-; fi 2>/dev/null
+  done
+  exec "$@"
+}
+
+# without_fds CMD...: runs CMD in a child without those descriptors and waits for it: for
+# a daemon that forks itself away (virtlogd -d, sshd, dnsmasq).
+without_fds() { (exec_without_fds "$@"); }
+
+# spawn PIDFILE LOGFILE CMD...: runs CMD in the background in a session of its own (so it
+# outlives the script), output appended to LOGFILE, its pid in PIDFILE, without the
+# caller's descriptors. setsid execs CMD in place (a background job is no group leader),
+# so the pid is CMD's own.
+spawn() {
+  local pidfile=$1 logfile=$2
+  shift 2
+  exec_without_fds setsid "$@" >>"$logfile" 2>&1 </dev/null &
+  echo $! >"$pidfile"
 }

@@ -83,7 +83,7 @@ remove_guard_rules() {
 start_dnsmasq() {
   pid_alive "$RUN/dnsmasq.pid" dnsmasq && return 0
   local pfx=${BRIDGE_IP%.*}
-  detached dnsmasq --conf-file=/dev/null --port=0 --no-resolv --no-hosts \
+  without_fds dnsmasq --conf-file=/dev/null --port=0 --no-resolv --no-hosts \
     --interface="$BRIDGE" --bind-interfaces --except-interface=lo \
     --dhcp-range="$pfx.100,$pfx.199,255.255.255.0,1h" --dhcp-authoritative \
     --dhcp-option=option:router --dhcp-option=option:dns-server \

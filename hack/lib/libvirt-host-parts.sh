@@ -24,21 +24,6 @@ libvirt_answers() {
   [[ -S $SOCKET ]] && timeout 60 "${VIRSH[@]}" uri >/dev/null 2>&1
 }
 
-# detached CMD...: runs CMD with no descriptor above 2 open, so a daemon it starts keeps
-# no lock of whoever ran this script. Run as `flock /tmp/epo-libvirt-host.lock make ...`,
-# a daemon that inherits flock's descriptor holds that lock for the rest of its life and
-# every later flock on it waits for ever; closing this script's own lock (fd 8) alone
-# missed that one.
-detached() {
-  (
-    for fd in /proc/"$BASHPID"/fd/*; do
-      fd=${fd##*/}
-      if ((fd > 2)); then eval "exec $fd>&-"; fi
-    done
-    exec "$@"
-  )
-}
-
 # One line per part on stdout; returns non-zero when any part is missing.
 status() {
   local ok=0 part
@@ -101,7 +86,7 @@ ensure_user() {
 
 start_virtlogd() {
   pid_alive "$RUN/virtlogd.pid" virtlogd && return 0
-  detached virtlogd -d -p "$RUN/virtlogd.pid"
+  without_fds virtlogd -d -p "$RUN/virtlogd.pid"
   wait_until 20 "virtlogd pid file" pid_alive "$RUN/virtlogd.pid" virtlogd || die "virtlogd did not start"
   log "virtlogd started (pid $(<"$RUN/virtlogd.pid"))"
 }
@@ -133,10 +118,10 @@ EOF
     [[ -c $STATE/etc/kvm ]] || mknod -m 0660 "$STATE/etc/kvm" c "$((0x$(stat -c %t /dev/kvm)))" "$((0x$(stat -c %T /dev/kvm)))"
     chgrp kvm "$STATE/etc/kvm" 2>/dev/null || chmod 0666 "$STATE/etc/kvm"
     # shellcheck disable=SC2016 # $1 and $@ are the inner sh's arguments
-    detached unshare --mount --propagation slave -- sh -c 'mount --bind "$1" /dev/kvm && shift && exec "$@"' \
+    without_fds unshare --mount --propagation slave -- sh -c 'mount --bind "$1" /dev/kvm && shift && exec "$@"' \
       sh "$STATE/etc/kvm" libvirtd -d -f "$STATE/etc/libvirtd.conf" -p "$RUN/libvirtd.pid"
   else
-    detached libvirtd -d -f "$STATE/etc/libvirtd.conf" -p "$RUN/libvirtd.pid"
+    without_fds libvirtd -d -f "$STATE/etc/libvirtd.conf" -p "$RUN/libvirtd.pid"
   fi
   wait_until 60 "libvirtd socket $SOCKET" test -S "$SOCKET" || die "libvirtd did not create $SOCKET (see $STATE/log/libvirtd.log)"
   # The first call waits for the QEMU capability probe (about 5 s, more under load).
@@ -222,7 +207,7 @@ EOF
   mkdir -p /run/sshd
   chmod 0755 /run/sshd
   /usr/sbin/sshd -t -f "$STATE/etc/sshd_config" || die "sshd rejects $STATE/etc/sshd_config"
-  detached /usr/sbin/sshd -f "$STATE/etc/sshd_config" -E "$STATE/log/sshd.log"
+  without_fds /usr/sbin/sshd -f "$STATE/etc/sshd_config" -E "$STATE/log/sshd.log"
   wait_until 20 "sshd on 127.0.0.1:$SSH_PORT" sshd_answers || die "sshd does not answer (see $STATE/log/sshd.log)"
   printf '[127.0.0.1]:%s %s\n' "$SSH_PORT" "$(cut -d' ' -f1-2 "$STATE/etc/ssh_host_ed25519_key.pub")" >"$KNOWN_HOSTS"
   log "sshd started (pid $(<"$RUN/sshd.pid"), 127.0.0.1:$SSH_PORT)"

@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"strings"
@@ -16,9 +18,11 @@ import (
 )
 
 // tokenAuth checks "Authorization: Bearer <token>" against a token kept in a file (a
-// mounted Secret). The file is read when the server is built, which fails if it is
-// missing or empty, and re-read every reload interval, so a rotated Secret takes effect
-// without a restart; a re-read that fails keeps the previous token and logs why.
+// mounted Secret). The file is read when the server is built, which fails if it is empty
+// or unreadable, and re-read every reload interval, so a rotated Secret takes effect
+// without a restart; a re-read that fails keeps the previous token and logs why. A file
+// that does not exist yet (an optional Secret not created so far) is no error: until it
+// appears every protected request is refused with 503, never served openly.
 type tokenAuth struct {
 	path   string
 	digest atomic.Pointer[[sha256.Size]byte]
@@ -26,7 +30,7 @@ type tokenAuth struct {
 
 func newTokenAuth(path string) (*tokenAuth, error) {
 	a := &tokenAuth{path: path}
-	if err := a.load(); err != nil {
+	if err := a.load(); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	return a, nil
@@ -57,7 +61,12 @@ func (a *tokenAuth) reloadLoop(ctx context.Context, interval time.Duration, log 
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := a.load(); err != nil {
+			had := a.digest.Load() != nil
+			err := a.load()
+			switch {
+			case err == nil && !had:
+				log.Info("discovery token file present; serving callers that send it", "path", a.path)
+			case err != nil && had:
 				log.Error(err, "keeping the previous discovery token")
 			}
 		}
@@ -75,8 +84,13 @@ func (a *tokenAuth) wrap(next http.Handler) http.Handler {
 			writeError(w, &apiError{status: http.StatusUnauthorized, Message: "missing bearer token"})
 			return
 		}
-		got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 		want := a.digest.Load()
+		if want == nil {
+			writeError(w, &apiError{status: http.StatusServiceUnavailable,
+				Message: fmt.Sprintf("no discovery token is configured yet: %s does not exist (create the Secret it is mounted from)", a.path)})
+			return
+		}
+		got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", authRealm+`, error="invalid_token"`)
 			writeError(w, &apiError{status: http.StatusUnauthorized, Message: "invalid bearer token"})

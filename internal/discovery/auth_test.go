@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -65,8 +66,8 @@ func TestTokenAuth(t *testing.T) {
 
 func TestTokenFileErrors(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := New(fixture(), Options{TokenFile: filepath.Join(dir, "missing")}); err == nil || !strings.Contains(err.Error(), "missing") {
-		t.Errorf("missing token file: %v", err)
+	if _, err := New(fixture(), Options{TokenFile: dir}); err == nil || !strings.Contains(err.Error(), "reading discovery token file") {
+		t.Errorf("a token file that is a directory: %v", err)
 	}
 	empty := filepath.Join(dir, "empty")
 	writeToken(t, empty, " \n")
@@ -87,21 +88,9 @@ func TestTokenReload(t *testing.T) {
 		}
 	}, funcr.Options{})
 	s := newTestServer(t, fixture(), Options{TokenFile: path, TokenReload: 10 * time.Millisecond, Log: log})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	addr := serveUntilCleanup(t, s)
 	status := func(tok string) int {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/v1/proxies", nil)
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/proxies", nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -130,4 +119,80 @@ func TestTokenReload(t *testing.T) {
 	if status("new") != 200 {
 		t.Fatal("a vanished token file dropped the last good token")
 	}
+}
+
+// A token file that does not exist yet (the optional Secret it is mounted from not made so
+// far) starts the server, refuses every listing, whatever the caller sends, until the file
+// appears, then serves those sending its token.
+func TestMissingTokenFileRefusesUntilItAppears(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	var warned, present atomic.Int32
+	log := funcr.New(func(prefix, args string) {
+		if strings.Contains(args, "WARNING: the discovery token file does not exist") {
+			warned.Add(1)
+		}
+		if strings.Contains(args, "discovery token file present") {
+			present.Add(1)
+		}
+	}, funcr.Options{})
+	s := newTestServer(t, fixture(), Options{TokenFile: path, TokenReload: 10 * time.Millisecond, Log: log})
+	if warned.Load() != 1 {
+		t.Errorf("%d start-up warnings about the missing token file, want 1", warned.Load())
+	}
+	addr := serveUntilCleanup(t, s)
+	call := func(auth string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/proxies", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for _, auth := range []string{"Bearer anything", "Bearer "} {
+		code, body := call(auth)
+		if auth == "Bearer " && code != 401 {
+			t.Errorf("%q with no token file: %d, want 401", auth, code)
+		}
+		if auth == "Bearer anything" && (code != 503 || !strings.Contains(body, path+" does not exist")) {
+			t.Errorf("%q with no token file: %d %s, want 503 naming %s", auth, code, body, path)
+		}
+	}
+	if code, _ := call(""); code != 401 {
+		t.Errorf("no Authorization with no token file: %d, want 401", code)
+	}
+	writeToken(t, path, "late")
+	testutil.WaitFor(t, waitLong, "the late token to be accepted", func() (bool, error) {
+		code, body := call("Bearer late")
+		return code == 200, fmt.Errorf("%d %s", code, body)
+	})
+	if code, _ := call("Bearer anything"); code != 401 {
+		t.Errorf("a wrong token once the file exists: %d, want 401", code)
+	}
+	if present.Load() != 1 {
+		t.Errorf("%d log lines about the token file appearing, want 1", present.Load())
+	}
+}
+
+// serveUntilCleanup serves s on a loopback port until the test ends and returns the address.
+func serveUntilCleanup(t *testing.T, s *Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return ln.Addr().String()
 }

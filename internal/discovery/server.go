@@ -46,7 +46,8 @@ type Server struct {
 }
 
 // New builds a server over src. It fails when a token file is configured but unreadable
-// or empty, so a misconfigured deployment stops at start-up rather than serving openly.
+// or empty, so a misconfigured deployment stops at start-up rather than serving openly; a
+// token file that does not exist yet refuses every protected request until it appears.
 func New(src Source, opts Options) (*Server, error) {
 	if opts.TokenReload <= 0 {
 		opts.TokenReload = 30 * time.Second
@@ -56,6 +57,9 @@ func New(src Source, opts Options) (*Server, error) {
 		a, err := newTokenAuth(opts.TokenFile)
 		if err != nil {
 			return nil, err
+		}
+		if a.digest.Load() == nil {
+			opts.Log.Info("WARNING: the discovery token file does not exist; every listing is refused until it does", "path", opts.TokenFile)
 		}
 		s.auth = a
 	}
