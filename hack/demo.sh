@@ -51,22 +51,14 @@ KUBECONFIG_PATH=$STATE/controlplane/kubeconfig
 RECORD=$STATE/proxies.json
 DEMOCTL=$ROOT/bin/democtl
 
-# start NAME CMD...: runs CMD in a session of its own (so it outlives this script and the
-# terminal), output to $STATE/NAME.log, pid in $STATE/NAME.pid. Not a process group leader
-# here, setsid execs CMD in place, so $! is CMD's own pid. Descriptors beyond 0-2 are
-# closed first: a lock or pipe the caller holds (`flock FILE make demo`) must not stay
-# held by the demo's processes until make demo-down.
+# start NAME CMD...: common.sh's spawn with output to $STATE/NAME.log and the pid in
+# $STATE/NAME.pid: CMD outlives this script and the terminal, and holds none of the
+# caller's descriptors (a lock taken by `flock FILE make demo` must not stay held by the
+# demo's processes until make demo-down).
 start() {
   local name=$1
   shift
-  (
-    for fd in /proc/self/fd/*; do
-      fd=${fd##*/}
-      if ((fd > 2)); then exec {fd}>&-; fi 2>/dev/null
-    done
-    exec setsid "$@" >>"$STATE/$name.log" 2>&1 </dev/null
-  ) &
-  echo $! >"$STATE/$name.pid"
+  spawn "$STATE/$name.pid" "$STATE/$name.log" "$@"
 }
 
 stop() { # NAME [seconds before SIGKILL]
