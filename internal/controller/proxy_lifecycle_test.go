@@ -209,8 +209,9 @@ func TestInstanceWithoutAddressStaysProvisioning(t *testing.T) {
 	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.PollInterval = 200e6 })
 	e.fake.SetIPFunc(func(provider.CreateRequest) string { return "" })
 	px := e.create(e.newProxy("noip"))
+	want := "instance " + px.InstanceName() + " is running; waiting for it to report an address"
 	e.waitProxy("noip", "Provisioning waiting for an address", func(p *v1alpha1.Proxy) bool {
-		return p.Status.Phase == v1alpha1.PhaseProvisioning && strings.Contains(p.Status.Message, "report an address")
+		return p.Status.Phase == v1alpha1.PhaseProvisioning && p.Status.Message == want
 	})
 	id := providertest.ProviderID(px.InstanceName())
 	inst, _ := e.fake.Instance(id)

@@ -84,6 +84,9 @@ func (r *ProxyReconciler) observe(s *scope, inst provider.Instance) ctrl.Result 
 	px.Status.IP = inst.IP
 	if inst.State != provider.StateRunning || inst.IP == "" {
 		msg := fmt.Sprintf("instance %s is %s; waiting for it to run and report an address", inst.Name, strings.ToLower(orState(inst.State)))
+		if inst.State == provider.StateRunning {
+			msg = fmt.Sprintf("instance %s is running; waiting for it to report an address", inst.Name)
+		}
 		s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning, msg)
 		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, msg)
 		return ctrl.Result{RequeueAfter: orDefault(r.PollInterval, DefaultPollInterval)}
