@@ -153,14 +153,29 @@ func TestDeployedOperator(t *testing.T) {
 	})
 	want := fmt.Sprintf("http://%s:%d", ready.Status.IP, ready.Spec.Port)
 
-	sw.step("discovery lists the proxy through the Service and through each pod; a request through the proxy works", func() {
+	sw.step("discovery lists the proxy through the Service and through each pod; a request through the proxy works with the credentials discovery hands out, and gets 407 without", func() {
 		for _, base := range append([]string{discovery}, "http://"+pods[0].Status.PodIP+":8082", "http://"+pods[1].Status.PodIP+":8082") {
 			waitFor(t, base+" to list "+want, 2*time.Minute, time.Second, func() (bool, error) {
 				code, body := httpGet(http.DefaultClient, base+"/v1/proxies?format=text", token)
 				return code == http.StatusOK && strings.TrimSpace(body) == want, fmt.Errorf("%d %q", code, body)
 			})
 		}
-		through(t, want, "http://"+probeAddr+"/through-the-proxy", who, ready.Status.IP)
+		// The sample's Proxy has basic auth: ?credentials=true hands out the URL with them.
+		var withCreds *url.URL
+		waitFor(t, discovery+" to hand out "+want+" with credentials", 2*time.Minute, time.Second, func() (bool, error) {
+			code, body := httpGet(http.DefaultClient, discovery+"/v1/proxies?format=text&credentials=true", token)
+			u, err := url.Parse(strings.TrimSpace(body))
+			if code != http.StatusOK || err != nil || u.User == nil || "http://"+u.Host != want {
+				return false, fmt.Errorf("%d, not a URL of %s with credentials", code, want)
+			}
+			withCreds = u
+			return true, nil
+		})
+		target := "http://" + probeAddr + "/through-the-proxy"
+		through(t, withCreds.String(), target, who, ready.Status.IP)
+		if code := statusThrough(t, want, target); code != http.StatusProxyAuthRequired {
+			t.Fatalf("GET %s through %s without credentials: %d, want 407", target, want, code)
+		}
 		if doms := domainsCarrying(t, string(ready.UID)); len(doms) != 1 || doms[0] != ready.InstanceName() {
 			t.Fatalf("domains carrying the Proxy's UID: %v, want [%s]", doms, ready.InstanceName())
 		}
@@ -345,9 +360,21 @@ func through(t *testing.T, proxyURL, target string, who *callers, ip string) {
 	before := who.from(ip)
 	code, body := httpGet(c, target, "")
 	if code != http.StatusOK || !strings.Contains(body, `"`+ip+`"`) || who.from(ip) <= before {
-		t.Fatalf("GET %s through %s: %d %q; want it to come from the guest's address %s", target, proxyURL, code, body, ip)
+		t.Fatalf("GET %s through %s: %d %q; want it to come from the guest's address %s", target, u.Redacted(), code, body, ip)
 	}
-	t.Logf("a request through %s reached %s from %s", proxyURL, target, ip)
+	t.Logf("a request through %s reached %s from %s", u.Redacted(), target, ip)
+}
+
+// statusThrough is the status of GET target through the proxy at proxyURL.
+func statusThrough(t *testing.T, proxyURL, target string) int {
+	t.Helper()
+	u, err := url.Parse(proxyURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(u)}}
+	code, _ := httpGet(c, target, "")
+	return code
 }
 
 // failover deletes the leader's pod and measures how long another replica takes to hold
