@@ -45,6 +45,22 @@ const (
 	ConditionProvisioned = "Provisioned"
 	// ConditionHealthy is True when the last probe through the proxy succeeded.
 	ConditionHealthy = "Healthy"
+	// ConditionConfigOutdated is True when the instance runs a configuration other than
+	// the one the operator would build for it now without the user having asked for a
+	// change: the operator's rendering changed (an upgrade) or, for a pool child, the
+	// credentials it references were rotated. A standalone Proxy keeps its instance until
+	// ReplaceAnnotation is set; its pool replaces a child surge-first.
+	ConditionConfigOutdated = "ConfigOutdated"
+)
+
+// Labels and annotations on Proxies and the Secrets they use.
+const (
+	// ReplaceAnnotation set to a new value on a Proxy asks for its instance to be built
+	// again from the current configuration (after an upgrade that changed the rendering).
+	ReplaceAnnotation = "egress.hrajfrisbee.cz/replace"
+	// CredentialsLabel set to "true" on a Secret opts it in as a proxy-credentials Secret,
+	// one the operator may read; the snapshots it makes carry it too.
+	CredentialsLabel = "egress.hrajfrisbee.cz/proxy-credentials"
 )
 
 // Condition reasons on a Proxy.
@@ -69,6 +85,15 @@ const (
 	// missing, lacks a key, or holds values tinyproxy cannot take. The Proxy waits for the
 	// Secret (which the operator watches); an existing instance is left as it is.
 	ReasonCredentialsUnavailable = "CredentialsUnavailable"
+	// ReasonRenderingChanged (ConfigOutdated=True): this operator version renders another
+	// configuration than the instance was built with.
+	ReasonRenderingChanged = "RenderingChanged"
+	// ReasonCredentialsChanged (ConfigOutdated=True): a pool child's credential Secret
+	// changed; the child keeps serving with the credentials it was built with until its
+	// pool replaces it.
+	ReasonCredentialsChanged = "CredentialsChanged"
+	// ReasonUpToDate (ConfigOutdated=False).
+	ReasonUpToDate = "UpToDate"
 )
 
 // Event reasons on a Proxy that are no condition reason.

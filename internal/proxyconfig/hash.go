@@ -71,3 +71,10 @@ func passwordDigest(c Credentials) (string, error) {
 	digestCache.m[key] = d
 	return d, nil
 }
+
+// CredentialsDigest is a slow salted digest (scrypt) of c, the same the spec hash holds:
+// what a hash of the Proxy's intent, or a pool's template hash, may carry in place of the
+// password. Computed once per distinct credential per process.
+func CredentialsDigest(c Credentials) (string, error) {
+	return passwordDigest(c)
+}
