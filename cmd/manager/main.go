@@ -244,11 +244,12 @@ func metricsOptions(o *options) metricsserver.Options {
 
 // setupComponents adds the reconciler and its companions to mgr.
 func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o *options) error {
-	// One source of basic-auth credentials for the rendered configuration, the probe and
-	// discovery: the Secrets, read through the manager's cache (the reconciler watches them).
-	creds := proxyconfig.SecretCredentials{Reader: mgr.GetClient()}.Credentials
+	// The rendered configuration takes the credentials from the Secrets the Proxies name;
+	// the probe and discovery from each Proxy's snapshot of what its instance was built
+	// with (the referenced Secret for a Proxy without one). Both read through the
+	// manager's cache (the reconciler watches Secrets).
 	r := &controller.ProxyReconciler{
-		Credentials:  creds,
+		Credentials:  proxyconfig.SecretCredentials{Reader: mgr.GetClient()}.Credentials,
 		Client:       mgr.GetClient(),
 		Scheme:       mgr.GetScheme(),
 		Recorder:     mgr.GetEventRecorder("proxy-controller"),
@@ -265,7 +266,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	if err := addReadyChecks(mgr, providers); err != nil { // readiness.go
 		return fmt.Errorf("readiness checks: %w", err)
 	}
-	return setupHealth(mgr, providers, o.health, r.Wake, creds)
+	return setupHealth(mgr, providers, o.health, r.Wake, proxyconfig.SnapshotCredentials{Reader: mgr.GetClient()}.Credentials)
 }
 
 func closeProviders(providers map[string]provider.Provider, log interface{ Error(error, string, ...any) }) {
