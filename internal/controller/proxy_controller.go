@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -93,6 +94,15 @@ type ProxyReconciler struct {
 	// from spec.proxy; nil reads the Secrets through Client. The manager passes the same
 	// lookup to the health engine and the discovery API.
 	Credentials proxyconfig.CredentialsFunc
+
+	// AddressHold is how long a running instance that stops reporting an address keeps
+	// its last address and phase before the Proxy goes back to Provisioning
+	// (DefaultAddressHold, --address-hold).
+	AddressHold time.Duration
+	// Clock is the source of time of the address hold (the real clock when nil).
+	Clock clock.PassiveClock
+
+	holds addressHolds
 
 	// wake carries the Proxies Wake asks to reconcile; made by SetupWithManager.
 	wake chan event.TypedGenericEvent[*v1alpha1.Proxy]

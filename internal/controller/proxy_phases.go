@@ -92,6 +92,9 @@ func (r *ProxyReconciler) replace(ctx context.Context, s *scope, p provider.Prov
 // observe publishes what the provider reports about a live instance.
 func (r *ProxyReconciler) observe(s *scope, inst provider.Instance) ctrl.Result {
 	px := s.px
+	if left, ok := r.holdAddress(s, inst); ok {
+		return ctrl.Result{RequeueAfter: min(orDefault(r.PollInterval, DefaultPollInterval), left)}
+	}
 	px.Status.ProviderID = inst.ProviderID
 	px.Status.IP = inst.IP
 	if inst.State != provider.StateRunning || inst.IP == "" {
