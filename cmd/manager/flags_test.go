@@ -20,6 +20,7 @@ func TestFlagDefaults(t *testing.T) {
 		{"quota-retry", o.quotaRetry, 5 * time.Minute},
 		{"pending-retry", o.pendingRetry, 10 * time.Second},
 		{"boot-poll-interval", o.health.BootPollInterval, time.Second},
+		{"address-hold", o.addressHold, 15 * time.Second},
 		{"failed-recheck-interval", o.failedRecheck, 10 * time.Minute},
 		{"proxy-status-heartbeat", o.health.StatusHeartbeat, 10 * time.Minute},
 		{"provider-check-interval", o.health.ProviderCheckInterval, time.Minute},
