@@ -73,21 +73,22 @@ func TestTwoInstallsRaceForOneName(t *testing.T) {
 	owners := []struct {
 		name               string
 		installA, installB string
-		// wantLoser is the loser's error for winner w.
-		wantLoser func(name string, w racer) (class, cause error, msg string)
+		// cause is what the loser's permanent error wraps besides its class; wantLoser
+		// is its message for winner w.
+		cause     error
+		wantLoser func(name string, w racer) string
 	}{
 		{
 			name: "two installs", installA: "install-a", installB: "install-b",
-			wantLoser: func(name string, w racer) (error, error, string) {
-				return provider.ErrPermanent, nil,
-					"domain " + name + " on host h1 belongs to install " + w.install + ", not to this one"
+			wantLoser: func(name string, w racer) string {
+				return "domain " + name + " on host h1 belongs to install " + w.install + ", not to this one"
 			},
 		},
 		{
 			name: "one install, two UIDs", installA: "install-a", installB: "install-a",
-			wantLoser: func(name string, w racer) (error, error, string) {
-				return provider.ErrPermanent, provider.ErrOwnedByOther,
-					"domain " + name + " on host h1 belongs to UID " + w.req.UID + ", not to UID "
+			cause: provider.ErrOwnedByOther,
+			wantLoser: func(name string, w racer) string {
+				return "domain " + name + " on host h1 belongs to UID " + w.req.UID + ", not to UID "
 			},
 		},
 	}
@@ -138,8 +139,8 @@ func TestTwoInstallsRaceForOneName(t *testing.T) {
 					if res[w].err != nil {
 						t.Fatalf("winner %s: %v", winner.who, res[w].err)
 					}
-					class, cause, msg := o.wantLoser(name, winner)
-					wantClass(t, res[l].err, class, cause)
+					msg := o.wantLoser(name, winner)
+					wantClass(t, res[l].err, provider.ErrPermanent, o.cause)
 					if !strings.Contains(res[l].err.Error(), msg) {
 						t.Fatalf("loser %s: %q does not say %q", loser.who, res[l].err, msg)
 					}
