@@ -351,3 +351,32 @@ func TestDeleteOfLeftOversRacesACreate(t *testing.T) {
 		wantBuiltBy(t, f, provider.TypeKVM2, r, 0)
 	})
 }
+
+// TestClaimLostToTheSameOwnerIsTransient: two processes of one install creating the same
+// Proxy (same UID and spec) race past the lookup; the one whose claim loses answers
+// transient, and its retry adopts the VM the other built.
+func TestClaimLostToTheSameOwnerIsTransient(t *testing.T) {
+	env := newTestEnv(t)
+	const name = "proxy-0f0f0f0f0f0f0f0f"
+	req := testRequest(name)
+	req.SpecHash = "hash-1"
+	var r [2]racer
+	for i, who := range []string{"a", "b"} {
+		r[i] = racer{who: who, p: env.beside(t, provider.TypeKVM2, "home", WithInstallID("install-a")), install: "install-a", req: req}
+	}
+	res := bothPastLookup(t, env.fake, r, 0)
+	if res[0].err != nil {
+		t.Fatalf("a: %v", res[0].err)
+	}
+	wantClass(t, res[1].err, provider.ErrTransient, nil)
+	if want := "domain " + name + " on host h1 was defined by another call of this install meanwhile; trying again"; res[1].err.Error() != want {
+		t.Fatalf("b: %q, want %q", res[1].err, want)
+	}
+	inst, err := r[1].p.Create(t.Context(), req)
+	if err != nil {
+		t.Fatalf("b's retry: %v", err)
+	}
+	if inst.ProviderID != res[0].inst.ProviderID || stateOf(env.fake, name) != libvirt.DomainRunning {
+		t.Fatalf("b's retry got %+v, want a's running VM adopted", inst)
+	}
+}
