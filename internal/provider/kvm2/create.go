@@ -105,7 +105,7 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 		if m, err = p.ownMark(b, plan, dom); err != nil {
 			return provider.Instance{}, err
 		}
-		if !builtFromOtherSpec(m, req.SpecHash) {
+		if !m.Building && !builtFromOtherSpec(m, req.SpecHash) {
 			return p.adopt(ctx, log, b, plan, dom, m)
 		}
 	}
@@ -118,30 +118,45 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	if found {
+	switch {
+	case found && m.Building:
+		// Our own claim, left by an attempt that stopped before its disks were done.
+		log.Info("kvm2 domain rebuilt: an earlier attempt stopped while building its disks", "specHash", req.SpecHash)
+		if err := p.remove(log, b, h, dom); err != nil {
+			return provider.Instance{}, err
+		}
+	case found:
 		// Built from another spec, typically by an attempt whose start failed before the
 		// reconciler recorded it: booting it would keep the old definition and seed.
 		log.Info("kvm2 domain replaced: it was built from another spec", "oldSpecHash", m.SpecHash, "specHash", req.SpecHash)
 		if err := p.remove(log, b, h, dom); err != nil {
 			return provider.Instance{}, err
 		}
-	} else if err := p.removeElsewhere(ctx, log, plan); err != nil {
+	default:
 		// Nothing here yet: the Proxy may have had a domain on another host before its
 		// placement changed.
+		if err := p.removeElsewhere(ctx, log, plan); err != nil {
+			return provider.Instance{}, err
+		}
+	}
+	created := p.now().UTC().Truncate(time.Second)
+	own := mark{UID: req.UID, CreatedAt: created, Install: p.installID, SpecHash: req.SpecHash}
+	claim, err := p.claimForCreate(log, b, plan, own)
+	if err != nil {
 		return provider.Instance{}, err
 	}
 	overlay, seed, err := p.volumes(log, b, plan, pool, base)
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	created := p.now().UTC().Truncate(time.Second)
-	meta, err := marshalMetadata(p.metaNS, mark{UID: req.UID, CreatedAt: created, Install: p.installID, SpecHash: req.SpecHash})
+	meta, err := marshalMetadata(p.metaNS, own)
 	if err != nil {
 		return provider.Instance{}, provider.Permanent(err)
 	}
 	xml, err := buildDomainXML(domainSpec{
-		Name: req.Name, DomainType: h.DomainType, VCPUs: plan.mt.VCPUs, MemoryMiB: plan.mt.MemoryMiB,
-		Firmware: plan.img.Firmware, OverlayPath: overlay, SeedPath: seed, Bridge: h.Bridge, Metadata: meta,
+		Name: req.Name, UUID: formatUUID(claim.UUID), DomainType: h.DomainType, VCPUs: plan.mt.VCPUs,
+		MemoryMiB: plan.mt.MemoryMiB, Firmware: plan.img.Firmware, OverlayPath: overlay, SeedPath: seed,
+		Bridge: h.Bridge, Metadata: meta,
 	})
 	if err != nil {
 		return provider.Instance{}, provider.Permanent(err)
@@ -159,6 +174,61 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 		return provider.Instance{}, err
 	}
 	return p.instance(h, dom, req.UID, created), nil
+}
+
+// claimForCreate claims the name for a Create whose mark is own: the claim carries it
+// with building set, so a repeat Create of the same owner that finds it knows the disks
+// may be incomplete. Only the holder of a name's claim (or of its finished domain)
+// creates, writes or deletes the volumes of that name, so two installs creating the same
+// name at once cannot touch each other's disks. A loser of the race reads the winner's
+// mark and fails as checkAdoption says: another install's is permanent, another UID's
+// is permanent and wraps provider.ErrOwnedByOther; its own install's and UID's (a
+// second process of this install) is transient.
+func (p *Provider) claimForCreate(log logr.Logger, b backend, plan createPlan, own mark) (libvirt.Domain, error) {
+	h, req := plan.host, plan.req
+	claim := own
+	claim.Building = true
+	dom, err := p.claim(b, h, req.Name, claim)
+	if err == nil {
+		log.V(1).Info("domain claimed", "uid", req.UID, "specHash", req.SpecHash)
+		return dom, nil
+	}
+	if !isCode(err, libvirt.ErrOperationFailed) {
+		return libvirt.Domain{}, err
+	}
+	// The name was defined between the lookup and the claim: its mark says by whom.
+	other, lerr := b.DomainLookupByName(req.Name)
+	if lerr != nil {
+		return libvirt.Domain{}, err
+	}
+	if _, merr := p.ownMark(b, plan, other); merr != nil {
+		return libvirt.Domain{}, merr
+	}
+	return libvirt.Domain{}, provider.Errorf(provider.ErrTransient,
+		"domain %s on host %s was defined by another call of this install meanwhile; trying again", req.Name, h.Name)
+}
+
+// claim defines the claim of name on host h carrying mark m (see buildClaimXML). It fails
+// with libvirt's ErrOperationFailed ("already exists") when the name is defined.
+func (p *Provider) claim(b backend, h provider.KVMHost, name string, m mark) (libvirt.Domain, error) {
+	meta, err := marshalMetadata(p.metaNS, m)
+	if err != nil {
+		return libvirt.Domain{}, provider.Permanent(err)
+	}
+	xml, err := buildClaimXML(name, h.DomainType, meta)
+	if err != nil {
+		return libvirt.Domain{}, provider.Permanent(err)
+	}
+	dom, err := b.DomainDefineXMLFlags(xml, 0)
+	if err != nil {
+		return libvirt.Domain{}, fmt.Errorf("claiming domain %s on host %s: %w", name, h.Name, err)
+	}
+	return dom, nil
+}
+
+// formatUUID renders u as libvirt prints it, for a definition that replaces a claim.
+func formatUUID(u libvirt.UUID) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
 
 // volumes makes the disks of a new domain over base: the overlay and a freshly built

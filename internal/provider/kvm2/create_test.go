@@ -270,44 +270,83 @@ func TestCreateLibvirtErrorClasses(t *testing.T) {
 	}
 }
 
-// TestCreateRetryRebuildsSeedAndOverlay: an attempt cut off after the volumes leaves
-// them; the next attempt, finding no domain defined, replaces both: the seed may be
-// truncated, and the overlay may sit on another base image or hold an older boot (a
-// Delete that removed the definition but not the volumes leaves the same).
+// TestCreateRetryRebuildsSeedAndOverlay: an attempt cut off after the volumes, at the
+// definition that replaces its claim, leaves the claim marked building and the volumes;
+// the next attempt rebuilds both: the seed may be truncated, and the overlay may hold an
+// unfinished boot.
 func TestCreateRetryRebuildsSeedAndOverlay(t *testing.T) {
 	env := newTestEnv(t)
 	f := env.fake
 	req := testRequest("proxy-8888888888888888")
+	// The claim passes; the definition after the volumes is cut off.
+	f.FailNext("DomainDefineXMLFlags", nil)
 	f.FailNext("DomainDefineXMLFlags", libvirtfake.Errorf(libvirt.ErrInternalError, "cut off"))
 	if _, err := env.p.Create(t.Context(), req); provider.Class(err) != provider.ErrTransient {
 		t.Fatalf("first attempt: %v", err)
 	}
+	if m := markOf(t, f, provider.TypeKVM2, req.Name); !m.Building || m.UID != req.UID {
+		t.Fatalf("after the cut-off attempt the claim is marked %+v, want building for %s", m, req.UID)
+	}
 	// A truncated seed, as an upload cut off mid-way would leave, and an overlay that
 	// has booted once over an older base.
-	if err := f.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: req.Name + "-seed.iso", Content: []byte("trunc")}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: req.Name + ".qcow2", Format: "qcow2",
-		Content: []byte("old boot"), BackingStore: "/var/lib/libvirt/images/base-debian-12.qcow2", BackingFormat: "qcow2"}); err != nil {
-		t.Fatal(err)
-	}
+	putLeftOvers(t, f, req.Name)
 	if _, err := env.p.Create(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
-	seed, _ := f.Volume(libvirtfake.DefaultPool, req.Name+"-seed.iso")
-	if got := readISOFile(t, seed.Content, "user-data"); got != testUserData {
-		t.Fatalf("seed after the retry holds user-data %q", got)
+	wantFreshVolumes(t, f, req.Name)
+	if m := markOf(t, f, provider.TypeKVM2, req.Name); m.Building {
+		t.Fatalf("the finished domain is still marked building: %+v", m)
 	}
 	if n := len(f.Uploads()); n != 2 {
 		t.Fatalf("%d seed uploads, want one per attempt", n)
 	}
-	base, _ := f.Volume(libvirtfake.DefaultPool, baseVolName("debian-13", "qcow2"))
-	overlay, _ := f.Volume(libvirtfake.DefaultPool, req.Name+".qcow2")
-	if overlay.BackingStore != base.Path || len(overlay.Content) != 0 || overlay.XML == "" {
-		t.Fatalf("the retry kept the left-over overlay: %+v", overlay)
+	if len(env.logs.find(`"kvm2 domain rebuilt: an earlier attempt stopped while building its disks"`)) != 1 {
+		t.Fatal("no line saying the claim of an earlier attempt was rebuilt")
 	}
+}
+
+// TestCreateReplacesVolumesLeftWithoutDomain: volumes of the name with no domain (an
+// earlier release created them before its definition and was cut off) are replaced
+// under the new claim, never reused.
+func TestCreateReplacesVolumesLeftWithoutDomain(t *testing.T) {
+	env := newTestEnv(t)
+	f := env.fake
+	req := testRequest("proxy-8888888888888889")
+	putLeftOvers(t, f, req.Name)
+	if _, err := env.p.Create(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	wantFreshVolumes(t, f, req.Name)
 	if len(env.logs.find(`"overlay volume created"`, `"replacedLeftOver":true`)) != 1 {
 		t.Fatal("no overlay volume created line saying a left-over was replaced")
+	}
+}
+
+// putLeftOvers places a truncated seed and an overlay that booted over another base for
+// vm, as a cut-off attempt leaves them.
+func putLeftOvers(t *testing.T, f *libvirtfake.Fake, vm string) {
+	t.Helper()
+	if err := f.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: seedVolName(vm), Content: []byte("trunc")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: overlayVolName(vm), Format: "qcow2",
+		Content: []byte("old boot"), BackingStore: "/var/lib/libvirt/images/base-debian-12.qcow2", BackingFormat: "qcow2"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantFreshVolumes checks that vm's seed holds the test user-data and its overlay is a
+// new, empty one over the cached base.
+func wantFreshVolumes(t *testing.T, f *libvirtfake.Fake, vm string) {
+	t.Helper()
+	seed, _ := f.Volume(libvirtfake.DefaultPool, seedVolName(vm))
+	if got := readISOFile(t, seed.Content, "user-data"); got != testUserData {
+		t.Fatalf("seed holds user-data %q", got)
+	}
+	base, _ := f.Volume(libvirtfake.DefaultPool, baseVolName("debian-13", "qcow2"))
+	overlay, _ := f.Volume(libvirtfake.DefaultPool, overlayVolName(vm))
+	if overlay.BackingStore != base.Path || len(overlay.Content) != 0 || overlay.XML == "" {
+		t.Fatalf("the left-over overlay was kept: %+v", overlay)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/go-logr/logr"
@@ -90,28 +91,73 @@ func (p *Provider) delete(log logr.Logger, b backend, h provider.KVMHost, vm str
 	case !isCode(err, libvirt.ErrNoDomain):
 		return fmt.Errorf("looking up domain %s on host %s: %w", vm, h.Name, err)
 	}
-	if err := p.removeVolumes(b, h, vm); err != nil {
+	if err := p.removeLeftOvers(log, b, h, vm); err != nil {
 		return err
 	}
 	log.V(1).Info("kvm2 domain deleted")
 	return nil
 }
 
-// remove destroys and undefines dom, whose mark the caller has checked, and deletes its
-// overlay and seed.
+// remove destroys dom, whose mark the caller has checked, deletes its overlay and seed
+// and then undefines it. The volumes go while the domain still holds the name: once it
+// is undefined, another install may claim the name and create volumes of it, which must
+// not be the ones this call deletes.
 func (p *Provider) remove(log logr.Logger, b backend, h provider.KVMHost, dom libvirt.Domain) error {
 	vm := dom.Name
 	if err := b.DomainDestroyFlags(dom, 0); err != nil &&
 		!isCode(err, libvirt.ErrOperationInvalid) && !isCode(err, libvirt.ErrNoDomain) {
 		return fmt.Errorf("destroying domain %s on host %s: %w", vm, h.Name, err)
 	}
-	if err := b.DomainUndefineFlags(dom, undefineFlags); err != nil && !isCode(err, libvirt.ErrNoDomain) {
-		return fmt.Errorf("undefining domain %s on host %s: %w", vm, h.Name, err)
-	}
 	if err := p.removeVolumes(b, h, vm); err != nil {
 		return err
 	}
+	if err := b.DomainUndefineFlags(dom, undefineFlags); err != nil && !isCode(err, libvirt.ErrNoDomain) {
+		return fmt.Errorf("undefining domain %s on host %s: %w", vm, h.Name, err)
+	}
 	log.V(1).Info("kvm2 domain deleted")
+	return nil
+}
+
+// removeLeftOvers deletes the overlay and seed of vm, which has no domain: volumes an
+// interrupted Create of an earlier release left (this one claims the name before it
+// creates any). When there are any, it claims the name first, with a mark saying it
+// is removing, so that it never deletes the volumes of a Create that claimed the name
+// after the lookup; such a Create wins the claim and this Delete answers transient, and
+// its retry finds that domain and goes by its mark.
+func (p *Provider) removeLeftOvers(log logr.Logger, b backend, h provider.KVMHost, vm string) error {
+	pool, err := b.StoragePoolLookupByName(h.Pool)
+	if err != nil {
+		return fmt.Errorf("looking up pool %s on host %s: %w", h.Pool, h.Name, err)
+	}
+	left := false
+	for _, name := range []string{overlayVolName(vm), seedVolName(vm)} {
+		_, err := b.StorageVolLookupByName(pool, name)
+		if err == nil {
+			left = true
+			break
+		}
+		if !isCode(err, libvirt.ErrNoStorageVol) {
+			return fmt.Errorf("looking up volume %s in pool %s on host %s: %w", name, h.Pool, h.Name, err)
+		}
+	}
+	if !left {
+		return nil
+	}
+	claim, err := p.claim(b, h, vm, mark{CreatedAt: p.now().UTC().Truncate(time.Second), Install: p.installID, Removing: true})
+	if isCode(err, libvirt.ErrOperationFailed) {
+		return provider.Errorf(provider.ErrTransient,
+			"domain %s on host %s was defined while its left-over volumes were to be removed; trying again", vm, h.Name)
+	}
+	if err != nil {
+		return err
+	}
+	log.V(1).Info("kvm2 delete removes volumes left without a domain", "volumes", []string{overlayVolName(vm), seedVolName(vm)})
+	if err := p.removeVolumes(b, h, vm); err != nil {
+		return err
+	}
+	if err := b.DomainUndefineFlags(claim, undefineFlags); err != nil && !isCode(err, libvirt.ErrNoDomain) {
+		return fmt.Errorf("undefining the claim of domain %s on host %s: %w", vm, h.Name, err)
+	}
 	return nil
 }
 

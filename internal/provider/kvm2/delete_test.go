@@ -54,24 +54,69 @@ func TestDeleteShutOffDomain(t *testing.T) {
 	}
 }
 
-// TestDeleteRemovesVolumesWithoutDomain: what a Create cut off before the define left.
+// TestDeleteRemovesVolumesWithoutDomain: volumes of the name with no domain (what an
+// earlier release's Create cut off before its definition left) are removed, under a
+// claim of the name that goes with them; a Create cut off before its definition now
+// leaves its claim, which Delete removes with the volumes.
 func TestDeleteRemovesVolumesWithoutDomain(t *testing.T) {
-	env := newTestEnv(t)
-	f := env.fake
-	f.FailNext("DomainDefineXMLFlags", libvirtfake.Errorf(libvirt.ErrInternalError, "cut off"))
-	req := testRequest("proxy-d3d3d3d3d3d3d3d3")
-	if _, err := env.p.Create(t.Context(), req); err == nil {
-		t.Fatal("create should have failed")
-	}
-	if got := volumes(f); !strings.Contains(got, req.Name+".qcow2") || !strings.Contains(got, req.Name+"-seed.iso") {
-		t.Fatalf("volumes after the cut-off create: %s", got)
-	}
-	if err := env.p.Delete(t.Context(), providerID(fakeHost, req.Name)); err != nil {
-		t.Fatal(err)
-	}
-	if got := volumes(f); strings.Contains(got, req.Name) {
-		t.Fatalf("volumes after delete: %s", got)
-	}
+	t.Run("no domain", func(t *testing.T) {
+		env := newTestEnv(t)
+		f := env.fake
+		name := "proxy-d3d3d3d3d3d3d3d3"
+		putLeftOvers(t, f, name)
+		f.ResetCalls()
+		if err := env.p.Delete(t.Context(), providerID(fakeHost, name)); err != nil {
+			t.Fatal(err)
+		}
+		if got := volumes(f); strings.Contains(got, name) {
+			t.Fatalf("volumes after delete: %s", got)
+		}
+		if _, ok := f.Domain(name); ok {
+			t.Fatal("the claim outlived the delete")
+		}
+		if f.Calls("DomainDefineXMLFlags") != 1 || f.Calls("DomainUndefineFlags") != 1 {
+			t.Fatalf("%d defines and %d undefines, want the claim's one each",
+				f.Calls("DomainDefineXMLFlags"), f.Calls("DomainUndefineFlags"))
+		}
+		if len(env.logs.find(`"kvm2 delete removes volumes left without a domain"`)) != 1 {
+			t.Fatal("no line for the left-over volumes")
+		}
+	})
+	t.Run("nothing left", func(t *testing.T) {
+		env := newTestEnv(t)
+		f := env.fake
+		if err := env.p.Delete(t.Context(), providerID(fakeHost, "proxy-d3d3d3d3d3d3d3d4")); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.Calls("DomainDefineXMLFlags"); n != 0 {
+			t.Fatalf("%d defines with nothing to remove, want none", n)
+		}
+	})
+	t.Run("a create cut off before its definition", func(t *testing.T) {
+		env := newTestEnv(t)
+		f := env.fake
+		f.FailNext("DomainDefineXMLFlags", nil)
+		f.FailNext("DomainDefineXMLFlags", libvirtfake.Errorf(libvirt.ErrInternalError, "cut off"))
+		req := testRequest("proxy-d3d3d3d3d3d3d3d5")
+		if _, err := env.p.Create(t.Context(), req); err == nil {
+			t.Fatal("create should have failed")
+		}
+		if got := volumes(f); !strings.Contains(got, overlayVolName(req.Name)) || !strings.Contains(got, seedVolName(req.Name)) {
+			t.Fatalf("volumes after the cut-off create: %s", got)
+		}
+		if _, ok := f.Domain(req.Name); !ok {
+			t.Fatal("the cut-off create left no claim")
+		}
+		if err := env.p.Delete(t.Context(), providerID(fakeHost, req.Name)); err != nil {
+			t.Fatal(err)
+		}
+		if got := volumes(f); strings.Contains(got, req.Name) {
+			t.Fatalf("volumes after delete: %s", got)
+		}
+		if _, ok := f.Domain(req.Name); ok {
+			t.Fatal("the claim outlived the delete")
+		}
+	})
 }
 
 func TestDeleteLeavesUnmarkedDomainAlone(t *testing.T) {

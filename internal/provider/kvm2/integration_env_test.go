@@ -106,6 +106,7 @@ type itEnvOptions struct {
 	format     string             // image format; qcow2 unless set
 	hosts      []provider.KVMHost // extra hosts after the real one
 	imageURL   string             // catalogue URL of names.image(); the env's image server unless set
+	installID  string             // WithInstallID; the provider's default unless set
 }
 
 // itNewRealEnv loads the host, snapshots the pool for the leak check, starts an image server
@@ -157,7 +158,11 @@ func (e *itRealEnv) newProvider(o itEnvOptions) *Provider {
 	if _, bench := e.t.(*testing.B); !bench {
 		log = itTestLogger(e.t)
 	}
-	p, err := NewOfType(pc, o.typ, log)
+	var opts []Option
+	if o.installID != "" {
+		opts = append(opts, WithInstallID(o.installID))
+	}
+	p, err := NewOfType(pc, o.typ, log, opts...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -25,7 +25,9 @@ func MetadataURI(typ string) string { return metadataURIBase + "/" + typ }
 // libvirt has no labels, so this is how the provider recognises its own domains, which
 // install of the operator made each, which Proxy (by UID) it belongs to and which spec it
 // was built from. install and specHash are left out when empty, as marks written before
-// they existed lack them.
+// they existed lack them; building and removing only appear on a claim (see claim in
+// create.go), a domain without disks that holds the name while its owner creates or
+// deletes the volumes of that name.
 type instanceMeta struct {
 	XMLName   xml.Name // {namespace}instance
 	Managed   bool     `xml:"managed"`
@@ -33,6 +35,8 @@ type instanceMeta struct {
 	CreatedAt string   `xml:"createdAt"`
 	Install   string   `xml:"install,omitempty"`
 	SpecHash  string   `xml:"specHash,omitempty"`
+	Building  bool     `xml:"building,omitempty"`
+	Removing  bool     `xml:"removing,omitempty"`
 }
 
 // marshalMetadata renders mark m in namespace ns, ready for the domain's <metadata>.
@@ -44,6 +48,8 @@ func marshalMetadata(ns string, m mark) (string, error) {
 		CreatedAt: m.CreatedAt.UTC().Format(time.RFC3339),
 		Install:   m.Install,
 		SpecHash:  m.SpecHash,
+		Building:  m.Building,
+		Removing:  m.Removing,
 	}
 	out, err := xml.Marshal(meta)
 	if err != nil {
@@ -53,12 +59,15 @@ func marshalMetadata(ns string, m mark) (string, error) {
 }
 
 // mark is a parsed mark. Install and SpecHash are empty in a mark written before they
-// were recorded.
+// were recorded. Building marks a Create's claim, whose disks are not complete yet;
+// Removing a Delete's claim, held while it removes volumes left without a domain.
 type mark struct {
 	UID       string
 	CreatedAt time.Time
 	Install   string
 	SpecHash  string
+	Building  bool
+	Removing  bool
 }
 
 // parseMetadata reads the element DomainGetMetadata returned for namespace ns. libvirt may
@@ -88,7 +97,8 @@ func parseMetadata(ns, s string) (mark, error) {
 		created = t
 	}
 	return mark{UID: strings.TrimSpace(m.UID), CreatedAt: created,
-		Install: strings.TrimSpace(m.Install), SpecHash: strings.TrimSpace(m.SpecHash)}, nil
+		Install: strings.TrimSpace(m.Install), SpecHash: strings.TrimSpace(m.SpecHash),
+		Building: m.Building, Removing: m.Removing}, nil
 }
 
 // readMark fetches and parses the mark of dom. found is false when the domain carries no
@@ -131,6 +141,11 @@ func (p *Provider) checkAdoption(host, name, uid string, m mark, found bool) err
 	if !found {
 		return provider.Errorf(provider.ErrPermanent,
 			"domain %s on host %s carries no %s mark; it was not created by this provider", name, host, p.typ)
+	}
+	if m.Removing {
+		// A Delete's claim, whoever's: it goes as soon as the left-over volumes have.
+		return provider.Errorf(provider.ErrTransient,
+			"domain %s on host %s is a claim held while volumes of that name are removed; trying again", name, host)
 	}
 	if p.otherInstall(m) {
 		return otherInstallError(provider.ErrPermanent, host, name, m)

@@ -8,6 +8,8 @@ import (
 // domainSpec is everything the domain XML is built from.
 type domainSpec struct {
 	Name string
+	// UUID, when set, is the UUID of the domain's claim, which this definition replaces.
+	UUID string
 	// DomainType is kvm (hardware virtualisation) or qemu (TCG, for hosts without /dev/kvm).
 	DomainType string
 	VCPUs      int
@@ -28,6 +30,7 @@ type domainXML struct {
 	XMLName  xml.Name      `xml:"domain"`
 	Type     string        `xml:"type,attr"`
 	Name     string        `xml:"name"`
+	UUID     string        `xml:"uuid,omitempty"`
 	Metadata *innerXML     `xml:"metadata,omitempty"`
 	Memory   domainMemory  `xml:"memory"`
 	VCPU     int           `xml:"vcpu"`
@@ -200,6 +203,7 @@ func buildDomainXML(s domainSpec) (string, error) {
 	d := domainXML{
 		Type:     s.DomainType,
 		Name:     s.Name,
+		UUID:     s.UUID,
 		Memory:   domainMemory{Unit: "MiB", Value: s.MemoryMiB},
 		VCPU:     s.VCPUs,
 		OS:       os,
@@ -239,6 +243,40 @@ func buildDomainXML(s domainSpec) (string, error) {
 	out, err := xml.MarshalIndent(d, "", "  ")
 	if err != nil {
 		return "", fmt.Errorf("encoding domain xml for %s: %w", s.Name, err)
+	}
+	return string(out) + "\n", nil
+}
+
+// buildClaimXML renders the claim of domain name: a domain of the host's domainType that
+// carries the mark meta and nothing else, no disks, no NIC. Defining it is atomic on the
+// name (libvirt refuses a second domain of a name), so whoever defines it owns the name
+// and may create and delete the volumes of that name; the full definition replaces it
+// under the same UUID. It is never started.
+func buildClaimXML(name, domainType, meta string) (string, error) {
+	switch domainType {
+	case "kvm", "qemu":
+	default:
+		return "", fmt.Errorf("domain %s: unknown domain type %q (want kvm or qemu)", name, domainType)
+	}
+	d := domainXML{
+		Type:     domainType,
+		Name:     name,
+		Metadata: &innerXML{Inner: meta},
+		Memory:   domainMemory{Unit: "MiB", Value: 128},
+		VCPU:     1,
+		OS:       domainOS{Type: domainOSType{Arch: "x86_64", Machine: "q35", Value: "hvm"}, Boot: domainBoot{Dev: "hd"}},
+		CPU:      domainCPU{Mode: "host-passthrough"},
+		Clock:    domainClock{Offset: "utc"},
+		OnPower:  "destroy",
+		OnReboot: "destroy",
+		OnCrash:  "destroy",
+	}
+	if domainType == "qemu" {
+		d.CPU.Mode = "maximum"
+	}
+	out, err := xml.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encoding claim xml for %s: %w", name, err)
 	}
 	return string(out) + "\n", nil
 }

@@ -39,6 +39,8 @@
 //     one with libvirt's wording for the code.
 //   - Block(method) holds calls before they take effect, BlockReturn(method)
 //     after; both return a Gate to wait on (Entered) and Release.
+//     BlockNext(method) holds only the next call, so two concurrent callers
+//     can be stopped at the same step and let go in a chosen order.
 //   - SetStateAfterCreate(name, state) makes the next start of a domain end
 //     shut off, crashed or paused instead of running.
 //   - Calls, CallCounts and TotalCalls count calls per method, failed ones

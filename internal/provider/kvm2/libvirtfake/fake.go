@@ -45,8 +45,9 @@ type Fake struct {
 	calls       map[string]int
 	failNext    map[string][]error
 	failAlways  map[string]error
-	gates       map[string]*Gate // before the call takes effect
-	returnGates map[string]*Gate // after it took effect, before it returns
+	gates       map[string]*Gate   // before the call takes effect
+	nextGates   map[string][]*Gate // one call each, in order, before it takes effect
+	returnGates map[string]*Gate   // after it took effect, before it returns
 	afterCreate map[string]libvirt.DomainState
 
 	srv serverState
@@ -65,6 +66,7 @@ func New() *Fake {
 		failNext:    map[string][]error{},
 		failAlways:  map[string]error{},
 		gates:       map[string]*Gate{},
+		nextGates:   map[string][]*Gate{},
 		returnGates: map[string]*Gate{},
 		afterCreate: map[string]libvirt.DomainState{},
 	}
@@ -148,6 +150,34 @@ func (f *Fake) Block(method string) *Gate {
 	return f.installGate(f.gates, method)
 }
 
+// BlockNext holds only the next call of method, before it has any effect,
+// until the returned Gate is released; the calls after it pass (or meet the
+// gate of a later BlockNext: each one takes the next call in turn). This is
+// how a test stops one of two concurrent callers at a chosen step and lets
+// the other run on. A Block gate on the same method holds a call first.
+func (f *Fake) BlockNext(method string) *Gate {
+	checkMethod(method)
+	g := newGate()
+	g.remove = func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		q := f.nextGates[method]
+		for i, o := range q {
+			if o == g {
+				f.nextGates[method] = append(q[:i:i], q[i+1:]...)
+				break
+			}
+		}
+		if len(f.nextGates[method]) == 0 {
+			delete(f.nextGates, method)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextGates[method] = append(f.nextGates[method], g)
+	return g
+}
+
 // BlockReturn lets every call of method take effect and then holds its return
 // (over the RPC server: its reply) until the returned Gate is released: the
 // state has changed but the caller does not know.
@@ -189,6 +219,20 @@ func (f *Fake) enter(method string) error {
 	f.mu.Unlock()
 	if g != nil {
 		g.wait()
+	}
+	f.mu.Lock()
+	var next *Gate
+	if q := f.nextGates[method]; len(q) > 0 {
+		next = q[0]
+		if len(q) == 1 {
+			delete(f.nextGates, method)
+		} else {
+			f.nextGates[method] = q[1:]
+		}
+	}
+	f.mu.Unlock()
+	if next != nil {
+		next.wait()
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

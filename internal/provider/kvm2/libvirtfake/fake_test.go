@@ -125,6 +125,43 @@ func TestInjectedFaultHasNoEffect(t *testing.T) {
 	}
 }
 
+// BlockNext holds one call per gate, in the order the calls arrive, and lets the rest
+// through; the held calls go on in the order their gates are released.
+func TestBlockNextHoldsOneCallEach(t *testing.T) {
+	f := New()
+	first, second := f.BlockNext("ConnectGetLibVersion"), f.BlockNext("ConnectGetLibVersion")
+	defer first.Release()
+	defer second.Release()
+	done := make(chan int, 2)
+	go func() { _, _ = f.ConnectGetLibVersion(); done <- 1 }()
+	<-first.Entered()
+	go func() { _, _ = f.ConnectGetLibVersion(); done <- 2 }()
+	<-second.Entered()
+	// Both gates are taken: a third call passes straight through.
+	if _, err := f.ConnectGetLibVersion(); err != nil {
+		t.Fatal(err)
+	}
+	second.Release()
+	if got := <-done; got != 2 {
+		t.Fatalf("call %d returned first, want the one behind the released gate", got)
+	}
+	select {
+	case <-done:
+		t.Fatal("the call behind the first gate returned before its release")
+	default:
+	}
+	first.Release()
+	if got := <-done; got != 1 {
+		t.Fatalf("call %d returned, want 1", got)
+	}
+	// A gate released before any call reached it takes none.
+	unused := f.BlockNext("ConnectGetHostname")
+	unused.Release()
+	if _, err := f.ConnectGetHostname(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestBlockHoldsCallsUntilReleased(t *testing.T) {
 	f := New()
 	g := f.Block("ConnectGetLibVersion")
