@@ -40,6 +40,7 @@ type poolEnv struct {
 
 	mu       sync.Mutex
 	unhealth map[string]bool // children the health loop leaves alone
+	holdIf   func(*v1alpha1.Proxy) bool
 	pokes    int
 }
 
@@ -95,7 +96,7 @@ func (e *poolEnv) healthLoop(ctx context.Context, every time.Duration) {
 			for i := range list.Items {
 				px := &list.Items[i]
 				e.mu.Lock()
-				held := e.unhealth[px.Name]
+				held := e.unhealth[px.Name] || (e.holdIf != nil && e.holdIf(px))
 				e.mu.Unlock()
 				if px.Status.Phase != v1alpha1.PhaseRunning || held || !px.DeletionTimestamp.IsZero() {
 					continue
@@ -282,6 +283,11 @@ func TestProxyPool(t *testing.T) {
 		{"Deletion", testPoolDeletion},
 		{"Placement", testPoolPlacement},
 		{"NameLength", testPoolNameLength},
+		{"StuckDeleting", testPoolStuckDeleting},
+		{"NeverReady", testPoolNeverReady},
+		{"RotationStuck", testPoolRotationStuck},
+		{"ConfigOutdated", testPoolConfigOutdated},
+		{"Credentials", testPoolCredentials},
 		{"EndpointSlice", testPoolEndpointSlice},
 		{"EndpointSliceShards", testPoolSliceShards},
 	} {

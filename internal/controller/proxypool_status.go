@@ -199,9 +199,8 @@ func (s *poolScope) deadlineMessage() string {
 	for i, px := range s.children {
 		c := &s.info[i]
 		switch {
-		case c.deleting && !px.DeletionTimestamp.Time.After(s.progressAt):
-			deleting = append(deleting, fmt.Sprintf("%s since %s", px.Name, px.DeletionTimestamp.UTC().Format(time.RFC3339)))
 		case c.deleting:
+			deleting = append(deleting, fmt.Sprintf("%s since %s", px.Name, px.DeletionTimestamp.UTC().Format(time.RFC3339)))
 		case c.failed:
 			failed = append(failed, fmt.Sprintf("%s (%s)", px.Name, childProblem(px)))
 		case !c.ready && !hasBeenReady(px):
