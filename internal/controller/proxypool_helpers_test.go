@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -205,4 +206,19 @@ func (e *poolEnv) ownedBy(uid types.UID) []client.Object {
 		}
 	}
 	return out
+}
+
+// waitNewChild waits for a child of pool not in old to reach phase and returns its name.
+func (e *poolEnv) waitNewChild(pool string, old []string, phase v1alpha1.ProxyPhase) string {
+	e.t.Helper()
+	var name string
+	e.waitPool(pool, "a new child "+string(phase), func(_ *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+		for _, k := range kids {
+			if !slices.Contains(old, k.Name) && k.Status.Phase == phase {
+				name = k.Name
+			}
+		}
+		return name != ""
+	})
+	return name
 }

@@ -38,6 +38,16 @@ func (e *poolEnv) setFinalizer(name string, on bool) {
 	})
 }
 
+// newDeadlinePool makes a settled pool of 2 with progressDeadlineSeconds 60 and returns
+// its children's names.
+func newDeadlinePool(t *testing.T, env *testenv.Env, name string) (*poolEnv, []string) {
+	e := newPoolEnv(t, env)
+	pool := e.newPool(name, 2)
+	pool.Spec.ProgressDeadlineSeconds = ptr.To[int32](60)
+	e.createSettled(pool)
+	return e, names(e.children(name))
+}
+
 // waitProgressing waits for the pool's Progressing condition to have status and reason.
 func (e *poolEnv) waitProgressing(pool string, status metav1.ConditionStatus, reason string) metav1.Condition {
 	e.t.Helper()
@@ -52,11 +62,7 @@ func (e *poolEnv) waitProgressing(pool string, status metav1.ConditionStatus, re
 // ProgressDeadlineExceeded once the deadline passes without progress, naming the child
 // and since when, with one Warning event; it clears and completes once the child goes.
 func testPoolStuckDeleting(t *testing.T, env *testenv.Env) {
-	e := newPoolEnv(t, env)
-	pool := e.newPool("held", 2)
-	pool.Spec.ProgressDeadlineSeconds = ptr.To[int32](60)
-	e.createSettled(pool)
-	old := names(e.children("held"))
+	e, old := newDeadlinePool(t, env, "held")
 	for _, n := range old {
 		e.setFinalizer(n, true)
 	}
@@ -83,7 +89,9 @@ func testPoolStuckDeleting(t *testing.T, env *testenv.Env) {
 		t.Errorf("Progressing message %q does not name %s stuck deleting and the deadline", c.Message, stuck)
 	}
 	e.poke("held") // another pass: still one event
-	e.waitPool("held", "the poke seen", func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool { return p.Status.ObservedGeneration == p.Generation })
+	e.waitPool("held", "the poke seen", func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool {
+		return p.Status.ObservedGeneration == p.Generation
+	})
 	if evs := e.poolEvents("held", EventProgressDeadlineExceeded); len(evs) != 1 || !strings.Contains(evs[0], stuck) {
 		t.Errorf("ProgressDeadlineExceeded events %q, want one naming %s", evs, stuck)
 	}
@@ -98,22 +106,10 @@ func testPoolStuckDeleting(t *testing.T, env *testenv.Env) {
 // without maxAge: the pool reports ProgressDeadlineExceeded naming it and its last probe
 // error, keeps the old children, and goes on once the child becomes Ready.
 func testPoolNeverReady(t *testing.T, env *testenv.Env) {
-	e := newPoolEnv(t, env)
-	pool := e.newPool("mute", 2)
-	pool.Spec.ProgressDeadlineSeconds = ptr.To[int32](60)
-	e.createSettled(pool)
-	old := names(e.children("mute"))
+	e, old := newDeadlinePool(t, env, "mute")
 	e.holdWhere(func(px *v1alpha1.Proxy) bool { return px.Spec.Placement.Image == "debian-13" })
 	e.update("mute", func(p *v1alpha1.ProxyPool) { p.Spec.Template.Spec.Placement.Image = "debian-13" })
-	var mute string
-	e.waitPool("mute", "a new child Running", func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
-		for _, k := range kids {
-			if !slices.Contains(old, k.Name) && k.Status.Phase == v1alpha1.PhaseRunning {
-				mute = k.Name
-			}
-		}
-		return mute != ""
-	})
+	mute := e.waitNewChild("mute", old, v1alpha1.PhaseRunning)
 	const probeErr = "probes failing; last: proxy answered 403 Forbidden (the probe's source is not in allowedSourceRanges)"
 	e.patchChild(mute, true, func(px *v1alpha1.Proxy) {
 		meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
@@ -159,15 +155,7 @@ func testPoolRotationStuck(t *testing.T, env *testenv.Env) {
 	e.holdWhere(func(px *v1alpha1.Proxy) bool { return px.Name != first })
 	e.clock.Step(2 * time.Minute) // the first child is past maxAge
 	e.poke("boot")
-	var booting string
-	e.waitPool("boot", "a successor Running", func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
-		for _, k := range kids {
-			if k.Name != first && k.Status.Phase == v1alpha1.PhaseRunning {
-				booting = k.Name
-			}
-		}
-		return booting != ""
-	})
+	booting := e.waitNewChild("boot", []string{first}, v1alpha1.PhaseRunning)
 	e.clock.Step(5 * time.Minute) // the successor is past maxAge too, but within 600 s of its birth
 	e.poke("boot")
 	consistently(t, "the booting successor and the first child kept", func() (bool, error) {
