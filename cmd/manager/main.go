@@ -39,6 +39,7 @@ type options struct {
 	quotaRetry              time.Duration
 	pendingRetry            time.Duration
 	failedRecheck           time.Duration
+	addressHold             time.Duration
 	metricsAddr             string
 	metricsSecure           bool
 	metricsCertDir          string
@@ -75,6 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.quotaRetry, "quota-retry", controller.DefaultQuotaRetry, "Wait before retrying a Proxy whose provider reported exceeded quota.")
 	fs.DurationVar(&o.pendingRetry, "pending-retry", controller.DefaultPendingRetry, "Wait before asking again for a Proxy whose provider is still working in the background (an image download).")
 	fs.DurationVar(&o.health.BootPollInterval, "boot-poll-interval", controller.DefaultPollInterval, "How often a booting Proxy is looked at: its instance while it has no address yet, then a probe through it from Running until the first one succeeds (for up to 2m). Fixed, not on the error backoff curve.")
+	fs.DurationVar(&o.addressHold, "address-hold", controller.DefaultAddressHold, "How long a running Proxy whose instance stops reporting an address keeps its last address and phase before it goes back to Provisioning.")
 	fs.DurationVar(&o.failedRecheck, "failed-recheck-interval", controller.DefaultFailedRecheckInterval, "How often a Proxy Failed because another owner's instance holds its name is tried again (orphan GC also wakes it when it removes that instance).")
 	fs.DurationVar(&o.health.StatusHeartbeat, "proxy-status-heartbeat", health.DefaultHeartbeatInterval, "A probe that changes nothing a user sees is written to the Proxy's status only when its lastProbeTime is this old.")
 	fs.DurationVar(&o.health.ProviderCheckInterval, "provider-check-interval", time.Minute, "How often every provider's targets are checked.")
@@ -244,11 +246,12 @@ func metricsOptions(o *options) metricsserver.Options {
 
 // setupComponents adds the reconciler and its companions to mgr.
 func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o *options) error {
-	// One source of basic-auth credentials for the rendered configuration, the probe and
-	// discovery: the Secrets, read through the manager's cache (the reconciler watches them).
-	creds := proxyconfig.SecretCredentials{Reader: mgr.GetClient()}.Credentials
+	// The rendered configuration takes the credentials from the Secrets the Proxies name;
+	// the probe and discovery from each Proxy's snapshot of what its instance was built
+	// with (the referenced Secret for a Proxy without one). Both read through the
+	// manager's cache (the reconciler watches Secrets).
 	r := &controller.ProxyReconciler{
-		Credentials:  creds,
+		Credentials:  proxyconfig.SecretCredentials{Reader: mgr.GetClient()}.Credentials,
 		Client:       mgr.GetClient(),
 		Scheme:       mgr.GetScheme(),
 		Recorder:     mgr.GetEventRecorder("proxy-controller"),
@@ -256,6 +259,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 		QuotaRetry:   o.quotaRetry,
 		PendingRetry: o.pendingRetry,
 		PollInterval: o.health.BootPollInterval,
+		AddressHold:  o.addressHold,
 
 		FailedRecheckInterval: o.failedRecheck,
 	}
@@ -265,7 +269,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	if err := addReadyChecks(mgr, providers); err != nil { // readiness.go
 		return fmt.Errorf("readiness checks: %w", err)
 	}
-	return setupHealth(mgr, providers, o.health, r.Wake, creds)
+	return setupHealth(mgr, providers, o.health, r.Wake, proxyconfig.SnapshotCredentials{Reader: mgr.GetClient()}.Credentials)
 }
 
 func closeProviders(providers map[string]provider.Provider, log interface{ Error(error, string, ...any) }) {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -94,6 +95,15 @@ type ProxyReconciler struct {
 	// lookup to the health engine and the discovery API.
 	Credentials proxyconfig.CredentialsFunc
 
+	// AddressHold is how long a running instance that stops reporting an address keeps
+	// its last address and phase before the Proxy goes back to Provisioning
+	// (DefaultAddressHold, --address-hold).
+	AddressHold time.Duration
+	// Clock is the source of time of the address hold (the real clock when nil).
+	Clock clock.PassiveClock
+
+	holds addressHolds
+
 	// wake carries the Proxies Wake asks to reconcile; made by SetupWithManager.
 	wake chan event.TypedGenericEvent[*v1alpha1.Proxy]
 }
@@ -114,9 +124,9 @@ const wakeBuffer = 256
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // SetupWithManager registers the reconciler with mgr, running maxConcurrent reconciles
-// at once. Only spec changes (a new generation), deletions, Wake and changes of a Secret
-// a Proxy's spec.proxy.basicAuth names wake it; status writes by the reconciler itself
-// or the health engine do not.
+// at once. Only spec changes (a new generation), a new replace annotation, deletions,
+// Wake and changes of a Secret a Proxy's spec.proxy.basicAuth names or of its credentials
+// snapshot wake it; status writes by the reconciler itself or the health engine do not.
 func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
@@ -126,8 +136,8 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) 
 	}
 	r.wake = make(chan event.TypedGenericEvent[*v1alpha1.Proxy], wakeBuffer)
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.Proxy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesForSecret)).
+		For(&v1alpha1.Proxy{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, replaceAnnotationChanged))).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesForSecret), builder.WithPredicates(snapshotWrites)).
 		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*v1alpha1.Proxy]{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent, RateLimiter: errorBackoff()}).
 		Named("proxy").

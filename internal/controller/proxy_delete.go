@@ -32,6 +32,7 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.R
 			return r.providerError(s, actionDelete, err, false)
 		}
 	}
+	r.forgetAddressHold(px.UID)
 	base := s.px.DeepCopy()
 	controllerutil.RemoveFinalizer(s.px, Finalizer)
 	if err := r.Client.Patch(ctx, s.px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
