@@ -288,6 +288,8 @@ func TestProxyPool(t *testing.T) {
 		{"RotationStuck", testPoolRotationStuck},
 		{"ConfigOutdated", testPoolConfigOutdated},
 		{"Credentials", testPoolCredentials},
+		{"PasswordRotation", testPoolPasswordRotation},
+		{"UpgradeRolls", testPoolUpgradeRolls},
 		{"EndpointSlice", testPoolEndpointSlice},
 		{"EndpointSliceShards", testPoolSliceShards},
 	} {
