@@ -113,19 +113,10 @@ func (s *changeSampler) check(t *testing.T, maxTotal, minAvail int) {
 	s.stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.samples < 10 {
-		t.Fatalf("only %d samples of the pool", s.samples)
-	}
-	if s.maxTotal > maxTotal {
-		t.Errorf("%d children existed at once, bound %d (%d samples)", s.maxTotal, maxTotal, s.samples)
-	}
-	if s.minAvail < minAvail {
-		t.Errorf("only %d children were available at one point, bound %d (%d samples): %s", s.minAvail, minAvail, s.samples, s.atMin)
-	}
+	checkSamples(t, s.samples, s.maxTotal, s.minAvail, maxTotal, minAvail, s.atMin)
 	if len(s.wrong) > 0 {
 		t.Errorf("%d samples of a child probed with other credentials than its instance demands, first: %s", len(s.wrong), s.wrong[0])
 	}
-	t.Logf("%d samples: at most %d children, at least %d available", s.samples, s.maxTotal, s.minAvail)
 }
 
 // waitReplaced waits until the pool holds 3 available children, none of them in old.
