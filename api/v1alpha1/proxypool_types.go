@@ -44,9 +44,17 @@ const (
 	PoolReasonWaitingForAvailable = "WaitingForAvailable"
 	PoolReasonComplete            = "Complete"
 	PoolReasonStalled             = "Stalled"
-	PoolReasonPlacementValid      = "Valid"
-	PoolReasonUnknownProvider     = "UnknownProvider"
-	PoolReasonUnknownZone         = "UnknownZone"
+	// PoolReasonProgressDeadlineExceeded (Progressing=False): no child became available
+	// and none finished deleting for progressDeadlineSeconds while the pool was not
+	// complete; the message names the children that hold it.
+	PoolReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	// PoolReasonCredentialsUnavailable (Progressing=False): the Secret the template's
+	// spec.proxy.basicAuth names cannot be read, so the template hash is unknown; the pool
+	// creates and deletes nothing until it can be read.
+	PoolReasonCredentialsUnavailable = "CredentialsUnavailable"
+	PoolReasonPlacementValid         = "Valid"
+	PoolReasonUnknownProvider        = "UnknownProvider"
+	PoolReasonUnknownZone            = "UnknownZone"
 )
 
 // PoolDeletionOrder says which children go first when a pool has more than it needs.
@@ -183,6 +191,14 @@ type ProxyPoolSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MinReadySeconds int32 `json:"minReadySeconds,omitempty"`
+	// ProgressDeadlineSeconds is, as in a Deployment, how long a rollout or a scale may go
+	// without progress (no child becoming available, none finishing its deletion) before
+	// the pool reports Progressing=False with reason ProgressDeadlineExceeded; and how
+	// long a new child may take to become Ready before it is replaced as stuck.
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:XValidation:rule="self > 0",message="spec.progressDeadlineSeconds must be a positive number of seconds (default 600)"
+	// +optional
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
 	// +kubebuilder:default={}
 	// +optional
 	Deletion PoolDeletion `json:"deletion,omitempty"`
@@ -214,6 +230,12 @@ type ProxyPoolStatus struct {
 	// ObservedGeneration is the metadata.generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// LastProgressTime is when the pool last saw progress: a child becoming available or
+	// finishing its deletion, a spec change, or the pool complete. Progressing turns False
+	// (ProgressDeadlineExceeded) progressDeadlineSeconds after it while the pool is not
+	// complete.
+	// +optional
+	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
 	// Conditions: Available, Progressing and PlacementValid.
 	// +listType=map
 	// +listMapKey=type
@@ -223,6 +245,9 @@ type ProxyPoolStatus struct {
 
 // ProxyPool keeps a number of Proxies made from one template, spread over providers and
 // zones, rolled and rotated surge-first.
+// The pool's name is the value of its children's pool label, and a label value has at
+// most 63 characters.
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name of a ProxyPool must be at most 63 characters: it is the value of its children's egress.hrajfrisbee.cz/pool label, and label values are limited to 63"
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector

@@ -21,7 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"k8s.io/utils/ptr"
+
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
 
 // poolScope is one reconcile of one pool: what was read and what was decided.
@@ -44,8 +47,14 @@ type poolScope struct {
 	plan                              plan
 	// specErr is a spec the API server accepted but the controller cannot use.
 	specErr error
-	maxAge  time.Duration
-	jitter  float64
+	// credErr: the template's basic-auth Secret could not be read, so the template hash
+	// is unknown; the pool creates and deletes nothing.
+	credErr  error
+	maxAge   time.Duration
+	jitter   float64
+	deadline time.Duration // progressDeadlineSeconds
+	// progressAt is when the pool last saw progress (status.lastProgressTime).
+	progressAt time.Time
 }
 
 // placement is where a child goes: its provider and zone.
@@ -62,24 +71,70 @@ func (p placement) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// TemplateHash is the hash of a pool template that labels the children made from it.
-func TemplateHash(t *v1alpha1.ProxyTemplate) string {
+// TemplateHash is the hash of a pool template without basic-auth credentials that
+// labels the children made from it.
+func TemplateHash(t *v1alpha1.ProxyTemplate) string { return templateHash(t, "") }
+
+// templateHash is the hash of t and, when the template names a basic-auth Secret,
+// credDigest: the slow digest (proxyconfig.CredentialsDigest) of the credentials that
+// Secret holds, so that a rotated password rolls the pool like any template change.
+func templateHash(t *v1alpha1.ProxyTemplate, credDigest string) string {
 	b, err := json.Marshal(t)
 	if err != nil { // strings, maps and numbers only
 		panic(err)
+	}
+	if credDigest != "" {
+		b = append(b, "\ncredentials "+credDigest...)
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:10]
 }
 
+// DefaultProgressDeadline is progressDeadlineSeconds when unset (the API server's default).
+const DefaultProgressDeadline = 600 * time.Second
+
+// poolCredentialsDigest is the digest of the credentials the template's basic-auth
+// Secret holds, read as the Proxy reconciler reads them for a child; "" without
+// spec.proxy.basicAuth.
+func (r *ProxyPoolReconciler) poolCredentialsDigest(ctx context.Context, pool *v1alpha1.ProxyPool) (string, error) {
+	t := &pool.Spec.Template.Spec
+	if t.Proxy == nil || t.Proxy.BasicAuth == nil {
+		return "", nil
+	}
+	probe := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: pool.Name, Namespace: pool.Namespace}, Spec: *t.DeepCopy()}
+	probe.Spec.Mode = v1alpha1.ProxyModeManaged
+	creds, err := proxyconfig.SecretCredentials{Reader: r.Client}.Credentials(ctx, probe)
+	if err != nil {
+		return "", fmt.Errorf("credentials of proxy pool %s/%s (spec.template.spec.proxy.basicAuth.secretRef %s): %w",
+			pool.Namespace, pool.Name, t.Proxy.BasicAuth.SecretRef.Name, err)
+	}
+	if creds == nil {
+		return "", nil
+	}
+	return proxyconfig.CredentialsDigest(*creds)
+}
+
 // observe reads the pool's children and classifies them.
 func (r *ProxyPoolReconciler) observe(ctx context.Context, pool *v1alpha1.ProxyPool) (*poolScope, error) {
-	s := &poolScope{pool: pool, base: pool.DeepCopy(), now: r.now(), hash: TemplateHash(&pool.Spec.Template)}
+	s := &poolScope{pool: pool, base: pool.DeepCopy(), now: r.now(), deadline: DefaultProgressDeadline}
+	digest, err := r.poolCredentialsDigest(ctx, pool)
+	switch {
+	case err == nil:
+		s.hash = templateHash(&pool.Spec.Template, digest)
+	case errors.Is(err, proxyconfig.ErrSecretMissing), errors.Is(err, proxyconfig.ErrSecretKeyMissing), errors.Is(err, proxyconfig.ErrBadCredentials):
+		// The user's to fix; the Secret watch wakes the pool. Children made now could not
+		// start either, and replacing the old ones would take working proxies away.
+		s.credErr = err
+	default:
+		return nil, err // a failed read: retried with backoff
+	}
+	if d := pool.Spec.ProgressDeadlineSeconds; d != nil && *d > 0 {
+		s.deadline = time.Duration(*d) * time.Second
+	}
 	if pool.Spec.Replicas != nil {
 		s.replicas = *pool.Spec.Replicas
 	}
 	ru := pool.Spec.Strategy.RollingUpdate
-	var err error
 	if s.surge, s.unavail, err = resolveFenceposts(ru.MaxSurge, ru.MaxUnavailable, s.replicas); err != nil {
 		s.specErr = err
 	}
@@ -107,6 +162,7 @@ func (r *ProxyPoolReconciler) observe(ctx context.Context, pool *v1alpha1.ProxyP
 		s.children = append(s.children, px)
 		s.info = append(s.info, s.classify(px))
 	}
+	s.trackProgress()
 	return s, nil
 }
 
@@ -183,7 +239,10 @@ func (s *poolScope) classify(px *v1alpha1.Proxy) poolChild {
 		name:     px.Name,
 		created:  bornAt(px),
 		deleting: !px.DeletionTimestamp.IsZero(),
-		upToDate: px.Labels[v1alpha1.TemplateHashLabel] == s.hash && s.entryOf(px) >= 0,
+		// While the template's Secret cannot be read the hash is unknown: nothing is
+		// replaced for it then.
+		upToDate: (s.credErr != nil || px.Labels[v1alpha1.TemplateHashLabel] == s.hash) && s.entryOf(px) >= 0,
+		outdated: meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionConfigOutdated),
 		cordoned: px.Annotations[v1alpha1.CordonAnnotation] == "true",
 		failed:   st.Phase == v1alpha1.PhaseFailed,
 		ready:    st.Phase == v1alpha1.PhaseReady && st.Healthy,
@@ -191,10 +250,22 @@ func (s *poolScope) classify(px *v1alpha1.Proxy) poolChild {
 	if c.ready && !c.cordoned && !c.deleting {
 		c.available = !s.now.Before(readySince(px).Add(s.minReady()))
 	}
-	if s.maxAge > 0 {
+	// Only a child that has been Ready is rotated; one that never was within the
+	// progress deadline of its birth is stuck, whatever its age; one still within it is
+	// booting and left alone.
+	everReady := c.ready || hasBeenReady(px)
+	c.stuck = !everReady && !c.failed && !c.deleting && !s.now.Before(c.created.Add(s.deadline))
+	if s.maxAge > 0 && everReady {
 		c.expired = !s.now.Before(rotationDeadline(c.created, string(px.UID), s.maxAge, s.jitter))
 	}
 	return c
+}
+
+// hasBeenReady: the health engine has had a successful probe through px at some point
+// (it sets probeLatencyMilliseconds on each success and leaves it on failures).
+func hasBeenReady(px *v1alpha1.Proxy) bool {
+	return px.Status.ProbeLatencyMilliseconds > 0 ||
+		meta.IsStatusConditionTrue(px.Status.Conditions, v1alpha1.ConditionHealthy)
 }
 
 // bornAt is when the pool made px: its born annotation, else its creation time.
@@ -220,8 +291,8 @@ func readySince(px *v1alpha1.Proxy) time.Time {
 // act carries out the plan: deletions first (they make room under the surge bound),
 // then creations.
 func (r *ProxyPoolReconciler) act(ctx context.Context, s *poolScope) error {
-	if s.specErr != nil {
-		return nil // reported in status; a spec change wakes the pool again
+	if s.specErr != nil || s.credErr != nil {
+		return nil // reported in status; a spec or Secret change wakes the pool again
 	}
 	if !slices.Contains(s.usable, true) {
 		// Nowhere to put a replacement: leave every child as it is (PlacementValid says why).
@@ -232,7 +303,7 @@ func (r *ProxyPoolReconciler) act(ctx context.Context, s *poolScope) error {
 	for _, name := range s.plan.delete {
 		i := slices.IndexFunc(s.children, func(px *v1alpha1.Proxy) bool { return px.Name == name })
 		px := s.children[i]
-		why := deletionCause(&s.info[i], s.replicas)
+		why := deletionCause(&s.info[i], s.replicas, s.deadline)
 		uid := px.UID
 		if err := r.Client.Delete(ctx, px, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting child proxy %s/%s of pool %s: %w", px.Namespace, px.Name, s.pool.Name, err)
@@ -241,9 +312,13 @@ func (r *ProxyPoolReconciler) act(ctx context.Context, s *poolScope) error {
 		r.event(s.pool, corev1.EventTypeNormal, EventChildDeleted, actionDelete, "deleted child %s: %s", px.Name, why)
 		s.info[i].deleting = true
 		s.info[i].available = false
+		// Published as terminating in this same pass.
+		if px.DeletionTimestamp.IsZero() {
+			px.DeletionTimestamp = ptr.To(metav1.NewTime(s.now))
+		}
 	}
 	if s.plan.create == 0 {
-		if s.plan.stalled && !s.wasStalled() {
+		if s.plan.stalled && !s.deadlineExceeded() && !s.wasStalled() {
 			r.event(s.pool, corev1.EventTypeWarning, EventPoolStalled, actionReconcile, "%s", s.stalledMessage())
 		}
 		return nil
@@ -351,14 +426,18 @@ func (r *ProxyPoolReconciler) newChild(s *poolScope, p placement) (*v1alpha1.Pro
 }
 
 // deletionCause says in a few words why a child is deleted.
-func deletionCause(c *poolChild, replicas int32) string {
+func deletionCause(c *poolChild, replicas int32, deadline time.Duration) string {
 	switch {
 	case c.cordoned:
 		return "cordoned"
 	case c.failed:
 		return "failed"
+	case c.stuck:
+		return fmt.Sprintf("stuck: not Ready within progressDeadlineSeconds (%d) of its birth", int64(deadline/time.Second))
 	case !c.upToDate:
 		return "made from an older template or placement"
+	case c.outdated:
+		return "its configuration is outdated (ConfigOutdated)"
 	case c.expired:
 		return "past its rotation deadline"
 	default:
@@ -383,9 +462,15 @@ func (s *poolScope) nextDeadline() (time.Duration, bool) {
 		if c.ready && !c.available && !c.cordoned {
 			consider(readySince(px).Add(s.minReady()))
 		}
-		if s.maxAge > 0 && !c.expired {
+		if s.maxAge > 0 && !c.expired && (c.ready || hasBeenReady(px)) {
 			consider(rotationDeadline(c.created, string(px.UID), s.maxAge, s.jitter))
 		}
+		if !c.ready && !c.stuck && !c.failed && !hasBeenReady(px) {
+			consider(c.created.Add(s.deadline)) // when it counts as stuck
+		}
+	}
+	if !s.complete() && !s.progressAt.IsZero() {
+		consider(s.progressAt.Add(s.deadline)) // when the rollout counts as stalled
 	}
 	if next.IsZero() {
 		return 0, false

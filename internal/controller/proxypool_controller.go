@@ -14,7 +14,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 )
@@ -24,6 +26,9 @@ const (
 	EventChildCreated = "ChildCreated"
 	EventChildDeleted = "ChildDeleted"
 	EventPoolStalled  = "Stalled"
+	// EventProgressDeadlineExceeded (Warning): once when the pool goes
+	// progressDeadlineSeconds without progress.
+	EventProgressDeadlineExceeded = v1alpha1.PoolReasonProgressDeadlineExceeded
 )
 
 // ProxyPoolReconciler keeps each ProxyPool's child Proxies: it creates and deletes them,
@@ -49,12 +54,44 @@ type ProxyPoolReconciler struct {
 // +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxies,verbs=create;delete
 // +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxypools/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxypools/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
 
+// PoolSecretRefIndex is the field index of ProxyPools by the name of the Secret their
+// template's spec.proxy.basicAuth.secretRef names, which maps a changed Secret to its pools.
+const PoolSecretRefIndex = "spec.template.spec.proxy.basicAuth.secretRef.name"
+
+func indexPoolSecretRef(obj client.Object) []string {
+	pool, ok := obj.(*v1alpha1.ProxyPool)
+	if !ok {
+		return nil
+	}
+	t := &pool.Spec.Template.Spec
+	if t.Proxy == nil || t.Proxy.BasicAuth == nil {
+		return nil
+	}
+	return []string{string(t.Proxy.BasicAuth.SecretRef.Name)}
+}
+
+// poolsForSecret maps a Secret to the pools of its namespace whose template names it: a
+// rotated password changes their template hash.
+func (r *ProxyPoolReconciler) poolsForSecret(ctx context.Context, sec client.Object) []reconcile.Request {
+	list := &v1alpha1.ProxyPoolList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(sec.GetNamespace()), client.MatchingFields{PoolSecretRefIndex: sec.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the proxy pools that use a secret", "secret", client.ObjectKeyFromObject(sec))
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
+
 // SetupWithManager registers the reconciler with mgr. A pool is reconciled when its spec
-// or annotations change (so `kubectl annotate` forces a pass) and whenever a child, its
-// Service or its EndpointSlice changes.
+// or annotations change (so `kubectl annotate` forces a pass), whenever a child, its
+// Service or its EndpointSlice changes, and when the Secret its template names changes.
 func (r *ProxyPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
@@ -62,9 +99,13 @@ func (r *ProxyPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.ProxyPool{}, PoolSecretRefIndex, indexPoolSecretRef); err != nil {
+		return fmt.Errorf("indexing proxy pools by %s: %w", PoolSecretRefIndex, err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ProxyPool{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&v1alpha1.Proxy{}).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.poolsForSecret)).
 		Owns(&corev1.Service{}).
 		Owns(&discoveryv1.EndpointSlice{}).
 		Named("proxypool").
@@ -95,6 +136,7 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if actErr == nil {
 		actErr = r.publish(ctx, s)
 	}
+	r.reportDeadline(s)
 	if err := r.patchPoolStatus(ctx, s); err != nil {
 		if actErr == nil {
 			return ctrl.Result{}, err

@@ -40,6 +40,7 @@ type poolEnv struct {
 
 	mu       sync.Mutex
 	unhealth map[string]bool // children the health loop leaves alone
+	holdIf   func(*v1alpha1.Proxy) bool
 	pokes    int
 }
 
@@ -52,7 +53,7 @@ func newPoolEnv(t testing.TB, env *testenv.Env) *poolEnv {
 }
 
 // newPoolEnvWith runs proxyWorkers Proxy reconciles at once and the health loop every
-// healthEvery.
+// healthEvery; with proxyWorkers 0, neither (the pool reconciler alone).
 func newPoolEnvWith(t testing.TB, env *testenv.Env, proxyWorkers int, healthEvery time.Duration) *poolEnv {
 	t.Helper()
 	ctx := testenv.Context(t)
@@ -64,8 +65,10 @@ func newPoolEnvWith(t testing.TB, env *testenv.Env, proxyWorkers int, healthEver
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("proxy-controller"),
 		Providers: map[string]provider.Provider{testProvider: e.fake, "other-home": e.fake}, QuotaRetry: time.Hour,
 	}
-	if err := pr.SetupWithManager(mgr, proxyWorkers); err != nil {
-		t.Fatalf("setting up the proxy reconciler: %v", err)
+	if proxyWorkers > 0 {
+		if err := pr.SetupWithManager(mgr, proxyWorkers); err != nil {
+			t.Fatalf("setting up the proxy reconciler: %v", err)
+		}
 	}
 	r := &ProxyPoolReconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("proxypool-controller"),
@@ -75,6 +78,9 @@ func newPoolEnvWith(t testing.TB, env *testenv.Env, proxyWorkers int, healthEver
 		t.Fatalf("setting up the pool reconciler: %v", err)
 	}
 	testenv.StartManager(t, ctx, mgr)
+	if proxyWorkers <= 0 {
+		return e
+	}
 	hctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); e.healthLoop(hctx, healthEvery) }()
@@ -90,13 +96,14 @@ func (e *poolEnv) healthLoop(ctx context.Context, every time.Duration) {
 			for i := range list.Items {
 				px := &list.Items[i]
 				e.mu.Lock()
-				held := e.unhealth[px.Name]
+				held := e.unhealth[px.Name] || (e.holdIf != nil && e.holdIf(px))
 				e.mu.Unlock()
 				if px.Status.Phase != v1alpha1.PhaseRunning || held || !px.DeletionTimestamp.IsZero() {
 					continue
 				}
 				base := px.DeepCopy()
 				px.Status.Phase, px.Status.Healthy = v1alpha1.PhaseReady, true
+				px.Status.ProbeLatencyMilliseconds = 1
 				meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
 					Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded,
 					Message: "probe succeeded", LastTransitionTime: metav1.NewTime(e.clock.Now()),
@@ -275,7 +282,16 @@ func TestProxyPool(t *testing.T) {
 		{"Cordon", testPoolCordon},
 		{"Deletion", testPoolDeletion},
 		{"Placement", testPoolPlacement},
+		{"NameLength", testPoolNameLength},
+		{"StuckDeleting", testPoolStuckDeleting},
+		{"NeverReady", testPoolNeverReady},
+		{"RotationStuck", testPoolRotationStuck},
+		{"ConfigOutdated", testPoolConfigOutdated},
+		{"Credentials", testPoolCredentials},
+		{"PasswordRotation", testPoolPasswordRotation},
+		{"UpgradeRolls", testPoolUpgradeRolls},
 		{"EndpointSlice", testPoolEndpointSlice},
+		{"EndpointSliceShards", testPoolSliceShards},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, env) })
 	}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -65,16 +66,24 @@ func (b *bounds) check(t testing.TB, maxTotal, minAvail int) {
 	b.stop()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.samples < 10 {
-		t.Fatalf("only %d samples of the pool", b.samples)
+	checkSamples(t, b.samples, b.maxTotal, b.minAvail, maxTotal, minAvail, "")
+}
+
+// checkSamples fails the test unless there were enough samples, none with more than
+// maxTotal children (seen: maxSeen) nor fewer than minAvail available (seen: minSeen,
+// with the children then described by atMin).
+func checkSamples(t testing.TB, samples, maxSeen, minSeen, maxTotal, minAvail int, atMin string) {
+	t.Helper()
+	if samples < 10 {
+		t.Fatalf("only %d samples of the pool", samples)
 	}
-	if b.maxTotal > maxTotal {
-		t.Errorf("%d children existed at once, bound replicas + maxSurge = %d (%d samples)", b.maxTotal, maxTotal, b.samples)
+	if maxSeen > maxTotal {
+		t.Errorf("%d children existed at once, bound replicas + maxSurge = %d (%d samples)", maxSeen, maxTotal, samples)
 	}
-	if b.minAvail < minAvail {
-		t.Errorf("only %d children were available at one point, bound replicas - maxUnavailable = %d (%d samples)", b.minAvail, minAvail, b.samples)
+	if minSeen < minAvail {
+		t.Errorf("only %d children were available at one point, bound replicas - maxUnavailable = %d (%d samples) %s", minSeen, minAvail, samples, atMin)
 	}
-	t.Logf("%d samples: at most %d children, at least %d available", b.samples, b.maxTotal, b.minAvail)
+	t.Logf("%d samples: at most %d children, at least %d available", samples, maxSeen, minSeen)
 }
 
 func availableAt(px *v1alpha1.Proxy, now time.Time, minReady time.Duration) bool {
@@ -205,4 +214,19 @@ func (e *poolEnv) ownedBy(uid types.UID) []client.Object {
 		}
 	}
 	return out
+}
+
+// waitNewChild waits for a child of pool not in old to reach phase and returns its name.
+func (e *poolEnv) waitNewChild(pool string, old []string, phase v1alpha1.ProxyPhase) string {
+	e.t.Helper()
+	var name string
+	e.waitPool(pool, "a new child "+string(phase), func(_ *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+		for _, k := range kids {
+			if !slices.Contains(old, k.Name) && k.Status.Phase == phase {
+				name = k.Name
+			}
+		}
+		return name != ""
+	})
+	return name
 }

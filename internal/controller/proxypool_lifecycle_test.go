@@ -267,15 +267,7 @@ func testPoolFailed(t *testing.T, env *testenv.Env) {
 
 	failed := old[1]
 	e.setFailed(failed)
-	var successor string
-	e.waitPool("flaky", "a successor Ready", func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
-		for _, k := range kids {
-			if !slices.Contains(old, k.Name) && k.Status.Phase == v1alpha1.PhaseReady {
-				successor = k.Name
-			}
-		}
-		return successor != ""
-	})
+	e.waitNewChild("flaky", old, v1alpha1.PhaseReady)
 	consistently(t, "the failed child kept until its successor is available", func() (bool, error) {
 		px := &v1alpha1.Proxy{}
 		err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: failed}, px)

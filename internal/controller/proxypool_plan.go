@@ -48,6 +48,11 @@ type poolChild struct {
 	upToDate bool // made from the current template (and placed on a current spread entry)
 	cordoned bool
 	failed   bool // phase Failed
+	// stuck: never Ready, progressDeadlineSeconds after its birth (and not Failed).
+	stuck bool
+	// outdated: the child says its configuration is outdated (ConfigOutdated=True: the
+	// operator's rendering changed since its instance was built).
+	outdated bool
 	ready    bool // phase Ready: the health engine proxied a request through it
 	// available: ready for at least minReadySeconds and not cordoned.
 	available bool
@@ -56,8 +61,13 @@ type poolChild struct {
 
 // good: a child the pool keeps as it is.
 func (c *poolChild) good() bool {
-	return !c.deleting && c.upToDate && !c.cordoned && !c.failed && !c.expired
+	return !c.deleting && c.upToDate && !c.outdated && !c.cordoned && !c.broken() && !c.expired
 }
+
+// broken: Failed, or stuck without ever becoming Ready. The pool replaces such a child
+// but, when it is made from the current template and the pool needs its place, only once
+// a successor is available: a broken image stalls the pool rather than churning.
+func (c *poolChild) broken() bool { return c.failed || c.stuck }
 
 // plan is what one reconcile does to the children.
 type plan struct {
@@ -161,7 +171,7 @@ func (t *tally) replaceStale(r, unavailable int, order v1alpha1.PoolDeletionOrde
 		if len(out) >= maxScaledDown {
 			break
 		}
-		if c.failed && c.upToDate && len(t.good) < r && !claimSuccessor(c, t.good, claimed) {
+		if c.broken() && c.upToDate && !c.outdated && len(t.good) < r && !claimSuccessor(c, t.good, claimed) {
 			continue
 		}
 		if c.available {
@@ -202,7 +212,7 @@ func deletionPriority(c *poolChild) int {
 	switch {
 	case c.cordoned:
 		return 4
-	case c.failed:
+	case c.broken():
 		return 3
 	case !c.ready:
 		return 2

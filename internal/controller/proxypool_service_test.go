@@ -1,13 +1,17 @@
 package controller
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -98,4 +102,119 @@ func testPoolEndpointSlice(t *testing.T, env *testenv.Env) {
 		return client.IgnoreNotFound(errSvc) == nil && errSvc != nil && client.IgnoreNotFound(errES) == nil && errES != nil,
 			nil
 	})
+}
+
+// newPoolOnlyEnv runs the pool reconciler alone, on a fake clock: no Proxy reconciler
+// and no health loop, so children get no finalizer and no status but what the test
+// writes. For tests of what the pool publishes, at a scale where the Proxy reconciler's
+// cost (measured by BenchmarkProxyPoolThousand) would dominate.
+func newPoolOnlyEnv(t testing.TB, env *testenv.Env) *poolEnv {
+	t.Helper()
+	return newPoolEnvWith(t, env, 0, 0)
+}
+
+// markRunning gives every child of pool without an address one (10.x.y.z by its
+// position) and phase Ready, as the Proxy reconciler and the health engine would, 16 at
+// a time.
+func (e *poolEnv) markRunning(pool string) {
+	e.t.Helper()
+	kids := e.children(pool)
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	errs := make([]error, len(kids))
+	for i := range kids {
+		px := &kids[i]
+		if px.Status.IP != "" {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			base := px.DeepCopy()
+			px.Status.Phase, px.Status.Healthy, px.Status.ProbeLatencyMilliseconds = v1alpha1.PhaseReady, true, 1
+			px.Status.IP = fmt.Sprintf("10.%d.%d.%d", 1+i/65536, (i/256)%256, i%256)
+			meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
+				Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded,
+				Message: "probe succeeded", LastTransitionTime: metav1.NewTime(e.clock.Now()),
+			})
+			errs[i] = e.c.Status().Patch(e.ctx, px, client.MergeFrom(base))
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		e.t.Fatalf("marking children of %s running: %v", pool, err)
+	}
+}
+
+// poolSlices are the pool's EndpointSlices by name, and how often each child appears
+// in them.
+func (e *poolEnv) poolSlices(pool string) (map[string]*discoveryv1.EndpointSlice, map[string]int) {
+	e.t.Helper()
+	list := &discoveryv1.EndpointSliceList{}
+	if err := e.c.List(e.ctx, list, client.InNamespace(e.ns), client.MatchingLabels{v1alpha1.PoolLabel: pool}); err != nil {
+		e.t.Fatal(err)
+	}
+	byName, seen := map[string]*discoveryv1.EndpointSlice{}, map[string]int{}
+	for i := range list.Items {
+		es := &list.Items[i]
+		byName[es.Name] = es
+		for _, ep := range es.Endpoints {
+			seen[ep.TargetRef.Name]++
+		}
+	}
+	return byName, seen
+}
+
+// waitShards bounds each step of the 1,001-children test: about 20 s each on a
+// loaded 2-core machine under -race.
+const waitShards = 5 * time.Minute
+
+// A pool of 1,001 children publishes 11 slices of at most 100 endpoints, every child
+// exactly once; scaled down to 150 it keeps 2 and deletes the rest.
+func testPoolSliceShards(t *testing.T, env *testenv.Env) {
+	start := time.Now()
+	e := newPoolOnlyEnv(t, env)
+	pool := e.newPool("big", 1001)
+	pool.Spec.Service = &v1alpha1.PoolService{Name: "big"}
+	e.create(pool)
+	waitFor(t, waitShards, "the pool's 1,001 children", func() (bool, error) {
+		n := len(e.children("big"))
+		return n == 1001, fmt.Errorf("%d children", n)
+	})
+	made := time.Since(start)
+	e.markRunning("big")
+	published := func(n, slices int) func() (bool, error) {
+		return func() (bool, error) {
+			byName, seen := e.poolSlices("big")
+			kids := e.children("big")
+			if len(kids) != n {
+				return false, fmt.Errorf("%d children", len(kids))
+			}
+			for _, k := range kids {
+				if seen[k.Name] != 1 {
+					return false, fmt.Errorf("child %s in %d slices (%d slices)", k.Name, seen[k.Name], len(byName))
+				}
+			}
+			if len(seen) != n {
+				return false, fmt.Errorf("%d endpoints for %d children", len(seen), n)
+			}
+			for name, es := range byName {
+				if len(es.Endpoints) > maxEndpointsPerSlice {
+					return false, fmt.Errorf("slice %s has %d endpoints", name, len(es.Endpoints))
+				}
+			}
+			return len(byName) == slices, fmt.Errorf("%d slices, want %d", len(byName), slices)
+		}
+	}
+	waitFor(t, waitShards, "1,001 children in 11 slices, each once", published(1001, 11))
+	full := time.Since(start)
+	byName, _ := e.poolSlices("big")
+	if _, ok := byName["big-3128"]; !ok {
+		t.Errorf("no slice big-3128 among %d", len(byName))
+	}
+	e.scale("big", 150)
+	waitFor(t, waitShards, "150 children in 2 slices, each once", published(150, 2))
+	t.Logf("1,001 children made in %v, published in 11 slices after %v; scaled to 150 in 2 slices after %v",
+		made.Round(time.Millisecond), full.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }

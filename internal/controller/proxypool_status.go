@@ -3,10 +3,15 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -33,7 +38,7 @@ func (s *poolScope) counts() poolCounts {
 		if c.available {
 			n.available++
 		}
-		if c.upToDate {
+		if c.upToDate && !c.outdated {
 			n.upToDate++
 		}
 		if c.failed {
@@ -56,6 +61,9 @@ func (r *ProxyPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope)
 	st.Replicas, st.ReadyReplicas, st.AvailableReplicas, st.UpToDateReplicas = n.replicas, n.ready, n.available, n.upToDate
 	st.Selector = v1alpha1.PoolLabel + "=" + pool.Name
 	st.ObservedGeneration = pool.Generation
+	if !s.progressAt.IsZero() {
+		st.LastProgressTime = ptr.To(metav1.NewTime(s.progressAt))
+	}
 	s.setConditions(n)
 	if equality.Semantic.DeepEqual(s.base.Status, pool.Status) {
 		return nil
@@ -100,9 +108,14 @@ func (s *poolScope) progress(n poolCounts) (metav1.ConditionStatus, string, stri
 	switch {
 	case s.specErr != nil:
 		return metav1.ConditionFalse, v1alpha1.PoolReasonStalled, s.specErr.Error()
+	case s.credErr != nil:
+		return metav1.ConditionFalse, v1alpha1.PoolReasonCredentialsUnavailable,
+			fmt.Sprintf("%v; the pool creates and deletes no children until the Secret can be read, and its children keep running as they are", s.credErr)
+	case s.deadlineExceeded():
+		return metav1.ConditionFalse, v1alpha1.PoolReasonProgressDeadlineExceeded, s.deadlineMessage()
 	case s.plan.stalled:
 		return metav1.ConditionFalse, v1alpha1.PoolReasonStalled, s.stalledMessage()
-	case n.stale == 0 && n.deleting == 0 && live == r && n.available == r:
+	case s.complete():
 		return metav1.ConditionFalse, v1alpha1.PoolReasonComplete,
 			fmt.Sprintf("%d of %d children up to date and available", n.available, r)
 	case n.stale > 0 && n.upToDate < live:
@@ -131,4 +144,112 @@ func (s *poolScope) stalledMessage() string {
 func (s *poolScope) wasStalled() bool {
 	c := meta.FindStatusCondition(s.base.Status.Conditions, v1alpha1.PoolConditionProgressing)
 	return c != nil && c.Reason == v1alpha1.PoolReasonStalled
+}
+
+// complete: replicas children, all up to date and available, none being deleted.
+func (s *poolScope) complete() bool {
+	n := s.counts()
+	return n.stale == 0 && n.deleting == 0 && n.replicas == s.replicas && n.available == s.replicas
+}
+
+// trackProgress sets progressAt, the last time the pool saw progress: a spec change, the
+// pool ceasing to be complete, a child finishing its deletion (fewer children than the
+// last status counted: only the pool makes them), or a child becoming Ready or
+// available (by its Healthy condition's transition, and minReadySeconds after it).
+func (s *poolScope) trackProgress() {
+	st := &s.base.Status
+	var at time.Time
+	if st.LastProgressTime != nil {
+		at = st.LastProgressTime.Time
+	}
+	prev := meta.FindStatusCondition(st.Conditions, v1alpha1.PoolConditionProgressing)
+	switch {
+	case at.IsZero(), st.ObservedGeneration != s.pool.Generation, int(st.Replicas) > len(s.children),
+		prev != nil && prev.Reason == v1alpha1.PoolReasonComplete && !s.complete():
+		at = s.now
+	}
+	for i, px := range s.children {
+		c := &s.info[i]
+		if !c.ready || c.deleting {
+			continue
+		}
+		for _, t := range []time.Time{readySince(px), readySince(px).Add(s.minReady())} {
+			if t.After(at) && !t.After(s.now) {
+				at = t
+			}
+		}
+	}
+	s.progressAt = at
+}
+
+// deadlineExceeded: the pool is not complete and has seen no progress for
+// progressDeadlineSeconds.
+func (s *poolScope) deadlineExceeded() bool {
+	return s.specErr == nil && s.credErr == nil && !s.progressAt.IsZero() && !s.complete() &&
+		!s.now.Before(s.progressAt.Add(s.deadline))
+}
+
+// maxNamed is the most children a stall message names in each group.
+const maxNamed = 10
+
+// deadlineMessage says that the pool made no progress and which children hold it:
+// those stuck deleting (since when) and those never Ready (with their last probe error).
+func (s *poolScope) deadlineMessage() string {
+	var deleting, never, failed []string
+	for i, px := range s.children {
+		c := &s.info[i]
+		switch {
+		case c.deleting:
+			deleting = append(deleting, fmt.Sprintf("%s since %s", px.Name, px.DeletionTimestamp.UTC().Format(time.RFC3339)))
+		case c.failed:
+			failed = append(failed, fmt.Sprintf("%s (%s)", px.Name, childProblem(px)))
+		case !c.ready && !hasBeenReady(px):
+			never = append(never, fmt.Sprintf("%s (%s)", px.Name, childProblem(px)))
+		}
+	}
+	msg := fmt.Sprintf("no child became available and none finished deleting for %ds (progressDeadlineSeconds) since %s",
+		int64(s.deadline/time.Second), s.progressAt.UTC().Format(time.RFC3339))
+	for _, g := range []struct {
+		what  string
+		names []string
+	}{{"stuck deleting", deleting}, {"never Ready", never}, {"Failed", failed}} {
+		if len(g.names) == 0 {
+			continue
+		}
+		more := ""
+		if len(g.names) > maxNamed {
+			more = fmt.Sprintf(" and %d more", len(g.names)-maxNamed)
+			g.names = g.names[:maxNamed]
+		}
+		msg += fmt.Sprintf("; %s: %s%s", g.what, strings.Join(g.names, ", "), more)
+	}
+	return msg
+}
+
+// childProblem is a child's last probe error (its Healthy condition's message), else
+// its status message, else its phase.
+func childProblem(px *v1alpha1.Proxy) string {
+	if c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy); c != nil && c.Status != metav1.ConditionTrue && c.Message != "" {
+		return c.Message
+	}
+	if px.Status.Message != "" {
+		return px.Status.Message
+	}
+	if px.Status.Phase == "" {
+		return "no status yet"
+	}
+	return "phase " + string(px.Status.Phase) + ", not probed successfully yet"
+}
+
+// reportDeadline records one Warning event when the pool starts exceeding its progress
+// deadline.
+func (r *ProxyPoolReconciler) reportDeadline(s *poolScope) {
+	if !s.deadlineExceeded() {
+		return
+	}
+	if c := meta.FindStatusCondition(s.base.Status.Conditions, v1alpha1.PoolConditionProgressing); c != nil &&
+		c.Reason == v1alpha1.PoolReasonProgressDeadlineExceeded {
+		return
+	}
+	r.event(s.pool, corev1.EventTypeWarning, EventProgressDeadlineExceeded, actionReconcile, "%s", s.deadlineMessage())
 }

@@ -70,6 +70,11 @@ func testPoolValidation(t *testing.T, env *testenv.Env) {
 		{"empty spread entry", func(s *v1alpha1.ProxyPoolSpec) { s.Spread = []v1alpha1.PoolSpreadEntry{{Weight: 2}} }, "a spread entry must set provider, zone or both"},
 		{"zero weight", func(s *v1alpha1.ProxyPoolSpec) { s.Spread = []v1alpha1.PoolSpreadEntry{{Zone: "a", Weight: -1}} }, "weight in body should be greater than or equal to 1"},
 		{"bad service name", func(s *v1alpha1.ProxyPoolSpec) { s.Service = &v1alpha1.PoolService{Name: "Proxies_1"} }, "spec.service.name"},
+		{"zero progress deadline", func(s *v1alpha1.ProxyPoolSpec) { s.ProgressDeadlineSeconds = ptr.To[int32](0) },
+			"spec.progressDeadlineSeconds must be a positive number of seconds"},
+		{"negative progress deadline", func(s *v1alpha1.ProxyPoolSpec) { s.ProgressDeadlineSeconds = ptr.To[int32](-5) },
+			"spec.progressDeadlineSeconds must be a positive number of seconds"},
+		{"progress deadline", func(s *v1alpha1.ProxyPoolSpec) { s.ProgressDeadlineSeconds = ptr.To[int32](1) }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := valid()
@@ -83,6 +88,26 @@ func testPoolValidation(t *testing.T, env *testenv.Env) {
 				t.Fatalf("error %v, want one saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A pool's name is its children's pool label value: the API server refuses one longer
+// than a label value may be (63), saying so; one of 63 characters makes its children.
+func testPoolNameLength(t *testing.T, env *testenv.Env) {
+	e := newPoolEnv(t, env)
+	long := e.newPool(strings.Repeat("n", 64), 1)
+	err := e.c.Create(e.ctx, long)
+	if err == nil || !strings.Contains(err.Error(), "metadata.name of a ProxyPool must be at most 63 characters") ||
+		!strings.Contains(err.Error(), "label values are limited to 63") {
+		t.Fatalf("a 64-character pool name: %v, want a refusal saying the limit and why", err)
+	}
+	name := strings.Repeat("n", 63)
+	e.create(e.newPool(name, 1))
+	e.waitSettled(name, 1)
+	for _, px := range e.children(name) {
+		if px.Labels[v1alpha1.PoolLabel] != name || len(px.Name) > 63 {
+			t.Errorf("child %s of the 63-character pool: labels %v", px.Name, px.Labels)
+		}
 	}
 }
 
@@ -109,6 +134,8 @@ func testPoolDefaults(t *testing.T, env *testenv.Env) {
 		t.Errorf("maxSurge %v, want 1", ru.MaxSurge)
 	case ru.MaxUnavailable == nil || *ru.MaxUnavailable != intstr.FromInt32(0):
 		t.Errorf("maxUnavailable %v, want 0", ru.MaxUnavailable)
+	case s.ProgressDeadlineSeconds == nil || *s.ProgressDeadlineSeconds != 600:
+		t.Errorf("progressDeadlineSeconds %v, want 600", s.ProgressDeadlineSeconds)
 	case s.Deletion.Order != v1alpha1.DeletionOrderOldest:
 		t.Errorf("deletion order %q, want Oldest", s.Deletion.Order)
 	case s.Spread[0].Weight != 1:
