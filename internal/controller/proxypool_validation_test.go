@@ -10,9 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/manifest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
@@ -158,13 +158,22 @@ func testPoolSample(t *testing.T, env *testenv.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := &v1alpha1.ProxyPool{}
-	if err := yaml.UnmarshalStrict(data, pool); err != nil {
+	objs, err := manifest.Decode(data)
+	if err != nil {
 		t.Fatalf("config/samples/proxypool.yaml: %v", err)
 	}
-	pool.Namespace = "default"
-	if err := env.Client.Create(ctx, pool, client.DryRunAll); err != nil {
-		t.Fatalf("config/samples/proxypool.yaml is rejected: %v", err)
+	var pool *v1alpha1.ProxyPool
+	for _, o := range objs {
+		o.SetNamespace("default")
+		if err := env.Client.Create(ctx, o, client.DryRunAll); err != nil {
+			t.Fatalf("config/samples/proxypool.yaml: %s %s is rejected: %v", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
+		}
+		if p, ok := o.(*v1alpha1.ProxyPool); ok {
+			pool = p
+		}
+	}
+	if pool == nil {
+		t.Fatal("config/samples/proxypool.yaml holds no ProxyPool")
 	}
 	cfg, err := provider.LoadConfig(filepath.Join(root, "config", "samples", "providers-config.yaml"))
 	if err != nil {

@@ -1,5 +1,6 @@
-// Package manifest decodes the YAML manifests users apply (config/samples): Proxies and the
-// Secrets they name, one per document, strictly, so a misspelt field is an error.
+// Package manifest decodes the YAML manifests users apply (config/samples): Proxies,
+// ProxyPools and the Secrets they name, one per document, strictly, so a misspelt field is
+// an error.
 package manifest
 
 import (
@@ -17,8 +18,8 @@ import (
 
 var separator = regexp.MustCompile(`(?m)^---\s*$`)
 
-// Decode returns the objects of data's documents in order: *v1alpha1.Proxy and
-// *corev1.Secret. Documents of comments only are skipped; any other kind is an error.
+// Decode returns the objects of data's documents in order: *v1alpha1.Proxy,
+// *v1alpha1.ProxyPool and *corev1.Secret. Documents of comments only are skipped; any other kind is an error.
 func Decode(data []byte) ([]client.Object, error) {
 	var objs []client.Object
 	for i, doc := range separator.Split(string(data), -1) {
@@ -32,10 +33,12 @@ func Decode(data []byte) ([]client.Object, error) {
 			continue
 		case "Proxy":
 			obj = &v1alpha1.Proxy{}
+		case "ProxyPool":
+			obj = &v1alpha1.ProxyPool{}
 		case "Secret":
 			obj = &corev1.Secret{}
 		default:
-			return nil, fmt.Errorf("document %d: kind %q; want a Proxy or a Secret", i+1, tm.Kind)
+			return nil, fmt.Errorf("document %d: kind %q; want a Proxy, a ProxyPool or a Secret", i+1, tm.Kind)
 		}
 		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
 			return nil, fmt.Errorf("document %d (%s): %w", i+1, tm.Kind, err)
@@ -43,7 +46,7 @@ func Decode(data []byte) ([]client.Object, error) {
 		objs = append(objs, obj)
 	}
 	if len(objs) == 0 {
-		return nil, errors.New("no Proxy or Secret in it")
+		return nil, errors.New("no Proxy, ProxyPool or Secret in it")
 	}
 	return objs, nil
 }

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,9 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/manifest"
 )
 
 // poolInstall is the install identity of the manager in the pool test: its VMs carry it
@@ -38,21 +40,38 @@ const poolMachine = "small: {vcpus: 1, memoryMiB: 512}"
 var poolSamplePath = filepath.Join(repoRoot, "config", "samples", "proxypool.yaml")
 
 // samplePool is config/samples/proxypool.yaml with two replicas on the one local host:
-// no spread, the test image, the bridge subnet allowed, no rotation (the test turns it
-// on), children available as soon as they are Ready, no Service.
-func samplePool(t *testing.T, h hostEnv, namespace string) *v1alpha1.ProxyPool {
+// no spread, the test image, the bridge subnet allowed, no rotation, children available
+// as soon as they are Ready, no Service. It returns the sample's basic-auth Secret too,
+// which the template names.
+func samplePool(t *testing.T, h hostEnv, namespace string) (*v1alpha1.ProxyPool, *corev1.Secret) {
 	t.Helper()
 	data, err := os.ReadFile(poolSamplePath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pool v1alpha1.ProxyPool
-	if err := yaml.UnmarshalStrict(data, &pool); err != nil {
+	objs, err := manifest.Decode(data)
+	if err != nil {
 		t.Fatalf("%s: %v", poolSamplePath, err)
 	}
+	var pool *v1alpha1.ProxyPool
+	var sec *corev1.Secret
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *v1alpha1.ProxyPool:
+			pool = o
+		case *corev1.Secret:
+			sec = o
+		}
+	}
+	if pool == nil || sec == nil {
+		t.Fatalf("%s: want a Secret and a ProxyPool", poolSamplePath)
+	}
 	tmpl := &pool.Spec.Template.Spec
-	if tmpl.Proxy == nil || !slices.Equal(tmpl.Proxy.AllowedSourceRanges, []v1alpha1.CIDR{"10.123.0.0/24"}) {
+	switch {
+	case tmpl.Proxy == nil || !slices.Equal(tmpl.Proxy.AllowedSourceRanges, []v1alpha1.CIDR{"10.123.0.0/24"}):
 		t.Fatalf("%s: spec.template.spec.proxy no longer allows just the bridge subnet 10.123.0.0/24", poolSamplePath)
+	case tmpl.Proxy.BasicAuth == nil || string(tmpl.Proxy.BasicAuth.SecretRef.Name) != sec.Name:
+		t.Fatalf("%s: the template does not name the Secret %s in spec.proxy.basicAuth", poolSamplePath, sec.Name)
 	}
 	tmpl.Proxy.AllowedSourceRanges = []v1alpha1.CIDR{v1alpha1.CIDR(h.BridgeSubnet)}
 	tmpl.Placement.Image = imageKey
@@ -60,7 +79,8 @@ func samplePool(t *testing.T, h hostEnv, namespace string) *v1alpha1.ProxyPool {
 	pool.Namespace, pool.Spec.Replicas = namespace, &replicas
 	pool.Spec.Spread, pool.Spec.Service, pool.Spec.MinReadySeconds = nil, nil, 0
 	pool.Spec.Rotation = v1alpha1.PoolRotation{}
-	return &pool
+	sec.Namespace = namespace
+	return pool, sec
 }
 
 // poolSample is what the sampler saw of the pool at one moment.
@@ -81,15 +101,17 @@ type poolSampler struct {
 	done    chan struct{}
 }
 
-// TestPoolRotation: a ProxyPool of 2 on the local libvirt host, its rotation forced by a
-// short maxAge once both children are Ready. A sampler reads the pool every second from
-// the start of the rotation to its end; the test fails if fewer than 2 children are
-// Ready at any sample. The rotation ends when both original children are gone and two
-// new ones are Ready. A maxAge short enough to have expired the originals expires the
-// new children too, soon after they are Ready, so the pool would rotate for ever: the
-// test turns rotation off once the pool has deleted both originals, and the pool settles
-// (a third child it may have begun meanwhile is scaled down). maxAge must also leave a
-// new child time to become Ready before it expires (see below).
+// TestPoolRotation: a ProxyPool of 2 on the local libvirt host, whose children share the
+// sample's basic-auth Secret. Once both children are Ready the password is changed, and
+// the pool rolls both children over to it, surge-first. Two samplers run every second
+// from the change to the end: one reads the pool (the test fails if fewer than 2
+// children are Ready at any sample), one is a crawler from outside: it lists the pool's
+// proxies through discovery with credentials=true and sends a real request through
+// every URL it got, with the credentials in it; the test fails if fewer than 2 of them
+// carried the request at any sample. So an old child must be handed out, and probed,
+// with the password it was built with until it goes, and a new one with the new. The
+// rotation ends when both original children are gone and two new ones are Ready; both
+// then refuse the old password.
 func TestPoolRotation(t *testing.T) {
 	testStart := time.Now()
 	h := loadHostEnv(t)
@@ -115,10 +137,12 @@ func TestPoolRotation(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(strings.Replace(cfg, small, poolMachine, 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	discovery := "http://" + freeAddr(t, "127.0.0.1")
 	mgr := &manager{t: t, bin: bin, logPath: filepath.Join(dir, "manager.log"), args: []string{
 		"--providers-config=" + cfgPath, "--kubeconfig=" + kubeconfig, "--install-id=" + poolInstall,
 		"--metrics-bind-address=0", "--health-probe-bind-address=" + freeAddr(t, "127.0.0.1"),
-		"--discovery-bind-address=0",
+		"--discovery-bind-address=" + strings.TrimPrefix(discovery, "http://"),
+		"--discovery-token-file=" + writeDiscoveryToken(t, dir),
 		"--proxy-probe-url=" + whoURL + "/probe", "--proxy-check-interval=5s",
 		"--provider-check-interval=1m",
 		// Other tiers share this host: never collect what this cluster does not know.
@@ -126,7 +150,7 @@ func TestPoolRotation(t *testing.T) {
 	}}
 
 	ns := "e2e-pool"
-	pool := samplePool(t, h, ns)
+	pool, sec := samplePool(t, h, ns)
 	key := client.ObjectKeyFromObject(pool)
 	p := &poolStory{t: t, c: c, host: host, mgr: mgr, key: key, vms: map[string]bool{}}
 	p.removeLeftovers()
@@ -150,6 +174,10 @@ func TestPoolRotation(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.Create(ctx, sec); err != nil {
+		t.Fatalf("creating the sample's Secret: %v", err)
+	}
+	oldPass := sec.StringData["password"]
 	mgr.start()
 	if err := c.Create(ctx, pool); err != nil {
 		t.Fatalf("creating ProxyPool %s: %v", key, err)
@@ -157,52 +185,27 @@ func TestPoolRotation(t *testing.T) {
 	created := time.Now()
 	originals := p.waitSettled("2 children Ready", nil)
 	t.Logf("TIMING pool: created -> 2 children Ready in %s (%s)", time.Since(created).Round(time.Second), strings.Join(names(originals), ", "))
+	crawler := &poolCrawler{discovery: discovery, pool: key.Name, target: whoURL + "/crawl"}
+	p.wait("discovery to hand out both children with credentials that work", shortDeadline, func() (bool, error) {
+		s := crawler.take()
+		return s.err == nil && s.working == 2, s.err
+	})
 
-	// Rotation on, with a maxAge both originals are past. The pool replaces a child past
-	// its deadline even while it boots (a booting child is deleted first), so a maxAge
-	// shorter than a boot would replace every new child before it is Ready, for ever.
-	// So the originals are left to grow half as old again as the pool took to come up,
-	// and maxAge is a little under their age: a boot has 1.5 times the time the first
-	// two took (at once) before its child expires.
-	youngest := func() time.Duration {
-		d := time.Duration(1<<63 - 1)
-		for _, px := range originals {
-			born, err := time.Parse(time.RFC3339Nano, px.Annotations[v1alpha1.BornAnnotation])
-			if err != nil {
-				t.Fatalf("child %s: born annotation %q: %v", px.Name, px.Annotations[v1alpha1.BornAnnotation], err)
-			}
-			d = min(d, time.Since(born))
-		}
-		return d
-	}
-	for want := youngest() * 3 / 2; youngest() < want; {
-		time.Sleep(time.Second) // letting the originals age: nothing to wait for but the clock
-	}
-	age := youngest()
-	maxAge := (age - 5*time.Second).Round(time.Second)
 	orig := map[types.UID]bool{}
 	for _, px := range originals {
 		orig[px.UID] = true
 	}
 	sampler := p.sample(orig)
+	traffic := crawler.run()
 	start := time.Now()
-	p.patchRotation(ctx, &metav1.Duration{Duration: maxAge})
-	t.Logf("rotation on: maxAge %s (the younger original is %s old)", maxAge, age.Round(time.Second))
+	newPass := oldPass + "-rotated"
+	p.setPassword(ctx, sec, newPass)
+	t.Logf("password of Secret %s changed", sec.Name)
 
-	p.wait("the pool to delete both original children", bootDeadline, func() (bool, error) {
-		kids, err := p.children()
-		for _, px := range kids {
-			if orig[px.UID] && px.DeletionTimestamp == nil {
-				return false, err
-			}
-		}
-		return err == nil, err
-	})
-	p.patchRotation(ctx, nil)
-	t.Logf("rotation off after %s: both originals are being deleted", time.Since(start).Round(time.Second))
 	final := p.waitSettled("both originals gone and 2 new children Ready", orig)
 	took := time.Since(start)
 	samples := sampler.close()
+	crawls := traffic.close()
 
 	below, longest := p.report(samples, took)
 	t.Logf("TIMING pool rotation: %s wall time for 2 children (%s -> %s); %d samples, %d with fewer than 2 Ready; longest interval with fewer than 2 Ready: %s",
@@ -210,8 +213,189 @@ func TestPoolRotation(t *testing.T) {
 	if below > 0 {
 		t.Errorf("fewer than 2 children were Ready at %d of %d samples (longest %s)", below, len(samples), longest)
 	}
+	cbelow, clongest := p.reportCrawls(crawls)
+	t.Logf("TIMING pool rotation, outside: %d samples through discovery's URLs, %d with fewer than 2 working proxies; longest interval below 2: %s",
+		len(crawls), cbelow, clongest)
+	if cbelow > 0 {
+		t.Errorf("fewer than 2 proxies carried a request at %d of %d outside samples (longest %s)", cbelow, len(crawls), clongest)
+	}
+	p.checkNewPassword(final, sec.StringData["username"], oldPass, newPass, whoURL)
 
 	p.deleteAll(ctx)
+}
+
+// setPassword changes the password of the Secret sec, as a user rotating it would.
+func (p *poolStory) setPassword(ctx context.Context, sec *corev1.Secret, password string) {
+	p.t.Helper()
+	var live corev1.Secret
+	if err := p.c.Get(ctx, client.ObjectKeyFromObject(sec), &live); err != nil {
+		p.t.Fatal(err)
+	}
+	patch := client.MergeFrom(live.DeepCopy())
+	live.Data["password"] = []byte(password)
+	if err := p.c.Patch(ctx, &live, patch); err != nil {
+		p.t.Fatalf("changing the password of Secret %s: %v", sec.Name, err)
+	}
+	sec.StringData["password"] = password
+}
+
+// checkNewPassword checks that each of the new children demands the new password: a
+// request with it goes through, one with the old password gets 401.
+func (p *poolStory) checkNewPassword(kids []v1alpha1.Proxy, user, oldPass, newPass, whoURL string) {
+	for _, px := range kids {
+		for _, tc := range []struct {
+			pass string
+			want int
+		}{{newPass, http.StatusOK}, {oldPass, http.StatusUnauthorized}} {
+			u := &url.URL{Scheme: "http", Host: fmt.Sprintf("%s:%d", px.Status.IP, px.Spec.Port), User: url.UserPassword(user, tc.pass)}
+			if code, err := statusThrough(u, whoURL+"/after-rotation"); err != nil || code != tc.want {
+				p.t.Errorf("new child %s with the %s password: %d %v, want %d", px.Name,
+					map[bool]string{true: "new", false: "old"}[tc.pass == newPass], code, err, tc.want)
+			}
+		}
+	}
+}
+
+// poolCrawler is a crawler outside the cluster: it asks discovery for the pool's proxies
+// with their credentials and sends a request through each.
+type poolCrawler struct {
+	discovery, pool, target string
+
+	mu      sync.Mutex
+	samples []crawlSample
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// crawlSample is one round of the crawler: how many URLs discovery listed and how many
+// of them carried a request.
+type crawlSample struct {
+	at      time.Time
+	listed  int
+	working int
+	failed  []string // "url: why" of each listed proxy that did not carry the request
+	err     error
+}
+
+// crawlTimeout bounds one request through a proxy: a guest under TCG answers in well
+// under a second.
+const crawlTimeout = 5 * time.Second
+
+func (c *poolCrawler) take() crawlSample {
+	s := crawlSample{at: time.Now()}
+	body, err := get(discoveryClient, c.discovery+"/v1/proxies?format=text&credentials=true&pool="+url.QueryEscape(c.pool))
+	if err != nil {
+		s.err = err
+		return s
+	}
+	urls := strings.Fields(body)
+	s.listed = len(urls)
+	type result struct {
+		u   string
+		err error
+	}
+	results := make(chan result, len(urls))
+	for _, raw := range urls {
+		go func() {
+			u, err := url.Parse(raw)
+			if err == nil {
+				hc := &http.Client{Timeout: crawlTimeout, Transport: &http.Transport{Proxy: http.ProxyURL(u), DisableKeepAlives: true}}
+				var resp *http.Response
+				if resp, err = hc.Get(c.target); err == nil {
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("%s", resp.Status)
+					}
+				}
+			}
+			results <- result{u: raw, err: err}
+		}()
+	}
+	for range urls {
+		r := <-results
+		if r.err == nil {
+			s.working++
+			continue
+		}
+		u, _ := url.Parse(r.u)
+		where := r.u
+		if u != nil {
+			where = u.Host // never the password
+		}
+		s.failed = append(s.failed, fmt.Sprintf("%s: %v", where, r.err))
+	}
+	return s
+}
+
+// run samples every second until close.
+func (c *poolCrawler) run() *poolCrawler {
+	c.stop, c.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(c.done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			s := c.take()
+			c.mu.Lock()
+			c.samples = append(c.samples, s)
+			c.mu.Unlock()
+			select {
+			case <-c.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return c
+}
+
+func (c *poolCrawler) close() []crawlSample {
+	close(c.stop)
+	<-c.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.samples
+}
+
+// reportCrawls logs each change the crawler saw and returns how many samples had fewer
+// than 2 working proxies and the longest run of them.
+func (p *poolStory) reportCrawls(samples []crawlSample) (int, time.Duration) {
+	var (
+		below     int
+		longest   time.Duration
+		runStart  time.Time
+		prev      string
+		maxListed int
+	)
+	for _, s := range samples {
+		line := fmt.Sprintf("listed %d, working %d", s.listed, s.working)
+		switch {
+		case s.err != nil:
+			line = fmt.Sprintf("listing failed: %v", s.err)
+		case len(s.failed) > 0:
+			line += " (" + strings.Join(s.failed, "; ") + ")"
+		}
+		if line != prev {
+			p.t.Logf("  crawler %s: %s", s.at.Format("15:04:05"), line)
+			prev = line
+		}
+		maxListed = max(maxListed, s.listed)
+		switch {
+		case s.working < 2 && runStart.IsZero():
+			runStart = s.at
+			below++
+		case s.working < 2:
+			below++
+		case !runStart.IsZero():
+			longest = max(longest, s.at.Sub(runStart))
+			runStart = time.Time{}
+		}
+	}
+	if !runStart.IsZero() {
+		longest = max(longest, samples[len(samples)-1].at.Sub(runStart)+time.Second)
+	}
+	p.t.Logf("crawler: at most %d proxies listed at once", maxListed)
+	return below, longest
 }
 
 // poolStory holds what the steps of the pool test use.
@@ -328,19 +512,6 @@ func (p *poolStory) waitSettled(what string, gone map[types.UID]bool) []v1alpha1
 		return st.Replicas == 2 && st.ReadyReplicas == 2 && st.UpToDateReplicas == 2 && st.ObservedGeneration == pool.Generation, nil
 	})
 	return kids
-}
-
-func (p *poolStory) patchRotation(ctx context.Context, maxAge *metav1.Duration) {
-	p.t.Helper()
-	var pool v1alpha1.ProxyPool
-	if err := p.c.Get(ctx, p.key, &pool); err != nil {
-		p.t.Fatal(err)
-	}
-	patch := client.MergeFrom(pool.DeepCopy())
-	pool.Spec.Rotation.MaxAge = maxAge
-	if err := p.c.Patch(ctx, &pool, patch); err != nil {
-		p.t.Fatalf("setting rotation.maxAge of %s to %v: %v", p.key, maxAge, err)
-	}
 }
 
 // sample starts reading the pool every second; originals are the children the rotation
