@@ -44,17 +44,21 @@ const (
 // Failure is an injected error. With Code set the call fails synchronously with that
 // HTTP status and, when Reason is set, one error item of that reason (rateLimitExceeded,
 // alreadyExists...). With OpCode set instead, the call is accepted, its operation runs
-// and ends DONE carrying OpCode in its error list and nothing happens; OpHTTPStatus,
-// when non-zero, is the operation's httpErrorStatusCode (real GCE sets it on most
-// failed operations; some carry none). A zero Failure lets its call through, so that a
-// queued failure hits a later call (the second page of a list, say).
+// and ends DONE carrying OpCode in its error list and nothing happens. The operation
+// carries an httpErrorStatusCode, as real failed operations do: OpHTTPStatus, or when it
+// is zero the status GCE gives that code (403 QUOTA_EXCEEDED, 503 for a stock-out, 500
+// INTERNAL_ERROR, 409 RESOURCE_ALREADY_EXISTS, 400 otherwise); OpWithoutHTTPStatus
+// leaves it out, as GCE still does for some codes. A zero Failure lets its call through,
+// so that a queued failure hits a later call (the second page of a list, say).
+// ErrorShapes holds the real shapes, by name.
 type Failure struct {
 	Code    int
 	Reason  string
 	Message string
 
-	OpCode       string
-	OpHTTPStatus int32
+	OpCode              string
+	OpHTTPStatus        int32
+	OpWithoutHTTPStatus bool
 }
 
 // Call is one request the server answered.
@@ -371,9 +375,13 @@ func (s *Server) newOperation(kind, zone, target, requestID string, fail *Failur
 		op.done = nil
 		op.failed = func() {
 			pb.Error = &computepb.Error{Errors: []*computepb.Errors{{Code: proto.String(code), Message: proto.String(msg)}}}
-			if fail.OpHTTPStatus != 0 {
-				pb.HttpErrorStatusCode = proto.Int32(fail.OpHTTPStatus)
-				pb.HttpErrorMessage = proto.String(http.StatusText(int(fail.OpHTTPStatus)))
+			if !fail.OpWithoutHTTPStatus {
+				status := fail.OpHTTPStatus
+				if status == 0 {
+					status = defaultOpHTTPStatus(code)
+				}
+				pb.HttpErrorStatusCode = proto.Int32(status)
+				pb.HttpErrorMessage = proto.String(strings.ToUpper(http.StatusText(int(status))))
 			}
 		}
 	}

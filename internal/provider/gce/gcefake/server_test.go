@@ -184,13 +184,40 @@ func TestInjectedFailures(t *testing.T) {
 		t.Errorf("wait on an operation failing with HTTP 403: %v, %v", err, op.Proto().GetError())
 	}
 	s.SetOperationPolls(1)
-	s.Fail(InstancesInsert, Failure{OpCode: "ZONE_RESOURCE_POOL_EXHAUSTED"})
+	s.Fail(InstancesInsert, Failure{OpCode: "ZONE_RESOURCE_POOL_EXHAUSTED", OpWithoutHTTPStatus: true})
 	op, err = insert(t, ic, "vm-1", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := op.Wait(t.Context()); err != nil || op.Proto().GetError().GetErrors()[0].GetCode() != "ZONE_RESOURCE_POOL_EXHAUSTED" {
 		t.Errorf("wait on an operation failing without status: %v (the client returns nil), %v", err, op.Proto().GetError())
+	}
+	if s.Instances() != 0 {
+		t.Errorf("failed inserts left %d instances", s.Instances())
+	}
+}
+
+// TestFailedOperationCarriesHTTPStatus: an injected operation failure naming no status
+// carries the one real GCE gives its code, as real failed operations do (503 for a
+// stock-out, 400 for RESOURCE_NOT_READY), so the client's Wait reports it.
+func TestFailedOperationCarriesHTTPStatus(t *testing.T) {
+	s, ic, _ := clients(t)
+	s.SetOperationPolls(1)
+	for code, want := range map[string]int32{"ZONE_RESOURCE_POOL_EXHAUSTED": 503, "RESOURCE_NOT_READY": 400, "QUOTA_EXCEEDED": 403, "INTERNAL_ERROR": 500} {
+		s.Fail(InstancesInsert, Failure{OpCode: code})
+		op, err := insert(t, ic, "vm-1", "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = op.Wait(t.Context())
+		if got := op.Proto().GetHttpErrorStatusCode(); got != want || err == nil || !strings.Contains(err.Error(), code) {
+			t.Errorf("%s: httpErrorStatusCode %d, want %d; Wait: %v", code, got, want, err)
+		}
+	}
+	for _, sh := range ErrorShapes {
+		if f := sh.Failure; (f.Code == 0) == (f.OpCode == "") {
+			t.Errorf("shape %s is neither a synchronous nor an operation error: %+v", sh.Name, f)
+		}
 	}
 	if s.Instances() != 0 {
 		t.Errorf("failed inserts left %d instances", s.Instances())
