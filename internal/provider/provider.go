@@ -48,7 +48,10 @@ type Provider interface {
 
 	// ListByTag returns every instance carrying this provider's ownership mark written by
 	// this install of the operator, and nothing else. Orphan GC deletes from this list, so
-	// an instance this install's provider did not create must never appear in it.
+	// an instance this install's provider did not create must never appear in it. What is
+	// left of an instance it made (gce: a firewall rule whose VM was never made) may be
+	// listed too, in StateUnknown with its owner UID and creation time, when Delete of its
+	// providerID removes it.
 	// Errors: ErrTransient (or ErrPermanent for broken credentials); a failed listing
 	// returns no partial result.
 	ListByTag(ctx context.Context) ([]Instance, error)

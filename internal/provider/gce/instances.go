@@ -163,8 +163,9 @@ func (p *Provider) listFilter() string {
 }
 
 // ListByTag lists this provider's and install's instances in every zone of the project
-// with one aggregated list, filtered by label and checked again here. Any failed page
-// fails the whole listing.
+// with one aggregated list, filtered by label and checked again here and, when the
+// provider manages firewall rules, the rules of this install left without their instance
+// (leftoverRules). Any failed page of either fails the whole listing.
 func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	c, err := p.client(ctx)
 	if err != nil {
@@ -195,17 +196,100 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	if err != nil {
 		return nil, notNotFound(classify(err, "listing instances of project "+p.cfg.Project))
 	}
-	return out, nil
+	if !p.cfg.ManagesFirewallRules() {
+		return out, nil
+	}
+	have := make(map[string]bool, len(out))
+	for _, in := range out {
+		have[in.Name] = true
+	}
+	rules, err := p.leftoverRules(ctx, c, have)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, rules...), nil
 }
 
-// firewallDescription marks a rule as this provider's and install's.
-func (p *Provider) firewallDescription(uid string) string {
-	return fmt.Sprintf("egress-proxies-operator provider=%s install=%s uid=%s", labelValue(p.name), labelValue(p.installID), uid)
+// firewallDescription marks a rule as this provider's and install's, made for the
+// instance of Proxy uid in zone.
+func (p *Provider) firewallDescription(zone, uid string) string {
+	return fmt.Sprintf("%s provider=%s install=%s zone=%s uid=%s", firewallMark, labelValue(p.name), labelValue(p.installID), zone, uid)
+}
+
+// firewallMark starts the description of every rule the provider writes.
+const firewallMark = "egress-proxies-operator"
+
+// firewallFields reads a description firewallDescription wrote: its key=value fields, or
+// nil when it is not one.
+func firewallFields(desc string) map[string]string {
+	words := strings.Fields(desc)
+	if len(words) < 2 || words[0] != firewallMark {
+		return nil
+	}
+	out := map[string]string{}
+	for _, w := range words[1:] {
+		if k, v, ok := strings.Cut(w, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func (p *Provider) ownsFirewall(fw *computepb.Firewall) bool {
-	prefix := fmt.Sprintf("egress-proxies-operator provider=%s install=%s uid=", labelValue(p.name), labelValue(p.installID))
-	return strings.HasPrefix(fw.GetDescription(), prefix)
+	f := firewallFields(fw.GetDescription())
+	return f != nil && f["provider"] == labelValue(p.name) && f["install"] == labelValue(p.installID)
+}
+
+// notOurRule is the permanent error of a rule of the instance's name that this provider
+// and install did not make: it is never adopted, patched or deleted.
+func (p *Provider) notOurRule(fw *computepb.Firewall) error {
+	return provider.Errorf(provider.ErrPermanent,
+		"firewall rule %s exists in project %s but is not this install's (description %q, want one starting %q): "+
+			"it is left alone; remove or rename it, or set gce.firewall.manageRules: false",
+		fw.GetName(), p.cfg.Project, fw.GetDescription(),
+		fmt.Sprintf("%s provider=%s install=%s", firewallMark, labelValue(p.name), labelValue(p.installID)))
+}
+
+// leftoverRules lists this install's rules whose instance is not among have (an insert
+// that failed after its rule was made, an instance deleted by hand), each as an Instance
+// in state Unknown whose providerID names the rule's zone and name, so that Delete of it
+// (by the deleting Proxy, or by orphan GC once no Proxy owns it) removes the rule. Any
+// failed page fails the listing.
+func (p *Provider) leftoverRules(ctx context.Context, c *clients, have map[string]bool) ([]provider.Instance, error) {
+	var out []provider.Instance
+	err := p.call(ctx, "firewalls.list", target{}, func(ctx context.Context) error {
+		out = nil
+		it := c.firewalls.List(ctx, &computepb.ListFirewallsRequest{Project: p.cfg.Project})
+		for {
+			fw, err := it.Next()
+			if errors.Is(err, iterator.Done) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if !p.ownsFirewall(fw) || have[fw.GetName()] || !nameRE.MatchString(fw.GetName()) {
+				continue
+			}
+			f := firewallFields(fw.GetDescription())
+			zone := f["zone"]
+			if zone == "" {
+				zone = p.cfg.Zones[0]
+			}
+			inst := provider.Instance{
+				ProviderID: providerID(p.cfg.Project, zone, fw.GetName()), Name: fw.GetName(),
+				UID: f["uid"], State: provider.StateUnknown,
+			}
+			if t, err := time.Parse(time.RFC3339Nano, fw.GetCreationTimestamp()); err == nil {
+				inst.CreatedAt = t
+			}
+			out = append(out, inst)
+		}
+	})
+	if err != nil {
+		return nil, notNotFound(classify(err, "listing firewall rules of project "+p.cfg.Project))
+	}
+	return out, nil
 }
 
 // ensureFirewall makes the rule admitting the proxy port to the instance (target tag
@@ -226,7 +310,9 @@ func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.
 		return err
 	})
 	switch {
-	case err == nil && (!p.ownsFirewall(fw) || firewallMatches(fw, ranges, req)):
+	case err == nil && !p.ownsFirewall(fw):
+		return p.notOurRule(fw)
+	case err == nil && firewallMatches(fw, ranges, req):
 		return nil
 	case err == nil:
 		// Ours but made for other sources, another port or another Proxy (an instance
@@ -244,7 +330,7 @@ func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.
 	err = p.call(ctx, "firewalls.insert", target{firewall: name}, func(ctx context.Context) (err error) {
 		op, err = c.firewalls.Insert(ctx, &computepb.InsertFirewallRequest{Project: p.cfg.Project, RequestId: proto.String(rid),
 			FirewallResource: &computepb.Firewall{
-				Name: proto.String(name), Network: proto.String(p.cfg.Network), Description: proto.String(p.firewallDescription(req.UID)),
+				Name: proto.String(name), Network: proto.String(p.cfg.Network), Description: proto.String(p.firewallDescription(req.Placement.Zone, req.UID)),
 				Direction: proto.String("INGRESS"), SourceRanges: ranges, TargetTags: []string{name},
 				Allowed: []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{fmt.Sprint(req.Port)}}},
 			}})
@@ -272,7 +358,7 @@ func firewallMatches(fw *computepb.Firewall, ranges []string, req provider.Creat
 	slices.Sort(have)
 	slices.Sort(want)
 	allowed := fw.GetAllowed()
-	return slices.Equal(have, want) && strings.HasSuffix(fw.GetDescription(), " uid="+req.UID) &&
+	return slices.Equal(have, want) && firewallFields(fw.GetDescription())["uid"] == req.UID &&
 		len(allowed) == 1 && slices.Equal(allowed[0].GetPorts(), []string{fmt.Sprint(req.Port)})
 }
 

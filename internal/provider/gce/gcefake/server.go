@@ -37,6 +37,7 @@ const (
 	ZonesGet                = "zones.get"
 	RegionsGet              = "regions.get"
 	FirewallsGet            = "firewalls.get"
+	FirewallsList           = "firewalls.list"
 	FirewallsInsert         = "firewalls.insert"
 	FirewallsDelete         = "firewalls.delete"
 )
@@ -142,6 +143,7 @@ func New(project string, zones ...string) *Server {
 	mux.HandleFunc("GET "+p+"zones/{zone}", s.getZone)
 	mux.HandleFunc("GET "+p+"regions/{region}", s.getRegion)
 	mux.HandleFunc("GET "+p+"global/firewalls/{name}", s.getFirewall)
+	mux.HandleFunc("GET "+p+"global/firewalls", s.listFirewalls)
 	mux.HandleFunc("POST "+p+"global/firewalls", s.insertFirewall)
 	mux.HandleFunc("DELETE "+p+"global/firewalls/{name}", s.deleteFirewall)
 	mux.HandleFunc("POST /token", s.token)
@@ -184,8 +186,8 @@ func (s *Server) SetOperationPolls(n int) {
 	s.opPolls = n
 }
 
-// SetPageSize makes aggregated lists answer n instances a page, with a nextPageToken
-// while more remain (0, the default: everything on one page).
+// SetPageSize makes aggregated lists and firewall lists answer n items a page, with a
+// nextPageToken while more remain (0, the default: everything on one page).
 func (s *Server) SetPageSize(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -292,6 +294,26 @@ func (s *Server) Firewall(name string) *computepb.Firewall {
 		return proto.CloneOf(fw)
 	}
 	return nil
+}
+
+// PutFirewall stores fw as it is, as if made outside the provider (by hand, by another
+// install).
+func (s *Server) PutFirewall(fw *computepb.Firewall) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fw = proto.CloneOf(fw)
+	fw.SelfLink = proto.String(s.link("global/firewalls/" + fw.GetName()))
+	if fw.CreationTimestamp == nil {
+		fw.CreationTimestamp = proto.String(time.Now().UTC().Format(time.RFC3339))
+	}
+	s.firewalls[fw.GetName()] = fw
+}
+
+// Firewalls is the number of firewall rules.
+func (s *Server) Firewalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.firewalls)
 }
 
 // Calls returns the requests answered so far, in order.
@@ -678,17 +700,9 @@ func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	// Pages of pageSize instances (all at once when unset); the token is the offset.
-	from := 0
-	if tok := r.URL.Query().Get("pageToken"); tok != "" {
-		if _, err := fmt.Sscanf(tok, "offset-%d", &from); err != nil || from < 0 || from > len(hits) {
-			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'pageToken': '%s'", tok))
-			return
-		}
-	}
-	to := len(hits)
-	if s.pageSize > 0 && from+s.pageSize < to {
-		to = from + s.pageSize
+	from, to, ok := s.page(w, r, len(hits))
+	if !ok {
+		return
 	}
 	out := &computepb.InstanceAggregatedList{Items: map[string]*computepb.InstancesScopedList{}}
 	for _, h := range hits[from:to] {
@@ -708,6 +722,22 @@ func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
 		out.NextPageToken = proto.String(fmt.Sprintf("offset-%d", to))
 	}
 	writeProto(w, out)
+}
+
+// page is the window of n items a list answers: pages of pageSize (all at once when
+// unset), the token being the offset. It answers a bad token itself, ok false.
+func (s *Server) page(w http.ResponseWriter, r *http.Request, n int) (from, to int, ok bool) {
+	if tok := r.URL.Query().Get("pageToken"); tok != "" {
+		if _, err := fmt.Sscanf(tok, "offset-%d", &from); err != nil || from < 0 || from > n {
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'pageToken': '%s'", tok))
+			return 0, 0, false
+		}
+	}
+	to = n
+	if s.pageSize > 0 && from+s.pageSize < to {
+		to = from + s.pageSize
+	}
+	return from, to, true
 }
 
 // filterTermRE is one term of a label filter as GCE's list filter takes it:
@@ -787,6 +817,37 @@ func (s *Server) getFirewall(w http.ResponseWriter, r *http.Request) {
 	writeProto(w, fw)
 }
 
+// listFirewalls answers every rule of the project, by name, in pages of the page size
+// (SetPageSize).
+func (s *Server) listFirewalls(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.start(w, r, FirewallsList, nil); !ok {
+		return
+	}
+	if f := r.URL.Query().Get("filter"); f != "" {
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("the fake takes no filter on firewalls, got %q", f))
+		return
+	}
+	names := make([]string, 0, len(s.firewalls))
+	for n := range s.firewalls {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	from, to, ok := s.page(w, r, len(names))
+	if !ok {
+		return
+	}
+	out := &computepb.FirewallList{}
+	for _, n := range names[from:to] {
+		out.Items = append(out.Items, s.firewalls[n])
+	}
+	if to < len(names) {
+		out.NextPageToken = proto.String(fmt.Sprintf("offset-%d", to))
+	}
+	writeProto(w, out)
+}
+
 func (s *Server) insertFirewall(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
@@ -816,6 +877,7 @@ func (s *Server) insertFirewall(w http.ResponseWriter, r *http.Request) {
 	var done func()
 	if fail == nil {
 		fw.SelfLink = proto.String(s.link("global/firewalls/" + name))
+		fw.CreationTimestamp = proto.String(time.Now().UTC().Format(time.RFC3339Nano))
 		done = func() { s.firewalls[name] = fw }
 	}
 	writeProto(w, s.newOperation("insert", "", s.link("global/firewalls/"+name), rid, fail, done))

@@ -295,3 +295,42 @@ func TestFirewallsZonesRegions(t *testing.T) {
 		t.Errorf("another project: %v", err)
 	}
 }
+
+// TestFirewallList: the rules of the project by name, in pages of the page size, each
+// with its creation time; a filter (which the fake does not read) is refused loudly.
+func TestFirewallList(t *testing.T) {
+	s, _, fc := clients(t)
+	s.SetOperationPolls(0)
+	for _, n := range []string{"rule-b", "rule-a", "rule-c"} {
+		op, err := fc.Insert(t.Context(), &computepb.InsertFirewallRequest{Project: project, FirewallResource: &computepb.Firewall{Name: proto.String(n)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := op.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.SetPageSize(2)
+	it := fc.List(t.Context(), &computepb.ListFirewallsRequest{Project: project})
+	var names []string
+	for {
+		fw, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fw.GetCreationTimestamp() == "" {
+			t.Errorf("rule %s has no creation time", fw.GetName())
+		}
+		names = append(names, fw.GetName())
+	}
+	if strings.Join(names, ",") != "rule-a,rule-b,rule-c" || s.CallCount(FirewallsList) != 2 {
+		t.Errorf("listed %v in %d calls, want rule-a,rule-b,rule-c in 2", names, s.CallCount(FirewallsList))
+	}
+	_, err := fc.List(t.Context(), &computepb.ListFirewallsRequest{Project: project, Filter: proto.String(`name = "x"`)}).Next()
+	if ae := apiErr(t, err); ae.Code != 400 {
+		t.Errorf("list with a filter: %v", err)
+	}
+}
