@@ -20,7 +20,9 @@ type GCEConfig struct {
 	// (e2-micro, e2-small, n2d-standard-2...).
 	MachineTypes map[string]string `json:"machineTypes"`
 	// Images maps the names placement.image uses to GCE images, usually an image family
-	// (projects/debian-cloud/global/images/family/debian-12) or a full image URL.
+	// (projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64) or a full image
+	// URL. The image must run cloud-init, which reads the user-data: Ubuntu's do, the
+	// official Debian GCE images do not.
 	Images map[string]string `json:"images"`
 	// Network is the VPC network (default global/networks/default).
 	Network string `json:"network,omitempty"`
@@ -206,7 +208,7 @@ func (c GCEConfig) Validate(block string) []error {
 }
 
 // gceImageProblem checks an image reference: a partial or full URL of an image or an
-// image family, such as projects/debian-cloud/global/images/family/debian-12.
+// image family, such as projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64.
 func gceImageProblem(ref string) string {
 	if ref == "" {
 		return "image is required"
@@ -228,5 +230,5 @@ func gceImageProblem(ref string) string {
 		len(parts) == 3 && parts[0] == "images" && parts[1] == "family":
 		return ""
 	}
-	return fmt.Sprintf("%q is not an image or image family (such as projects/debian-cloud/global/images/family/debian-12)", ref)
+	return fmt.Sprintf("%q is not an image or image family (such as projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64)", ref)
 }

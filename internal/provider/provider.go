@@ -119,3 +119,27 @@ type TargetStatus struct {
 	Latency time.Duration
 	Details map[string]string
 }
+
+// ProbeHinter is implemented by a provider that knows the likely cause when a guest it
+// runs never answers the health probe (gce: an image without cloud-init). The health
+// engine adds the hint to the Healthy condition's message of a Proxy that has not passed
+// a probe yet.
+type ProbeHinter interface {
+	NeverAnsweredHint() string
+}
+
+// NeverAnsweredHint is p's ProbeHinter hint, looking through decorators that Unwrap to
+// the provider they wrap; "" when p gives none.
+func NeverAnsweredHint(p Provider) string {
+	for p != nil {
+		if h, ok := p.(ProbeHinter); ok {
+			return h.NeverAnsweredHint()
+		}
+		u, ok := p.(interface{ Unwrap() Provider })
+		if !ok {
+			return ""
+		}
+		p = u.Unwrap()
+	}
+	return ""
+}

@@ -330,3 +330,17 @@ func TestReplacedInstanceGetsItsNewSources(t *testing.T) {
 		t.Errorf("%d firewall deletes, want 1 (the old rule)", n)
 	}
 }
+
+// TestNeverAnsweredHint: the gce provider, also behind the registry's decorator, tells
+// the health engine that a guest that never answers may run an image without cloud-init.
+func TestNeverAnsweredHint(t *testing.T) {
+	e := newEnv(t)
+	for _, p := range []provider.Provider{e.p, provider.Observe("gcp-test", provider.TypeGCE, e.p)} {
+		if h := provider.NeverAnsweredHint(p); !strings.Contains(h, "cloud-init") || !strings.Contains(h, "ubuntu-os-cloud") || !strings.Contains(h, testProject) {
+			t.Errorf("%T: hint %q", p, h)
+		}
+	}
+	if h := provider.NeverAnsweredHint(nil); h != "" {
+		t.Errorf("no provider: hint %q", h)
+	}
+}

@@ -2,7 +2,8 @@
 // driven through the official REST clients of cloud.google.com/go/compute/apiv1. An
 // instance is named after its Proxy (proxy-<16 hex>) and marked with labels naming the
 // provider entry, the install and the Proxy UID; the cloud-init user-data goes in the
-// user-data metadata key, which Debian and Ubuntu GCE images run.
+// user-data metadata key, which only an image with cloud-init runs: Ubuntu's
+// (ubuntu-os-cloud) do, the official Debian GCE images ship none.
 package gce
 
 import (
@@ -214,3 +215,14 @@ func (p *Provider) backoff(n int) time.Duration {
 	}
 	return min(d, p.pollMax)
 }
+
+// NeverAnsweredHint says why a gce Proxy may never answer its probe though its VM runs
+// with an address: the image runs no cloud-init, so the user-data that installs and
+// starts the proxy is ignored.
+func (p *Provider) NeverAnsweredHint() string {
+	return "the VM runs but its image may lack cloud-init, which applies the proxy's user-data " +
+		"(official Debian GCE images have none): use an Ubuntu image (ubuntu-os-cloud), or check the serial port output " +
+		"with gcloud compute instances get-serial-port-output --project " + p.cfg.Project
+}
+
+var _ provider.ProbeHinter = (*Provider)(nil)
