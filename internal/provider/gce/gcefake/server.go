@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/google/uuid"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
@@ -458,9 +459,20 @@ func (s *Server) replay(w http.ResponseWriter, requestID string) bool {
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
-// checkRequestID refuses a requestId that is not a UUID, as GCE does.
+// validUUID says whether id is a UUID of the kinds GCE documents as valid: the RFC 4122
+// variant, versions 1 to 5 (nothing shows it takes the newer versions 6 to 8, so the
+// fake refuses them), and not the zero UUID.
+func validUUID(id string) bool {
+	if !uuidRE.MatchString(id) {
+		return false
+	}
+	u, err := uuid.Parse(id)
+	return err == nil && u.Variant() == uuid.RFC4122 && u.Version() >= 1 && u.Version() <= 5
+}
+
+// checkRequestID refuses a requestId that is not a valid UUID, as GCE does.
 func checkRequestID(w http.ResponseWriter, id string) bool {
-	if id != "" && (!uuidRE.MatchString(id) || id == "00000000-0000-0000-0000-000000000000") {
+	if id != "" && !validUUID(id) {
 		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'requestId': '%s'. The requestId must be a valid UUID with the exception that zero UUID is not supported.", id))
 		return false
 	}

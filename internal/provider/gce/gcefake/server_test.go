@@ -334,3 +334,26 @@ func TestFirewallList(t *testing.T) {
 		t.Errorf("list with a filter: %v", err)
 	}
 }
+
+// TestRequestIDMustBeAValidUUID: GCE takes a valid UUID as requestId and not the zero
+// one; the fake takes the RFC 4122 versions 1 to 5 only and refuses the newer ones (a
+// version 8 UUID), which nothing shows the real API accepts.
+func TestRequestIDMustBeAValidUUID(t *testing.T) {
+	_, ic, _ := clients(t)
+	for id, ok := range map[string]bool{
+		"3f2a8e1c-5b7d-4c9e-8a1f-0d6b2e4c7a90": true,  // version 4
+		"886313e1-3b8a-5372-9b90-0c9aee199e5d": true,  // version 5
+		"3f2a8e1c-5b7d-8c9e-8a1f-0d6b2e4c7a90": false, // version 8
+		"3f2a8e1c-5b7d-4c9e-ca1f-0d6b2e4c7a90": false, // not the RFC 4122 variant
+		"00000000-0000-0000-0000-000000000000": false,
+		"not-a-uuid":                           false,
+	} {
+		_, err := insert(t, ic, "vm-"+strings.ReplaceAll(id[:8], "0", "a"), id, nil)
+		if ok && err != nil {
+			t.Errorf("requestId %s refused: %v", id, err)
+		}
+		if !ok && (err == nil || apiErr(t, err).Code != 400 || !strings.Contains(err.Error(), "requestId")) {
+			t.Errorf("requestId %s: %v, want a 400 naming requestId", id, err)
+		}
+	}
+}
