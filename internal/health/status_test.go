@@ -81,7 +81,9 @@ func TestApplyHintOnlyWhileNeverAnswered(t *testing.T) {
 	const hint = "the image may lack cloud-init"
 	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.1"}}
 	bad := result{err: errors.New("probe through 192.0.2.1:3128: connection refused")}
-	msg := func() string { return meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy).Message }
+	msg := func() string {
+		return meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy).Message
+	}
 	apply(px, bad, time.Now(), 3, hint)
 	if want := "probes failing; last: probe through 192.0.2.1:3128: connection refused; " + hint; msg() != want {
 		t.Errorf("never answered: message %q, want %q", msg(), want)
