@@ -2,6 +2,7 @@ package gce
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -342,5 +343,70 @@ func TestNeverAnsweredHint(t *testing.T) {
 	}
 	if h := provider.NeverAnsweredHint(nil); h != "" {
 		t.Errorf("no provider: hint %q", h)
+	}
+}
+
+// TestStatusesMeanWhatTheySay: every GCE status maps to what it means for a proxy, the
+// three rarer ones included: PENDING_STOP and DEPROVISIONING do not serve and are on their
+// way out (Terminating, no address), REPAIRING is being brought back (Pending).
+func TestStatusesMeanWhatTheySay(t *testing.T) {
+	e := newEnv(t)
+	inst, err := e.p.Create(t.Context(), request("proxy-00000000000000a1", "uid-a1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for status, want := range map[string]string{
+		"RUNNING": provider.StateRunning, "PROVISIONING": provider.StatePending, "STAGING": provider.StatePending,
+		"REPAIRING": provider.StatePending, "STOPPING": provider.StateTerminating, "SUSPENDING": provider.StateTerminating,
+		"PENDING_STOP": provider.StateTerminating, "DEPROVISIONING": provider.StateTerminating,
+		"TERMINATED": provider.StateStopped, "STOPPED": provider.StateStopped, "SUSPENDED": provider.StateStopped,
+	} {
+		e.fake.SetInstanceStatus(testZone, "proxy-00000000000000a1", status)
+		got, err := e.p.Get(t.Context(), inst.ProviderID)
+		if err != nil || got.State != want {
+			t.Errorf("status %s: state %q, %v; want %s", status, got.State, err, want)
+		}
+		if want == provider.StateTerminating && got.IP != "" {
+			t.Errorf("status %s: address %q, want none", status, got.IP)
+		}
+	}
+}
+
+// TestCreateOverStoppingOrRepairingInstance: a Create meeting its VM PENDING_STOP or
+// DEPROVISIONING fails transiently at once, naming the status; one meeting it REPAIRING
+// waits until GCE has it running again.
+func TestCreateOverStoppingOrRepairingInstance(t *testing.T) {
+	e := newEnv(t)
+	req := request("proxy-00000000000000a2", "uid-a2")
+	if _, err := e.p.Create(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	e.p.runningWait = 5 * time.Second
+	for _, status := range []string{"PENDING_STOP", "DEPROVISIONING"} {
+		e.fake.SetInstanceStatus(testZone, req.Name, status)
+		if _, err := e.p.Create(t.Context(), req); provider.Class(err) != provider.ErrTransient || !strings.Contains(fmt.Sprint(err), status) {
+			t.Errorf("create over a %s instance: %v, want transient naming it", status, err)
+		}
+	}
+	e.fake.SetInstanceStatus(testZone, req.Name, "REPAIRING")
+	gets := e.fake.CallCount(gcefake.InstancesGet)
+	done := make(chan error, 1)
+	go func() {
+		inst, err := e.p.Create(t.Context(), req)
+		if err == nil && inst.State != provider.StateRunning {
+			err = fmt.Errorf("state %s", inst.State)
+		}
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.fake.CallCount(gcefake.InstancesGet) < gets+3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for Create to poll the REPAIRING instance; %d reads", e.fake.CallCount(gcefake.InstancesGet)-gets)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.fake.SetInstanceStatus(testZone, req.Name, "RUNNING")
+	if err := <-done; err != nil {
+		t.Errorf("create over a REPAIRING instance: %v, want it waited for until RUNNING", err)
 	}
 }

@@ -54,14 +54,17 @@ func address(inst *computepb.Instance, external bool) string {
 	return ""
 }
 
-// state maps a GCE instance status to the contract's states.
+// state maps a GCE instance status to the contract's states, by what it means for a
+// proxy: PENDING_STOP and DEPROVISIONING (about to stop, resources being released) do not
+// serve and are on their way out, so Terminating; REPAIRING (GCE moving the VM off a
+// failed host, after which it runs again) is being brought back, so Pending.
 func state(status string) string {
 	switch status {
 	case "RUNNING":
 		return provider.StateRunning
-	case "PROVISIONING", "STAGING":
+	case "PROVISIONING", "STAGING", "REPAIRING":
 		return provider.StatePending
-	case "STOPPING", "SUSPENDING":
+	case "STOPPING", "SUSPENDING", "PENDING_STOP", "DEPROVISIONING":
 		return provider.StateTerminating
 	case "TERMINATED", "STOPPED", "SUSPENDED":
 		return provider.StateStopped

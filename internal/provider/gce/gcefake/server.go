@@ -247,6 +247,18 @@ func (s *Server) Preempt(zone, name string) bool {
 	return true
 }
 
+// SetInstanceStatus sets the status of an instance (REPAIRING, PENDING_STOP...), as GCE
+// does by itself; it reports whether the instance exists.
+func (s *Server) SetInstanceStatus(zone, name, status string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inst, ok := s.instances[zone][name]
+	if ok {
+		inst.Status = proto.String(status)
+	}
+	return ok
+}
+
 // PutInstance stores inst in zone as it is, as if made outside the provider (by another
 // install, by hand).
 func (s *Server) PutInstance(zone string, inst *computepb.Instance) {
