@@ -192,6 +192,9 @@ func (c GCEConfig) Validate(block string) []error {
 				add(fmt.Sprintf("%s.firewall.sourceRanges[%d]", block, i), "%q is not a CIDR", r)
 			}
 		}
+		if msg := MixedFamilies(c.Firewall.SourceRanges); msg != "" {
+			add(block+".firewall.sourceRanges", "%s", msg)
+		}
 	}
 	if c.Endpoint != "" {
 		if u, err := url.Parse(c.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -231,4 +234,26 @@ func gceImageProblem(ref string) string {
 		return ""
 	}
 	return fmt.Sprintf("%q is not an image or image family (such as projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64)", ref)
+}
+
+// MixedFamilies says why ranges cannot go into one GCE firewall rule when they mix IPv4
+// and IPv6 CIDRs (the API refuses such a rule), naming the first of each family; "" when
+// they do not (ranges that are not CIDRs are left to their own check).
+func MixedFamilies(ranges []string) string {
+	var v4, v6 string
+	for _, r := range ranges {
+		pfx, err := netip.ParsePrefix(r)
+		switch {
+		case err != nil:
+		case pfx.Addr().Is4() && v4 == "":
+			v4 = r
+		case pfx.Addr().Is6() && v6 == "":
+			v6 = r
+		}
+	}
+	if v4 == "" || v6 == "" {
+		return ""
+	}
+	return fmt.Sprintf("mixes IPv4 (%s) and IPv6 (%s) ranges, which one GCE firewall rule cannot hold; "+
+		"the provider's VMs have IPv4 addresses only, so list the IPv4 ranges", v4, v6)
 }

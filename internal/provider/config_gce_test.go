@@ -66,6 +66,10 @@ func TestParseConfigGCEProblems(t *testing.T) {
 			`provider "g": gce.firewall: targetTag "Bad_Tag" must be a lowercase name of letters, digits and dashes, starting with a letter`,
 			`provider "g": gce.firewall.sourceRanges[0]: "10.0.0.0/33" is not a CIDR`,
 			`provider "g": gce: endpoint "ftp://x" must be an http or https URL with a host`}},
+		{"mixed families", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small}, images: {d: images/family/x},
+		  firewall: {sourceRanges: [192.0.2.0/24, 10.0.0.0/8, "2001:db8::/32"]}}`, []string{
+			`provider "g": gce.firewall.sourceRanges: mixes IPv4 (192.0.2.0/24) and IPv6 (2001:db8::/32) ranges, which one GCE firewall rule cannot hold; ` +
+				`the provider's VMs have IPv4 addresses only, so list the IPv4 ranges`}},
 		{"authentication", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small}, images: {d: images/family/x},
 		  credentialsFile: /k.json, withoutAuthentication: true}`, []string{
 			`provider "g": gce: credentialsFile and withoutAuthentication exclude each other`,

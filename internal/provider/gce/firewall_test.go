@@ -1,6 +1,7 @@
 package gce
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,21 @@ func TestForeignRuleOfTheNameIsNeverTouched(t *testing.T) {
 				t.Errorf("the foreign rule was touched: %v", fw)
 			}
 		})
+	}
+}
+
+// TestMixedFamilySourcesAreRefused: one GCE rule holds one address family. A Proxy whose
+// allowed sources mix IPv4 and IPv6 fails permanently, naming the field and both ranges,
+// before any rule or VM is made.
+func TestMixedFamilySourcesAreRefused(t *testing.T) {
+	e := newEnv(t, withFirewall)
+	req := request("proxy-00000000000000f6", "uid-f6")
+	req.SourceRanges = []string{"198.51.100.0/24", "2001:db8::/32"}
+	_, err := e.p.Create(t.Context(), req)
+	if provider.Class(err) != provider.ErrPermanent || !strings.Contains(fmt.Sprint(err), "spec.proxy.allowedSourceRanges mixes IPv4 (198.51.100.0/24) and IPv6 (2001:db8::/32)") {
+		t.Errorf("create with mixed sources: %v", err)
+	}
+	if e.fake.CallCount(gcefake.FirewallsInsert)+e.fake.CallCount(gcefake.InstancesInsert) != 0 {
+		t.Error("an insert was sent")
 	}
 }

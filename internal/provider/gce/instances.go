@@ -307,6 +307,13 @@ func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.
 		return provider.Errorf(provider.ErrPermanent,
 			"firewall rule %s: no source ranges (set spec.proxy.allowedSourceRanges or gce.firewall.sourceRanges)", name)
 	}
+	if msg := provider.MixedFamilies(ranges); msg != "" {
+		from := "spec.proxy.allowedSourceRanges"
+		if len(req.SourceRanges) == 0 {
+			from = "gce.firewall.sourceRanges"
+		}
+		return provider.Errorf(provider.ErrPermanent, "firewall rule %s: %s %s", name, from, msg)
+	}
 	var fw *computepb.Firewall
 	err := p.call(ctx, "firewalls.get", target{firewall: name}, func(ctx context.Context) (err error) {
 		fw, err = c.firewalls.Get(ctx, &computepb.GetFirewallRequest{Project: p.cfg.Project, Firewall: name})

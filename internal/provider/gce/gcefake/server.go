@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"regexp"
 	"sort"
 	"strings"
@@ -841,6 +842,23 @@ func (s *Server) getFirewall(w http.ResponseWriter, r *http.Request) {
 	writeProto(w, fw)
 }
 
+// mixedFamilies refuses a rule whose source ranges are not CIDRs or mix IPv4 and IPv6, as
+// GCE does: one rule holds one family.
+func mixedFamilies(ranges []string) string {
+	fam := map[bool]string{}
+	for i, r := range ranges {
+		pfx, err := netip.ParsePrefix(r)
+		if err != nil {
+			return fmt.Sprintf("Invalid value for field 'resource.sourceRanges[%d]': '%s'. Must be a valid IPV4 or IPV6 CIDR.", i, r)
+		}
+		fam[pfx.Addr().Is4()] = r
+	}
+	if len(fam) == 2 {
+		return fmt.Sprintf("Invalid value for field 'resource.sourceRanges': IPv4 (%s) and IPv6 (%s) ranges cannot be mixed in one firewall rule.", fam[true], fam[false])
+	}
+	return ""
+}
+
 // listFirewalls answers every rule of the project, by name, in pages of the page size
 // (SetPageSize).
 func (s *Server) listFirewalls(w http.ResponseWriter, r *http.Request) {
@@ -892,6 +910,10 @@ func (s *Server) insertFirewall(w http.ResponseWriter, r *http.Request) {
 	name := fw.GetName()
 	if !nameRE.MatchString(name) {
 		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.name': '%s'", name))
+		return
+	}
+	if msg := mixedFamilies(fw.GetSourceRanges()); msg != "" {
+		writeError(w, http.StatusBadRequest, "invalid", msg)
 		return
 	}
 	if _, exists := s.firewalls[name]; exists {

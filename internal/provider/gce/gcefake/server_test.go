@@ -3,6 +3,7 @@ package gcefake
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -354,6 +355,30 @@ func TestRequestIDMustBeAValidUUID(t *testing.T) {
 		}
 		if !ok && (err == nil || apiErr(t, err).Code != 400 || !strings.Contains(err.Error(), "requestId")) {
 			t.Errorf("requestId %s: %v, want a 400 naming requestId", id, err)
+		}
+	}
+}
+
+// TestFirewallRefusesMixedFamilies: like GCE, the fake refuses a rule whose source ranges
+// mix IPv4 and IPv6, or are not CIDRs, and takes one of either family.
+func TestFirewallRefusesMixedFamilies(t *testing.T) {
+	_, _, fc := clients(t)
+	for i, c := range []struct {
+		ranges []string
+		ok     bool
+	}{
+		{[]string{"192.0.2.0/24", "198.51.100.0/24"}, true},
+		{[]string{"2001:db8::/32"}, true},
+		{[]string{"192.0.2.0/24", "2001:db8::/32"}, false},
+		{[]string{"192.0.2.0/33"}, false},
+	} {
+		_, err := fc.Insert(t.Context(), &computepb.InsertFirewallRequest{Project: project, FirewallResource: &computepb.Firewall{
+			Name: proto.String(fmt.Sprintf("rule-%d", i)), SourceRanges: c.ranges}})
+		if c.ok && err != nil {
+			t.Errorf("%v refused: %v", c.ranges, err)
+		}
+		if !c.ok && (err == nil || apiErr(t, err).Code != 400 || !strings.Contains(err.Error(), "sourceRanges")) {
+			t.Errorf("%v: %v, want a 400 naming sourceRanges", c.ranges, err)
 		}
 	}
 }
