@@ -175,6 +175,18 @@ func (c GCEConfig) Validate(block string) []error {
 			}
 		}
 	}
+	if c.Subnetwork != "" {
+		region, ok := gceSubnetworkRegion(c.Subnetwork)
+		if !ok {
+			add(block, "subnetwork %q is not regions/<region>/subnetworks/<name> (or that path under projects/<project>/, or its URL)", c.Subnetwork)
+		}
+		for i, z := range c.Zones {
+			if ok && gceZoneRE.MatchString(z) && gceZoneRegion(z) != region {
+				add(fmt.Sprintf("%s.zones[%d]", block, i), "zone %q is in region %s, but subnetwork %s is in region %s: a subnetwork is regional, "+
+					"so list zones of %s only (or make one provider entry per region)", z, gceZoneRegion(z), c.Subnetwork, region, region)
+			}
+		}
+	}
 	switch c.NetworkTier {
 	case "", "PREMIUM", "STANDARD":
 	default:
@@ -256,4 +268,30 @@ func MixedFamilies(ranges []string) string {
 	}
 	return fmt.Sprintf("mixes IPv4 (%s) and IPv6 (%s) ranges, which one GCE firewall rule cannot hold; "+
 		"the provider's VMs have IPv4 addresses only, so list the IPv4 ranges", v4, v6)
+}
+
+// gceZoneRegion is the region of a zone name (europe-west1-b: europe-west1).
+func gceZoneRegion(zone string) string {
+	return zone[:strings.LastIndex(zone, "-")]
+}
+
+// gceSubnetworkRegion reads the region of a subnetwork reference:
+// regions/<r>/subnetworks/<n>, projects/<p>/regions/<r>/subnetworks/<n>, or a URL of it.
+func gceSubnetworkRegion(ref string) (string, bool) {
+	rest := ref
+	if strings.HasPrefix(ref, "https://") {
+		u, err := url.Parse(ref)
+		if err != nil || u.Host == "" {
+			return "", false
+		}
+		rest = strings.TrimPrefix(u.Path, "/compute/v1/")
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) == 6 && parts[0] == "projects" && parts[1] != "" {
+		parts = parts[2:]
+	}
+	if len(parts) != 4 || parts[0] != "regions" || parts[2] != "subnetworks" || parts[1] == "" || !gceRFC1035RE.MatchString(parts[3]) {
+		return "", false
+	}
+	return parts[1], true
 }

@@ -70,6 +70,13 @@ func TestParseConfigGCEProblems(t *testing.T) {
 		  firewall: {sourceRanges: [192.0.2.0/24, 10.0.0.0/8, "2001:db8::/32"]}}`, []string{
 			`provider "g": gce.firewall.sourceRanges: mixes IPv4 (192.0.2.0/24) and IPv6 (2001:db8::/32) ranges, which one GCE firewall rule cannot hold; ` +
 				`the provider's VMs have IPv4 addresses only, so list the IPv4 ranges`}},
+		{"subnetwork of another region", `{project: my-proxies, zones: [europe-west1-b, europe-west4-a, europe-west1-c], machineTypes: {s: e2-small},
+		  images: {d: images/family/x}, subnetwork: projects/my-proxies/regions/europe-west1/subnetworks/proxies}`, []string{
+			`provider "g": gce.zones[1]: zone "europe-west4-a" is in region europe-west4, but subnetwork projects/my-proxies/regions/europe-west1/subnetworks/proxies ` +
+				`is in region europe-west1: a subnetwork is regional, so list zones of europe-west1 only (or make one provider entry per region)`}},
+		{"subnetwork malformed", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small},
+		  images: {d: images/family/x}, subnetwork: subnetworks/proxies}`, []string{
+			`provider "g": gce: subnetwork "subnetworks/proxies" is not regions/<region>/subnetworks/<name> (or that path under projects/<project>/, or its URL)`}},
 		{"authentication", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small}, images: {d: images/family/x},
 		  credentialsFile: /k.json, withoutAuthentication: true}`, []string{
 			`provider "g": gce: credentialsFile and withoutAuthentication exclude each other`,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 
@@ -408,5 +409,26 @@ func TestCreateOverStoppingOrRepairingInstance(t *testing.T) {
 	e.fake.SetInstanceStatus(testZone, req.Name, "RUNNING")
 	if err := <-done; err != nil {
 		t.Errorf("create over a REPAIRING instance: %v, want it waited for until RUNNING", err)
+	}
+}
+
+// TestSubnetwork: the instance goes on the configured network and subnetwork, which the
+// fake checks exist and lie in the zone's region; a config whose zones are not all in
+// the subnetwork's region is refused when the provider is built, naming the zone.
+func TestSubnetwork(t *testing.T) {
+	e := newEnv(t, func(c *provider.GCEConfig) {
+		c.Zones = []string{testZone}
+		c.Network, c.Subnetwork = "global/networks/proxies", "regions/europe-west1/subnetworks/proxies-ew1"
+	})
+	e.fake.AddNetwork("proxies")
+	e.fake.AddSubnetwork("europe-west1", "proxies-ew1", "proxies")
+	if _, err := e.p.Create(t.Context(), request("proxy-00000000000000a3", "uid-a3")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(e.fake.URL)
+	cfg.Subnetwork = "regions/europe-west1/subnetworks/proxies-ew1"
+	_, err := New(provider.ProviderConfig{Name: "gcp-test", Type: provider.TypeGCE, GCE: cfg}, logr.Discard())
+	if err == nil || !strings.Contains(err.Error(), `zone "europe-west4-a" is in region europe-west4, but subnetwork`) {
+		t.Errorf("zones of two regions on one subnetwork: %v", err)
 	}
 }

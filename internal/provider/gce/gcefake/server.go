@@ -92,6 +92,8 @@ type Server struct {
 	project    string
 	instances  map[string]map[string]*computepb.Instance // zone -> name
 	firewalls  map[string]*computepb.Firewall
+	networks   map[string]bool
+	subnets    map[string]subnet // "region/name"
 	ops        map[string]*operation
 	requestIDs map[string]string // requestId -> operation name
 	zones      map[string]*computepb.Zone
@@ -114,6 +116,8 @@ func New(project string, zones ...string) *Server {
 		project:    project,
 		instances:  map[string]map[string]*computepb.Instance{},
 		firewalls:  map[string]*computepb.Firewall{},
+		networks:   map[string]bool{"default": true},
+		subnets:    map[string]subnet{},
 		ops:        map[string]*operation{},
 		requestIDs: map[string]string{},
 		zones:      map[string]*computepb.Zone{},
@@ -171,6 +175,68 @@ func RegionOf(zone string) string {
 func (s *Server) link(rel string) string {
 	return s.URL + "/compute/v1/projects/" + s.project + "/" + rel
 }
+
+// subnet is a subnetwork of a network in a region.
+type subnet struct{ network string }
+
+// AddNetwork makes a VPC network of that name (default exists from the start).
+func (s *Server) AddNetwork(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.networks[name] = true
+}
+
+// AddSubnetwork makes subnetwork name of network in region.
+func (s *Server) AddSubnetwork(region, name, network string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.subnets[region+"/"+name] = subnet{network: network}
+}
+
+// checkNetworks refuses an insert whose interfaces name a network or subnetwork the
+// project lacks (404), or a subnetwork of another region than the zone's, or of another
+// network than the interface's (400), as GCE does. An interface without a network is on
+// default.
+func (s *Server) checkNetworks(w http.ResponseWriter, zone string, inst *computepb.Instance) bool {
+	for i, ni := range inst.GetNetworkInterfaces() {
+		network := "default"
+		if ni.Network != nil {
+			network = lastPart(ni.GetNetwork())
+		}
+		if !s.networks[network] {
+			writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/global/networks/%s' was not found", s.project, network))
+			return false
+		}
+		if ni.Subnetwork == nil {
+			continue
+		}
+		ref := ni.GetSubnetwork()
+		parts := strings.Split(ref, "/")
+		if len(parts) < 4 || parts[len(parts)-2] != "subnetworks" || parts[len(parts)-4] != "regions" {
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.networkInterfaces[%d].subnetwork': '%s'. The URL is malformed.", i, ref))
+			return false
+		}
+		region, name := parts[len(parts)-3], parts[len(parts)-1]
+		sn, ok := s.subnets[region+"/"+name]
+		switch {
+		case !ok:
+			writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/regions/%s/subnetworks/%s' was not found", s.project, region, name))
+			return false
+		case region != RegionOf(zone):
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.networkInterfaces[%d].subnetwork': '%s'. "+
+				"The subnetwork is in region %s, not in the instance's region %s.", i, ref, region, RegionOf(zone)))
+			return false
+		case ni.Network != nil && sn.network != network:
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.networkInterfaces[%d].subnetwork': '%s'. "+
+				"The subnetwork belongs to network %s, not to %s.", i, ref, sn.network, network))
+			return false
+		}
+	}
+	return true
+}
+
+// lastPart is what follows a reference's last slash.
+func lastPart(ref string) string { return ref[strings.LastIndex(ref, "/")+1:] }
 
 // Fail makes the next call of method fail with f; several Fails queue up in order.
 func (s *Server) Fail(method string, f Failure) {
@@ -566,6 +632,9 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if !s.checkNetworks(w, zone, inst) {
+		return
+	}
 	if _, exists := s.instances[zone][name]; exists {
 		writeError(w, http.StatusConflict, "alreadyExists", fmt.Sprintf("The resource 'projects/%s/zones/%s/instances/%s' already exists", s.project, zone, name))
 		return
@@ -910,6 +979,10 @@ func (s *Server) insertFirewall(w http.ResponseWriter, r *http.Request) {
 	name := fw.GetName()
 	if !nameRE.MatchString(name) {
 		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.name': '%s'", name))
+		return
+	}
+	if network := lastPart(fw.GetNetwork()); fw.Network != nil && !s.networks[network] {
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/global/networks/%s' was not found", s.project, network))
 		return
 	}
 	if msg := mixedFamilies(fw.GetSourceRanges()); msg != "" {

@@ -382,3 +382,42 @@ func TestFirewallRefusesMixedFamilies(t *testing.T) {
 		}
 	}
 }
+
+// TestInsertChecksNetworkAndSubnetwork: like GCE, the fake refuses an instance on a
+// network it lacks (404), on a subnetwork it lacks (404), of another region than the
+// zone's or of another network than the interface's (400), and takes one on its own
+// region's subnetwork.
+func TestInsertChecksNetworkAndSubnetwork(t *testing.T) {
+	s, ic, _ := clients(t)
+	s.AddNetwork("proxies")
+	s.AddSubnetwork("europe-west1", "proxies-ew1", "proxies")
+	s.AddSubnetwork("europe-west4", "proxies-ew4", "proxies")
+	for i, c := range []struct {
+		network, subnetwork string
+		code                int
+		says                string
+	}{
+		{"global/networks/nowhere", "", 404, "networks/nowhere"},
+		{"global/networks/proxies", "regions/europe-west1/subnetworks/none", 404, "subnetworks/none"},
+		{"global/networks/proxies", "regions/europe-west4/subnetworks/proxies-ew4", 400, "not in the instance's region europe-west1"},
+		{"global/networks/default", "regions/europe-west1/subnetworks/proxies-ew1", 400, "belongs to network proxies"},
+		{"global/networks/proxies", "projects/" + project + "/regions/europe-west1/subnetworks/proxies-ew1", 0, ""},
+		{"", "", 0, ""},
+	} {
+		ni := &computepb.NetworkInterface{}
+		if c.network != "" {
+			ni.Network = proto.String(c.network)
+		}
+		if c.subnetwork != "" {
+			ni.Subnetwork = proto.String(c.subnetwork)
+		}
+		_, err := ic.Insert(t.Context(), &computepb.InsertInstanceRequest{Project: project, Zone: zone, InstanceResource: &computepb.Instance{
+			Name: proto.String(fmt.Sprintf("vm-%d", i)), NetworkInterfaces: []*computepb.NetworkInterface{ni}}})
+		if c.code == 0 && err != nil {
+			t.Errorf("%s %s refused: %v", c.network, c.subnetwork, err)
+		}
+		if c.code != 0 && (err == nil || apiErr(t, err).Code != c.code || !strings.Contains(err.Error(), c.says)) {
+			t.Errorf("%s %s: %v, want %d saying %q", c.network, c.subnetwork, err, c.code, c.says)
+		}
+	}
+}
