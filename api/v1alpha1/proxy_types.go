@@ -51,6 +51,11 @@ const (
 	// credentials it references were rotated. A standalone Proxy keeps its instance until
 	// ReplaceAnnotation is set; its pool replaces a child surge-first.
 	ConditionConfigOutdated = "ConfigOutdated"
+	// ConditionPreempted is True, reason Preempted, from the moment the reconciler finds
+	// the Proxy's instance reclaimed by its cloud (a gce Spot VM preempted) until the
+	// health engine marks the successor Ready, which removes it. Its message says which
+	// instance went, where and when.
+	ConditionPreempted = "Preempted"
 )
 
 // Labels and annotations on Proxies and the Secrets they use.
@@ -102,6 +107,9 @@ const (
 	// exist (its host left the providers config, its provider cannot delete it); the
 	// Event's note says where and how to remove it by hand.
 	ReasonInstanceLeftBehind = "InstanceLeftBehind"
+	// ReasonPreempted: the instance was reclaimed by its cloud (a Spot VM preempted); a
+	// Warning Event of this reason, and the reason of ConditionPreempted.
+	ReasonPreempted = "Preempted"
 )
 
 // ProxyPlacement says where and how the instance runs; each provider gives the fields

@@ -45,6 +45,10 @@ func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32, hint st
 		if st.Phase == v1alpha1.PhaseRunning {
 			st.Phase = v1alpha1.PhaseReady
 		}
+		if st.Phase == v1alpha1.PhaseReady {
+			// A preempted instance's successor is Ready: the reconciler's notice has served.
+			meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionPreempted)
+		}
 		// No latency here: the message is compared to decide on a write, and the latency
 		// of every probe is in the metrics.
 		msg := fmt.Sprintf("probe through %s:%d succeeded", st.IP, px.Spec.Port)

@@ -96,3 +96,18 @@ func TestApplyHintOnlyWhileNeverAnswered(t *testing.T) {
 		t.Errorf("answered once, then failing: healthy %v, message %q; want unhealthy without the hint", px.Status.Healthy, msg())
 	}
 }
+
+// TestApplyReadyRemovesPreempted: the reconciler's Preempted condition goes when the
+// successor passes its probe and turns Ready, not before.
+func TestApplyReadyRemovesPreempted(t *testing.T) {
+	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.1",
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted}}}}
+	apply(px, result{err: errors.New("connection refused")}, time.Now(), 3, "")
+	if meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionPreempted) == nil {
+		t.Error("a failed probe removed the Preempted condition")
+	}
+	apply(px, result{latency: time.Millisecond}, time.Now(), 3, "")
+	if px.Status.Phase != v1alpha1.PhaseReady || meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionPreempted) != nil {
+		t.Errorf("phase %s, conditions %+v: want Ready without Preempted", px.Status.Phase, px.Status.Conditions)
+	}
+}

@@ -432,3 +432,45 @@ func TestSubnetwork(t *testing.T) {
 		t.Errorf("zones of two regions on one subnetwork: %v", err)
 	}
 }
+
+// TestSpotPreemptionIsReported: a Spot VM GCE preempted is ErrNotFound marked
+// ErrPreempted, its message naming the zone and the time, read from the system operation
+// compute.instances.preempted; a Spot VM deleted (no preemption) is plain ErrNotFound,
+// and without Spot no operation list is read at all.
+func TestSpotPreemptionIsReported(t *testing.T) {
+	e := newEnv(t, func(c *provider.GCEConfig) { c.Spot = true })
+	inst, err := e.p.Create(t.Context(), request("proxy-00000000000000a4", "uid-a4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.p.Create(t.Context(), request("proxy-00000000000000a5", "uid-a5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fake.Preempt(testZone, "proxy-00000000000000a4")
+	_, err = e.p.Get(t.Context(), inst.ProviderID)
+	if provider.Class(err) != provider.ErrNotFound || !errors.Is(err, provider.ErrPreempted) ||
+		!strings.Contains(fmt.Sprint(err), "Spot VM proxy-00000000000000a4 in zone "+testZone+" was preempted by GCE at ") {
+		t.Errorf("get of a preempted Spot VM: %v", err)
+	}
+	if err := e.p.Delete(t.Context(), other.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.Get(t.Context(), other.ProviderID); provider.Class(err) != provider.ErrNotFound || errors.Is(err, provider.ErrPreempted) {
+		t.Errorf("get of a deleted Spot VM: %v, want not found, not preempted", err)
+	}
+	e.fake.Fail(gcefake.ZoneOperationsList, gcefake.ShapeNamed("sync 500 backendError"))
+	if _, err := e.p.Get(t.Context(), inst.ProviderID); provider.Class(err) != provider.ErrNotFound || errors.Is(err, provider.ErrPreempted) {
+		t.Errorf("get with the operation list failing: %v, want plain not found", err)
+	}
+
+	onDemand := newEnv(t)
+	gone, err := onDemand.p.Create(t.Context(), request("proxy-00000000000000a6", "uid-a6"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	onDemand.fake.Preempt(testZone, "proxy-00000000000000a6")
+	if _, err := onDemand.p.Get(t.Context(), gone.ProviderID); err != nil || onDemand.fake.CallCount(gcefake.ZoneOperationsList) != 0 {
+		t.Errorf("on-demand VM: %v, %d operation lists; want it Stopped, found, no list", err, onDemand.fake.CallCount(gcefake.ZoneOperationsList))
+	}
+}

@@ -55,10 +55,11 @@ type clients struct {
 	zones     *compute.ZonesClient
 	regions   *compute.RegionsClient
 	firewalls *compute.FirewallsClient
+	zoneOps   *compute.ZoneOperationsClient
 }
 
 func (c *clients) close() error {
-	return errors.Join(c.instances.Close(), c.zones.Close(), c.regions.Close(), c.firewalls.Close())
+	return errors.Join(c.instances.Close(), c.zones.Close(), c.regions.Close(), c.firewalls.Close(), c.zoneOps.Close())
 }
 
 // Option sets something on a provider that does not come from its config entry.
@@ -163,6 +164,9 @@ func (p *Provider) newClients(ctx context.Context) (*clients, error) {
 		return nil, err
 	}
 	if c.firewalls, err = compute.NewFirewallsRESTClient(bg, opts...); err != nil {
+		return nil, err
+	}
+	if c.zoneOps, err = compute.NewZoneOperationsRESTClient(bg, opts...); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -84,6 +84,12 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 		return provider.Instance{}, err
 	}
 	inst, err := p.getInstance(ctx, c, zone, name)
+	if isNotFound(err) && p.cfg.Spot {
+		if at, ok := p.preemptedAt(ctx, c, zone, name); ok {
+			return provider.Instance{}, provider.Preempted(fmt.Errorf(
+				"Spot VM %s in zone %s was preempted by GCE at %s (it is gone: instanceTerminationAction DELETE)", name, zone, at.Format(time.RFC3339)))
+		}
+	}
 	if err != nil {
 		return provider.Instance{}, err
 	}
@@ -93,6 +99,43 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 			LabelProvider, inst.GetLabels()[LabelProvider], LabelInstall, inst.GetLabels()[LabelInstall])
 	}
 	return p.instance(zone, inst), nil
+}
+
+// preemptionWindow bounds how old a preemption of the instance's name may be to explain
+// its absence: an older one was of an earlier VM of that name.
+const preemptionWindow = time.Hour
+
+// preemptedAt finds the system operation compute.instances.preempted of the instance in
+// zone, ended within preemptionWindow, and returns when it ended. A listing that fails
+// says nothing: the VM is then reported gone as any other.
+func (p *Provider) preemptedAt(ctx context.Context, c *clients, zone, name string) (time.Time, bool) {
+	suffix := "/projects/" + p.cfg.Project + "/zones/" + zone + "/instances/" + name
+	var at time.Time
+	err := p.call(ctx, "zoneOperations.list", target{zone: zone, instance: name}, func(ctx context.Context) error {
+		it := c.zoneOps.List(ctx, &computepb.ListZoneOperationsRequest{Project: p.cfg.Project, Zone: zone,
+			Filter: proto.String(`operationType = "compute.instances.preempted"`)})
+		for {
+			op, err := it.Next()
+			if errors.Is(err, iterator.Done) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			end, err := time.Parse(time.RFC3339Nano, op.GetEndTime())
+			if err != nil || !strings.HasSuffix(op.GetTargetLink(), suffix) || time.Since(end) > preemptionWindow {
+				continue
+			}
+			if end.After(at) {
+				at = end
+			}
+		}
+	})
+	if err != nil {
+		tracing.Logger(ctx, p.log).V(1).Info("could not read whether the instance was preempted", "instance", name, "zone", zone, "error", err.Error())
+		return time.Time{}, false
+	}
+	return at, !at.IsZero()
 }
 
 // Delete removes the instance providerID names (its boot disk goes with it) and, when

@@ -35,6 +35,7 @@ const (
 	InstancesStart          = "instances.start"
 	InstancesAggregatedList = "instances.aggregatedList"
 	ZoneOperationsGet       = "zoneOperations.get"
+	ZoneOperationsList      = "zoneOperations.list"
 	GlobalOperationsGet     = "globalOperations.get"
 	ZonesGet                = "zones.get"
 	RegionsGet              = "regions.get"
@@ -145,6 +146,7 @@ func New(project string, zones ...string) *Server {
 	mux.HandleFunc("POST "+p+"zones/{zone}/instances/{name}/start", s.startInstance)
 	mux.HandleFunc("GET "+p+"aggregated/instances", s.aggregatedList)
 	mux.HandleFunc("GET "+p+"zones/{zone}/operations/{op}", s.getOperation(ZoneOperationsGet))
+	mux.HandleFunc("GET "+p+"zones/{zone}/operations", s.listZoneOperations)
 	mux.HandleFunc("GET "+p+"global/operations/{op}", s.getOperation(GlobalOperationsGet))
 	mux.HandleFunc("GET "+p+"zones/{zone}", s.getZone)
 	mux.HandleFunc("GET "+p+"regions/{region}", s.getRegion)
@@ -301,6 +303,18 @@ func (s *Server) Preempt(zone, name string) bool {
 	if !ok {
 		return false
 	}
+	// GCE records the preemption as a system operation on the instance.
+	s.nextOp++
+	opName := fmt.Sprintf("systemevent-%d", s.nextOp)
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	s.ops[opName] = &operation{pb: &computepb.Operation{
+		Name: proto.String(opName), OperationType: proto.String("compute.instances.preempted"),
+		TargetLink: proto.String(inst.GetSelfLink()), TargetId: proto.Uint64(inst.GetId()),
+		Status: computepb.Operation_DONE.Enum(), Progress: proto.Int32(100), User: proto.String("system"),
+		StatusMessage: proto.String("Instance was preempted."),
+		InsertTime:    proto.String(now), StartTime: proto.String(now), EndTime: proto.String(now),
+		Zone: proto.String(s.link("zones/" + zone)), SelfLink: proto.String(s.link("zones/" + zone + "/operations/" + opName)),
+	}}
 	if inst.GetScheduling().GetInstanceTerminationAction() == "DELETE" {
 		delete(s.instances[zone], name)
 		return true
@@ -759,6 +773,40 @@ func (s *Server) getOperation(method string) http.HandlerFunc {
 		s.advance(op)
 		writeProto(w, op.pb)
 	}
+}
+
+// opFilterRE is the one filter the fake takes on operations: operationType = "TYPE".
+var opFilterRE = regexp.MustCompile(`^\(?\s*operationType\s*=\s*"([a-zA-Z.]+)"\s*\)?$`)
+
+// listZoneOperations answers the zone's operations, all or those of one operationType,
+// newest first; any other filter is refused, so that one the provider gets wrong fails.
+func (s *Server) listZoneOperations(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.start(w, r, ZoneOperationsList, nil); !ok {
+		return
+	}
+	zone := r.PathValue("zone")
+	if !s.zoneKnown(w, zone) {
+		return
+	}
+	typ := ""
+	if f := strings.TrimSpace(r.URL.Query().Get("filter")); f != "" {
+		m := opFilterRE.FindStringSubmatch(f)
+		if m == nil {
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'filter': cannot parse %q", f))
+			return
+		}
+		typ = m[1]
+	}
+	out := &computepb.OperationList{}
+	for _, op := range s.ops {
+		if op.pb.GetZone() == s.link("zones/"+zone) && (typ == "" || op.pb.GetOperationType() == typ) {
+			out.Items = append(out.Items, op.pb)
+		}
+	}
+	sort.Slice(out.Items, func(i, j int) bool { return out.Items[i].GetInsertTime() > out.Items[j].GetInsertTime() })
+	writeProto(w, out)
 }
 
 func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
