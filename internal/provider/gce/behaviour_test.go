@@ -474,3 +474,45 @@ func TestSpotPreemptionIsReported(t *testing.T) {
 		t.Errorf("on-demand VM: %v, %d operation lists; want it Stopped, found, no list", err, onDemand.fake.CallCount(gcefake.ZoneOperationsList))
 	}
 }
+
+// TestCheckComparesMachineTypesWithQuotas: Check reads each catalogue machine type's size
+// and compares it with every CPU quota it draws on: CPUS (one spare CPU is not room for a
+// 2-vCPU e2-small), the family's own (N2D_CPUS), and for Spot PREEMPTIBLE_CPUS when the
+// region grants one. A zone is ready while one type fits, and names those that do not.
+func TestCheckComparesMachineTypesWithQuotas(t *testing.T) {
+	e := newEnv(t, func(c *provider.GCEConfig) {
+		c.MachineTypes = map[string]string{"small": "e2-small", "big": "n2d-standard-4"}
+	})
+	e.fake.SetQuota("europe-west1", "CPUS", 24, 23)
+	st := e.p.Check(t.Context())
+	if st[0].Ready || st[0].Reason != "QuotaExhausted" || !strings.Contains(st[0].Message, "small (e2-small) needs 2 CPUS, 1 left") ||
+		st[0].Details["machineType.big"] != "n2d-standard-4 4 vCPUs" {
+		t.Errorf("one CPU left: %+v", st[0])
+	}
+	e.fake.SetQuota("europe-west1", "CPUS", 24, 0)
+	e.fake.SetQuota("europe-west1", "N2D_CPUS", 8, 6)
+	st = e.p.Check(t.Context())
+	if !st[0].Ready || !strings.Contains(st[0].Message, "not fitting the quota left: big (n2d-standard-4) needs 4 N2D_CPUS, 2 left") || st[0].Details["N2D_CPUS"] != "6/8" {
+		t.Errorf("family quota short for one type: %+v", st[0])
+	}
+	e.fake.SetQuota("europe-west1", "N2D_CPUS", 8, 8)
+	e.fake.SetQuota("europe-west1", "CPUS", 24, 23)
+	if st = e.p.Check(t.Context()); st[0].Ready || !strings.Contains(st[0].Message, "no machine type fits") {
+		t.Errorf("neither type fits: %+v", st[0])
+	}
+
+	spot := newEnv(t, func(c *provider.GCEConfig) { c.Spot = true })
+	spot.fake.SetQuota("europe-west1", "PREEMPTIBLE_CPUS", 0, 0)
+	if st = spot.p.Check(t.Context()); !st[0].Ready {
+		t.Errorf("Spot without a preemptible quota (CPUS applies): %+v", st[0])
+	}
+	spot.fake.SetQuota("europe-west1", "PREEMPTIBLE_CPUS", 8, 7)
+	if st = spot.p.Check(t.Context()); st[0].Ready || !strings.Contains(st[0].Message, "needs 2 PREEMPTIBLE_CPUS, 1 left") {
+		t.Errorf("Spot with the preemptible quota short: %+v", st[0])
+	}
+
+	missing := newEnv(t, func(c *provider.GCEConfig) { c.MachineTypes = map[string]string{"odd": "z9-mega-1"} })
+	if st = missing.p.Check(t.Context()); st[0].Ready || st[0].Reason != "NotFound" || !strings.Contains(st[0].Message, "machine type z9-mega-1 (gce.machineTypes.odd)") {
+		t.Errorf("machine type the zone lacks: %+v", st[0])
+	}
+}

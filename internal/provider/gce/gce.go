@@ -56,10 +56,11 @@ type clients struct {
 	regions   *compute.RegionsClient
 	firewalls *compute.FirewallsClient
 	zoneOps   *compute.ZoneOperationsClient
+	mtypes    *compute.MachineTypesClient
 }
 
 func (c *clients) close() error {
-	return errors.Join(c.instances.Close(), c.zones.Close(), c.regions.Close(), c.firewalls.Close(), c.zoneOps.Close())
+	return errors.Join(c.instances.Close(), c.zones.Close(), c.regions.Close(), c.firewalls.Close(), c.zoneOps.Close(), c.mtypes.Close())
 }
 
 // Option sets something on a provider that does not come from its config entry.
@@ -167,6 +168,9 @@ func (p *Provider) newClients(ctx context.Context) (*clients, error) {
 		return nil, err
 	}
 	if c.zoneOps, err = compute.NewZoneOperationsRESTClient(bg, opts...); err != nil {
+		return nil, err
+	}
+	if c.mtypes, err = compute.NewMachineTypesRESTClient(bg, opts...); err != nil {
 		return nil, err
 	}
 	return c, nil

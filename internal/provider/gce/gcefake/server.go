@@ -38,6 +38,7 @@ const (
 	ZoneOperationsList      = "zoneOperations.list"
 	GlobalOperationsGet     = "globalOperations.get"
 	ZonesGet                = "zones.get"
+	MachineTypesGet         = "machineTypes.get"
 	RegionsGet              = "regions.get"
 	FirewallsGet            = "firewalls.get"
 	FirewallsList           = "firewalls.list"
@@ -149,6 +150,7 @@ func New(project string, zones ...string) *Server {
 	mux.HandleFunc("GET "+p+"zones/{zone}/operations", s.listZoneOperations)
 	mux.HandleFunc("GET "+p+"global/operations/{op}", s.getOperation(GlobalOperationsGet))
 	mux.HandleFunc("GET "+p+"zones/{zone}", s.getZone)
+	mux.HandleFunc("GET "+p+"zones/{zone}/machineTypes/{name}", s.getMachineType)
 	mux.HandleFunc("GET "+p+"regions/{region}", s.getRegion)
 	mux.HandleFunc("GET "+p+"global/firewalls/{name}", s.getFirewall)
 	mux.HandleFunc("GET "+p+"global/firewalls", s.listFirewalls)
@@ -928,6 +930,38 @@ func (s *Server) getZone(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeProto(w, z)
+}
+
+// machineTypeRE is a predefined machine type of the families the fake knows: the family,
+// a class and the vCPU count (n2d-standard-2), or a shared-core type (e2-micro).
+var machineTypeRE = regexp.MustCompile(`^(e2|n1|n2|n2d|n4|c2|c2d|c3|c3d|c4|t2d|t2a)-(standard|highcpu|highmem)-([0-9]+)$`)
+
+// sharedCore are the shared-core types and their guestCpus, as GCE reports them.
+var sharedCore = map[string]int32{"e2-micro": 2, "e2-small": 2, "e2-medium": 2, "f1-micro": 1, "g1-small": 1}
+
+// getMachineType answers a machine type's guestCpus (what it takes of the CPU quotas);
+// a name the fake does not know is 404, as an unoffered type is.
+func (s *Server) getMachineType(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.start(w, r, MachineTypesGet, nil); !ok {
+		return
+	}
+	zone, name := r.PathValue("zone"), r.PathValue("name")
+	if !s.zoneKnown(w, zone) {
+		return
+	}
+	cpus, shared := sharedCore[name]
+	if m := machineTypeRE.FindStringSubmatch(name); m != nil {
+		var n int32
+		fmt.Sscanf(m[3], "%d", &n)
+		cpus = n
+	} else if !shared {
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/machineTypes/%s' was not found", s.project, zone, name))
+		return
+	}
+	writeProto(w, &computepb.MachineType{Name: proto.String(name), Zone: proto.String(zone), GuestCpus: proto.Int32(cpus),
+		IsSharedCpu: proto.Bool(shared), SelfLink: proto.String(s.link("zones/" + zone + "/machineTypes/" + name))})
 }
 
 func (s *Server) getRegion(w http.ResponseWriter, r *http.Request) {

@@ -421,3 +421,26 @@ func TestInsertChecksNetworkAndSubnetwork(t *testing.T) {
 		}
 	}
 }
+
+// TestMachineTypeSizes: the fake answers a machine type's guestCpus as GCE does (the
+// vCPU count of a predefined type, 2 for the shared-core e2 types) and 404 for a type it
+// does not know.
+func TestMachineTypeSizes(t *testing.T) {
+	s := New(project, zone)
+	t.Cleanup(s.Close)
+	mc, err := compute.NewMachineTypesRESTClient(t.Context(), option.WithEndpoint(s.URL), option.WithoutAuthentication())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mc.Close() })
+	for name, want := range map[string]int32{"e2-micro": 2, "e2-small": 2, "n2d-standard-4": 4, "c3-highcpu-22": 22} {
+		mt, err := mc.Get(t.Context(), &computepb.GetMachineTypeRequest{Project: project, Zone: zone, MachineType: name})
+		if err != nil || mt.GetGuestCpus() != want {
+			t.Errorf("%s: %d vCPUs, %v; want %d", name, mt.GetGuestCpus(), err, want)
+		}
+	}
+	_, err = mc.Get(t.Context(), &computepb.GetMachineTypeRequest{Project: project, Zone: zone, MachineType: "z9-mega-1"})
+	if ae := apiErr(t, err); ae.Code != 404 {
+		t.Errorf("unknown type: %v", err)
+	}
+}
