@@ -516,3 +516,27 @@ func TestCheckComparesMachineTypesWithQuotas(t *testing.T) {
 		t.Errorf("machine type the zone lacks: %+v", st[0])
 	}
 }
+
+// TestCheckReportsFirewallQuota: with managed rules, Check reads the project's FIREWALLS
+// quota once a round: its used/limit in every zone's details, and no zone ready when no
+// rule is left, since each VM needs one. Without managed rules it is not read.
+func TestCheckReportsFirewallQuota(t *testing.T) {
+	e := newEnv(t, withFirewall)
+	if _, err := e.p.Create(t.Context(), request("proxy-00000000000000a7", "uid-a7")); err != nil {
+		t.Fatal(err)
+	}
+	st := e.p.Check(t.Context())
+	if !st[0].Ready || st[0].Details["firewalls"] != "1/200" || st[1].Details["firewalls"] != "1/200" ||
+		!strings.Contains(st[0].Message, "1/200 firewall rules") || e.fake.CallCount(gcefake.ProjectsGet) != 1 {
+		t.Errorf("check: %+v, %d project reads", st, e.fake.CallCount(gcefake.ProjectsGet))
+	}
+	e.fake.SetProjectQuota("FIREWALLS", 100, 100)
+	st = e.p.Check(t.Context())
+	if st[0].Ready || st[0].Reason != "QuotaExhausted" || !strings.Contains(st[0].Message, "no firewall-rule quota left (100/100)") || st[1].Ready {
+		t.Errorf("firewall quota used up: %+v", st)
+	}
+	plain := newEnv(t)
+	if plain.p.Check(t.Context()); plain.fake.CallCount(gcefake.ProjectsGet) != 0 {
+		t.Error("the project was read without managed rules")
+	}
+}

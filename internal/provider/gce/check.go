@@ -39,6 +39,14 @@ func (p *Provider) Check(ctx context.Context) []provider.TargetStatus {
 	c, cerr := p.client(ctx)
 	regions := map[string]*computepb.Region{}
 	regionErr := map[string]error{}
+	var project *computepb.Project
+	var projectErr error
+	if cerr == nil && p.cfg.ManagesFirewallRules() {
+		projectErr = p.call(ctx, "projects.get", target{}, func(ctx context.Context) (err error) {
+			project, err = c.projects.Get(ctx, &computepb.GetProjectRequest{Project: p.cfg.Project})
+			return err
+		})
+	}
 	for _, zone := range p.cfg.Zones {
 		start := time.Now()
 		st := provider.TargetStatus{Target: zone, Details: map[string]string{}}
@@ -77,12 +85,21 @@ func (p *Provider) Check(ctx context.Context) []provider.TargetStatus {
 			continue
 		}
 		addrs, addrOK := headroom(r, "IN_USE_ADDRESSES", st.Details, "inUseAddresses")
+		var rules float64
+		rulesOK := false
+		if project != nil {
+			rules, rulesOK = headroom(&computepb.Region{Quotas: project.GetQuotas()}, "FIREWALLS", st.Details, "firewalls")
+		}
 		short, fits, err := p.machineTypesFit(ctx, c, zone, r, st.Details)
 		switch {
 		case z.GetStatus() != "UP":
 			st.Reason, st.Message = reasonZoneDown, fmt.Sprintf("zone %s is %s", zone, z.GetStatus())
 		case err != nil:
 			st.Reason, st.Message = checkReason(ctx, err), fmt.Sprintf("zone %s: %v", zone, err)
+		case projectErr != nil:
+			st.Reason, st.Message = checkReason(ctx, projectErr), fmt.Sprintf("project %s (firewall-rule quota): %v", p.cfg.Project, projectErr)
+		case rulesOK && rules < 1:
+			st.Reason, st.Message = reasonQuotaExhausted, fmt.Sprintf("project %s has no firewall-rule quota left (%s): each VM needs a rule", p.cfg.Project, st.Details["firewalls"])
 		case !fits:
 			st.Reason, st.Message = reasonQuotaExhausted, fmt.Sprintf("region %s: no machine type fits the CPU quota left: %s", region, strings.Join(short, "; "))
 		case p.cfg.HasExternalIP() && addrOK && addrs < 1:
@@ -90,6 +107,9 @@ func (p *Provider) Check(ctx context.Context) []provider.TargetStatus {
 		default:
 			st.Ready, st.Reason = true, reasonReachable
 			st.Message = fmt.Sprintf("zone %s is UP; region %s: %s CPUs, %s in-use addresses", zone, region, st.Details["cpus"], st.Details["inUseAddresses"])
+			if rulesOK {
+				st.Message += ", " + st.Details["firewalls"] + " firewall rules"
+			}
 			if len(short) > 0 {
 				st.Message += "; not fitting the quota left: " + strings.Join(short, "; ")
 			}

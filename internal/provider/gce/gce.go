@@ -57,10 +57,11 @@ type clients struct {
 	firewalls *compute.FirewallsClient
 	zoneOps   *compute.ZoneOperationsClient
 	mtypes    *compute.MachineTypesClient
+	projects  *compute.ProjectsClient
 }
 
 func (c *clients) close() error {
-	return errors.Join(c.instances.Close(), c.zones.Close(), c.regions.Close(), c.firewalls.Close(), c.zoneOps.Close(), c.mtypes.Close())
+	return errors.Join(c.instances.Close(), c.zones.Close(), c.regions.Close(), c.firewalls.Close(), c.zoneOps.Close(), c.mtypes.Close(), c.projects.Close())
 }
 
 // Option sets something on a provider that does not come from its config entry.
@@ -171,6 +172,9 @@ func (p *Provider) newClients(ctx context.Context) (*clients, error) {
 		return nil, err
 	}
 	if c.mtypes, err = compute.NewMachineTypesRESTClient(bg, opts...); err != nil {
+		return nil, err
+	}
+	if c.projects, err = compute.NewProjectsRESTClient(bg, opts...); err != nil {
 		return nil, err
 	}
 	return c, nil

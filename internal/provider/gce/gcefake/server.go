@@ -39,6 +39,7 @@ const (
 	GlobalOperationsGet     = "globalOperations.get"
 	ZonesGet                = "zones.get"
 	MachineTypesGet         = "machineTypes.get"
+	ProjectsGet             = "projects.get"
 	RegionsGet              = "regions.get"
 	FirewallsGet            = "firewalls.get"
 	FirewallsList           = "firewalls.list"
@@ -100,33 +101,36 @@ type Server struct {
 	requestIDs map[string]string // requestId -> operation name
 	zones      map[string]*computepb.Zone
 	quotas     map[string][]*computepb.Quota
-	failures   map[string][]Failure
-	calls      []Call
-	nextOp     int
-	nextID     uint64
-	nextIP     int
-	natAddress string
-	opPolls    int
-	tokens     int
-	pageSize   int
+	// projectQuotas are the project's global quotas (FIREWALLS).
+	projectQuotas []*computepb.Quota
+	failures      map[string][]Failure
+	calls         []Call
+	nextOp        int
+	nextID        uint64
+	nextIP        int
+	natAddress    string
+	opPolls       int
+	tokens        int
+	pageSize      int
 }
 
 // New starts a fake of project with the given zones (status UP), each region with a
 // CPUS quota of 24 and an IN_USE_ADDRESSES quota of 8, nothing used.
 func New(project string, zones ...string) *Server {
 	s := &Server{
-		project:    project,
-		instances:  map[string]map[string]*computepb.Instance{},
-		firewalls:  map[string]*computepb.Firewall{},
-		networks:   map[string]bool{"default": true},
-		subnets:    map[string]subnet{},
-		ops:        map[string]*operation{},
-		requestIDs: map[string]string{},
-		zones:      map[string]*computepb.Zone{},
-		quotas:     map[string][]*computepb.Quota{},
-		failures:   map[string][]Failure{},
-		opPolls:    2,
-		nextID:     1000,
+		project:       project,
+		instances:     map[string]map[string]*computepb.Instance{},
+		firewalls:     map[string]*computepb.Firewall{},
+		networks:      map[string]bool{"default": true},
+		subnets:       map[string]subnet{},
+		ops:           map[string]*operation{},
+		requestIDs:    map[string]string{},
+		zones:         map[string]*computepb.Zone{},
+		quotas:        map[string][]*computepb.Quota{},
+		failures:      map[string][]Failure{},
+		opPolls:       2,
+		projectQuotas: []*computepb.Quota{{Metric: proto.String("FIREWALLS"), Limit: proto.Float64(200), Usage: proto.Float64(0)}},
+		nextID:        1000,
 	}
 	for _, z := range zones {
 		region := RegionOf(z)
@@ -150,6 +154,7 @@ func New(project string, zones ...string) *Server {
 	mux.HandleFunc("GET "+p+"zones/{zone}/operations", s.listZoneOperations)
 	mux.HandleFunc("GET "+p+"global/operations/{op}", s.getOperation(GlobalOperationsGet))
 	mux.HandleFunc("GET "+p+"zones/{zone}", s.getZone)
+	mux.HandleFunc("GET /compute/v1/projects/{project}", s.getProject)
 	mux.HandleFunc("GET "+p+"zones/{zone}/machineTypes/{name}", s.getMachineType)
 	mux.HandleFunc("GET "+p+"regions/{region}", s.getRegion)
 	mux.HandleFunc("GET "+p+"global/firewalls/{name}", s.getFirewall)
@@ -281,6 +286,20 @@ func (s *Server) SetZoneStatus(zone, status string) {
 	if z, ok := s.zones[zone]; ok {
 		z.Status = proto.String(status)
 	}
+}
+
+// SetProjectQuota sets a global quota of the project (FIREWALLS: limit 200 at the start,
+// its usage the rules there are unless set).
+func (s *Server) SetProjectQuota(metric string, limit, usage float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.projectQuotas {
+		if q.GetMetric() == metric {
+			q.Limit, q.Usage = proto.Float64(limit), proto.Float64(usage)
+			return
+		}
+	}
+	s.projectQuotas = append(s.projectQuotas, &computepb.Quota{Metric: proto.String(metric), Limit: proto.Float64(limit), Usage: proto.Float64(usage)})
 }
 
 // SetQuota sets a region's quota of metric.
@@ -962,6 +981,25 @@ func (s *Server) getMachineType(w http.ResponseWriter, r *http.Request) {
 	}
 	writeProto(w, &computepb.MachineType{Name: proto.String(name), Zone: proto.String(zone), GuestCpus: proto.Int32(cpus),
 		IsSharedCpu: proto.Bool(shared), SelfLink: proto.String(s.link("zones/" + zone + "/machineTypes/" + name))})
+}
+
+// getProject answers the project with its global quotas; FIREWALLS counts the rules the
+// fake holds, at least the usage SetProjectQuota set.
+func (s *Server) getProject(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.start(w, r, ProjectsGet, nil); !ok {
+		return
+	}
+	quotas := make([]*computepb.Quota, 0, len(s.projectQuotas))
+	for _, q := range s.projectQuotas {
+		q = proto.CloneOf(q)
+		if q.GetMetric() == "FIREWALLS" && q.GetUsage() < float64(len(s.firewalls)) {
+			q.Usage = proto.Float64(float64(len(s.firewalls)))
+		}
+		quotas = append(quotas, q)
+	}
+	writeProto(w, &computepb.Project{Name: proto.String(s.project), Quotas: quotas})
 }
 
 func (s *Server) getRegion(w http.ResponseWriter, r *http.Request) {
