@@ -51,6 +51,11 @@ const (
 	// credentials it references were rotated. A standalone Proxy keeps its instance until
 	// ReplaceAnnotation is set; its pool replaces a child surge-first.
 	ConditionConfigOutdated = "ConfigOutdated"
+	// ConditionPreempted is True, reason Preempted, from the moment the reconciler finds
+	// the Proxy's instance reclaimed by its cloud (a gce Spot VM preempted) until the
+	// health engine marks the successor Ready, which removes it. Its message says which
+	// instance went, where and when.
+	ConditionPreempted = "Preempted"
 )
 
 // Labels and annotations on Proxies and the Secrets they use.
@@ -109,6 +114,9 @@ const (
 	// ReasonAdopted: a Proxy built by an operator version before the intent hash was
 	// recorded has been taken over without replacing its instance.
 	ReasonAdopted = "Adopted"
+	// ReasonPreempted: the instance was reclaimed by its cloud (a Spot VM preempted); a
+	// Warning Event of this reason, and the reason of ConditionPreempted.
+	ReasonPreempted = "Preempted"
 )
 
 // ProxyPlacement says where and how the instance runs; each provider gives the fields

@@ -23,7 +23,7 @@ const gceConfig = `providers:
       project: epo-env-project
       zones: [europe-west1-b]
       machineTypes: {small: e2-small}
-      images: {debian-12: projects/debian-cloud/global/images/family/debian-12}
+      images: {ubuntu-2404: projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64}
       endpoint: %s
       withoutAuthentication: true
 `
@@ -51,7 +51,7 @@ func TestManagerRunsAProxyOnGCE(t *testing.T) {
 	ctx := context.Background()
 	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "gce-edge", Namespace: "default"},
 		Spec: v1alpha1.ProxySpec{Provider: "gcp-eu", Port: fp.Port,
-			Placement: v1alpha1.ProxyPlacement{Region: "europe-west1", Zone: "europe-west1-b", MachineType: "small", Image: "debian-12"},
+			Placement: v1alpha1.ProxyPlacement{Region: "europe-west1", Zone: "europe-west1-b", MachineType: "small", Image: "ubuntu-2404"},
 			CloudInit: "#cloud-config\npackages: [tinyproxy]\n"}}
 	if err := c.Create(ctx, px); err != nil {
 		t.Fatal(err)

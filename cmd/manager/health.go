@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
@@ -31,7 +32,9 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	}
 	engine, err := health.New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("proxy-health"),
 		health.Options{ProbeURL: h.ProxyProbeURL, Interval: h.ProxyCheckInterval, HeartbeatInterval: h.StatusHeartbeat,
-			Credentials: creds, Informers: mgr.GetCache(), BootProbeInterval: h.BootPollInterval}, ctrl.Log.WithName("health"))
+			Credentials: creds, Informers: mgr.GetCache(), BootProbeInterval: h.BootPollInterval,
+			Hint: func(px *v1alpha1.Proxy) string { return provider.NeverAnsweredHint(providers[px.Spec.Provider]) }},
+		ctrl.Log.WithName("health"))
 	if err != nil {
 		return err
 	}

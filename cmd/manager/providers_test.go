@@ -59,7 +59,7 @@ func TestRegistryBuildsGCE(t *testing.T) {
     project: my-proxies
     zones: [europe-west1-b]
     machineTypes: {small: e2-small}
-    images: {debian-12: projects/debian-cloud/global/images/family/debian-12}
+    images: {ubuntu-2404: projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64}
     credentialsFile: /nonexistent/key.json
 `)
 	providers := buildProviders(t, path)
@@ -69,7 +69,7 @@ func TestRegistryBuildsGCE(t *testing.T) {
 		t.Fatalf("gcp-eu: built %T without the registry's install ID", p)
 	}
 	_, err := p.Create(t.Context(), provider.CreateRequest{Name: "proxy-0123456789abcdef", UID: "u",
-		Placement: provider.Placement{Zone: "us-east1-b", MachineType: "small", Image: "debian-12"}})
+		Placement: provider.Placement{Zone: "us-east1-b", MachineType: "small", Image: "ubuntu-2404"}})
 	if want := `placement.zone "us-east1-b" is not in gce.zones`; err == nil || err.Error() != want || provider.Class(err) != provider.ErrPermanent {
 		t.Errorf("create in an unknown zone: %v, want permanent %q", err, want)
 	}

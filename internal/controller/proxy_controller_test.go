@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -249,4 +252,31 @@ func lastIndex(ss []string, s string) int {
 		}
 	}
 	return -1
+}
+
+// TestPreemptedInstanceReported: an instance its cloud reclaimed (Get wrapping
+// provider.ErrPreempted) is built again like a vanished one, but says so: a Warning
+// Preempted Event with the provider's message, the preemptions counter of its zone, and
+// the Preempted condition, still there while the successor is only Running (the health
+// engine removes it at Ready).
+func TestPreemptedInstanceReported(t *testing.T) {
+	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.ResyncInterval = 300 * time.Millisecond })
+	e.create(e.newProxy("spot"))
+	first := e.waitPhase("spot", v1alpha1.PhaseRunning)
+	before := testutil.ToFloat64(preemptionsTotal.WithLabelValues(testProvider, "beelink"))
+	e.fake.RemoveInstance(first.Status.ProviderID)
+	e.fake.NextGetErr(provider.Preempted(errors.New("Spot VM proxy-x in zone beelink was preempted at 2026-01-01T00:00:00Z")))
+	e.waitEvent("spot", v1alpha1.ReasonPreempted, "was preempted at 2026-01-01T00:00:00Z; building its successor")
+	waitFor(t, waitLong, "a second create", func() (bool, error) { return e.fake.CountOf(providertest.OpCreate) == 2, nil })
+	got := e.waitPhase("spot", v1alpha1.PhaseRunning)
+	c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionPreempted)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonPreempted || !strings.Contains(c.Message, "was preempted") {
+		t.Errorf("Preempted condition %+v, want True with the provider's message", c)
+	}
+	if d := testutil.ToFloat64(preemptionsTotal.WithLabelValues(testProvider, "beelink")) - before; d != 1 {
+		t.Errorf("preemptions counter rose by %v, want 1", d)
+	}
+	if evs, _ := e.events("spot"); slices.ContainsFunc(evs, func(ev eventsv1.Event) bool { return ev.Reason == EventInstanceGone }) {
+		t.Error("an InstanceGone event too; a preemption is reported once, as Preempted")
+	}
 }

@@ -7,10 +7,12 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -44,6 +46,9 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.
 	if id := px.Status.ProviderID; id != "" {
 		inst, err := p.Get(ctx, id)
 		switch {
+		case errors.Is(err, provider.ErrPreempted):
+			preempted(s, err)
+			px.Status.ProviderID, px.Status.IP = "", ""
 		case errors.Is(err, provider.ErrNotFound):
 			s.event(corev1.EventTypeWarning, EventInstanceGone, actionGet,
 				"instance %s is gone from provider %s; creating it again", id, px.Spec.Provider)
@@ -70,6 +75,32 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.
 		}
 	}
 	return r.create(ctx, s, p, want, rendered.UserData, creds)
+}
+
+var preemptionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "proxy_operator_preemptions_total",
+	Help: "Instances reclaimed by their cloud (Spot VMs preempted) and built again, by provider and zone.",
+}, []string{"provider", "zone"})
+
+func init() { metrics.Registry.MustRegister(preemptionsTotal) }
+
+// preempted reports an instance its cloud reclaimed (provider.ErrPreempted): a Warning
+// Preempted Event with the provider's message, the preemptions counter of its zone, and
+// the Preempted condition, which stays until the health engine marks the successor Ready.
+func preempted(s *scope, err error) {
+	px := s.px
+	zone := px.Spec.Placement.Zone
+	if zone == "" {
+		zone = "unknown"
+	}
+	preemptionsTotal.WithLabelValues(px.Spec.Provider, zone).Inc()
+	msg := fmt.Sprintf("%v; building its successor %s", err, px.InstanceName())
+	s.log.Info("instance preempted", "providerID", px.Status.ProviderID, "zone", zone, "error", err.Error())
+	s.event(corev1.EventTypeWarning, v1alpha1.ReasonPreempted, actionGet, "%s", msg)
+	meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted,
+		Message: msg + "; this condition stays until the successor is Ready", ObservedGeneration: px.Generation,
+	})
 }
 
 // replace deletes an instance built from an older spec (or one the replace annotation

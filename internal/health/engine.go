@@ -77,6 +77,9 @@ type Options struct {
 	BootProbeInterval time.Duration
 	// BootProbeWindow bounds those probes (DefaultBootProbeWindow).
 	BootProbeWindow time.Duration
+	// Hint, when not nil, gives the hint added to the Healthy message of a Proxy that has
+	// never answered a probe: its provider's (provider.NeverAnsweredHint), or "".
+	Hint func(px *v1alpha1.Proxy) string
 }
 
 // Engine probes every Running or Ready Proxy once per interval. It is a manager
@@ -378,7 +381,11 @@ func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int,
 	for attempt := 1; ; attempt++ {
 		base := px.DeepCopy()
 		px.Status.ConsecutiveProbeFailures = e.failuresOf(px)
-		tr := apply(px, r, now, e.opts.FailureThreshold)
+		hint := ""
+		if e.opts.Hint != nil {
+			hint = e.opts.Hint(px)
+		}
+		tr := apply(px, r, now, e.opts.FailureThreshold, hint)
 		e.setFailures(px, px.Status.ConsecutiveProbeFailures)
 		why := writeReason(&base.Status, &px.Status, now, e.opts.FailureThreshold, e.opts.HeartbeatInterval)
 		if why == "" {

@@ -26,9 +26,11 @@ type transition struct {
 
 // apply lays the probe result r onto px's status: only the fields the health engine owns
 // (healthy, the Healthy condition, lastProbeTime, probeLatencyMilliseconds, egressIP,
-// consecutiveProbeFailures, and phase between Running and Ready). It returns the Event
-// to record, if the proxy changed between healthy and unhealthy.
-func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32) *transition {
+// consecutiveProbeFailures, and phase between Running and Ready). hint, when not empty,
+// is added to the failure message of a Proxy that has not passed a probe yet (its
+// provider's ProbeHinter). It returns the Event to record, if the proxy changed between
+// healthy and unhealthy.
+func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32, hint string) *transition {
 	st := &px.Status
 	t := metav1.NewTime(now)
 	st.LastProbeTime = &t
@@ -42,6 +44,10 @@ func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32) *transi
 		st.Healthy = true
 		if st.Phase == v1alpha1.PhaseRunning {
 			st.Phase = v1alpha1.PhaseReady
+		}
+		if st.Phase == v1alpha1.PhaseReady {
+			// A preempted instance's successor is Ready: the reconciler's notice has served.
+			meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionPreempted)
 		}
 		// No latency here: the message is compared to decide on a write, and the latency
 		// of every probe is in the metrics.
@@ -60,6 +66,10 @@ func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32) *transi
 	// The count is in consecutiveProbeFailures, not in the message, which is compared
 	// to decide on a write.
 	msg := fmt.Sprintf("probes failing; last: %v", r.err)
+	if hint != "" && !wasHealthy && st.ProbeLatencyMilliseconds == 0 {
+		// Never answered (a pass sets the latency): the provider may know why.
+		msg += "; " + hint
+	}
 	if wasHealthy && st.ConsecutiveProbeFailures < threshold {
 		// Still in rotation: keep Healthy=True and say nothing until the threshold.
 		return nil

@@ -2,6 +2,7 @@ package health
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func TestApplyNoFlapping(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i, s := range steps {
 		now = now.Add(30 * time.Second)
-		tr := apply(px, s.r, now, 3)
+		tr := apply(px, s.r, now, 3, "")
 		c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy)
 		got := seen{px.Status.Phase, px.Status.Healthy, c.Status, px.Status.ConsecutiveProbeFailures, ""}
 		if tr != nil {
@@ -66,9 +67,47 @@ func TestApplyNoFlapping(t *testing.T) {
 func TestApplyLeavesOtherPhases(t *testing.T) {
 	for _, ph := range []v1alpha1.ProxyPhase{v1alpha1.PhaseProvisioning, v1alpha1.PhaseFailed, v1alpha1.PhaseDeleting} {
 		px := &v1alpha1.Proxy{Status: v1alpha1.ProxyStatus{Phase: ph}}
-		apply(px, result{}, time.Now(), 3)
+		apply(px, result{}, time.Now(), 3, "")
 		if px.Status.Phase != ph {
 			t.Errorf("%s became %s", ph, px.Status.Phase)
 		}
+	}
+}
+
+// TestApplyHintOnlyWhileNeverAnswered: the provider's hint (gce: the image may lack
+// cloud-init) is in the Healthy message while the Proxy has not passed a probe, and not
+// once it has.
+func TestApplyHintOnlyWhileNeverAnswered(t *testing.T) {
+	const hint = "the image may lack cloud-init"
+	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.1"}}
+	bad := result{err: errors.New("probe through 192.0.2.1:3128: connection refused")}
+	msg := func() string {
+		return meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy).Message
+	}
+	apply(px, bad, time.Now(), 3, hint)
+	if want := "probes failing; last: probe through 192.0.2.1:3128: connection refused; " + hint; msg() != want {
+		t.Errorf("never answered: message %q, want %q", msg(), want)
+	}
+	apply(px, result{latency: time.Millisecond}, time.Now(), 3, hint)
+	for range 3 {
+		apply(px, bad, time.Now(), 3, hint)
+	}
+	if px.Status.Healthy || strings.Contains(msg(), hint) {
+		t.Errorf("answered once, then failing: healthy %v, message %q; want unhealthy without the hint", px.Status.Healthy, msg())
+	}
+}
+
+// TestApplyReadyRemovesPreempted: the reconciler's Preempted condition goes when the
+// successor passes its probe and turns Ready, not before.
+func TestApplyReadyRemovesPreempted(t *testing.T) {
+	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.1",
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted}}}}
+	apply(px, result{err: errors.New("connection refused")}, time.Now(), 3, "")
+	if meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionPreempted) == nil {
+		t.Error("a failed probe removed the Preempted condition")
+	}
+	apply(px, result{latency: time.Millisecond}, time.Now(), 3, "")
+	if px.Status.Phase != v1alpha1.PhaseReady || meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionPreempted) != nil {
+		t.Errorf("phase %s, conditions %+v: want Ready without Preempted", px.Status.Phase, px.Status.Conditions)
 	}
 }

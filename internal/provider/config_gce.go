@@ -20,7 +20,9 @@ type GCEConfig struct {
 	// (e2-micro, e2-small, n2d-standard-2...).
 	MachineTypes map[string]string `json:"machineTypes"`
 	// Images maps the names placement.image uses to GCE images, usually an image family
-	// (projects/debian-cloud/global/images/family/debian-12) or a full image URL.
+	// (projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64) or a full image
+	// URL. The image must run cloud-init, which reads the user-data: Ubuntu's do, the
+	// official Debian GCE images do not.
 	Images map[string]string `json:"images"`
 	// Network is the VPC network (default global/networks/default).
 	Network string `json:"network,omitempty"`
@@ -173,6 +175,18 @@ func (c GCEConfig) Validate(block string) []error {
 			}
 		}
 	}
+	if c.Subnetwork != "" {
+		region, ok := gceSubnetworkRegion(c.Subnetwork)
+		if !ok {
+			add(block, "subnetwork %q is not regions/<region>/subnetworks/<name> (or that path under projects/<project>/, or its URL)", c.Subnetwork)
+		}
+		for i, z := range c.Zones {
+			if ok && gceZoneRE.MatchString(z) && gceZoneRegion(z) != region {
+				add(fmt.Sprintf("%s.zones[%d]", block, i), "zone %q is in region %s, but subnetwork %s is in region %s: a subnetwork is regional, "+
+					"so list zones of %s only (or make one provider entry per region)", z, gceZoneRegion(z), c.Subnetwork, region, region)
+			}
+		}
+	}
 	switch c.NetworkTier {
 	case "", "PREMIUM", "STANDARD":
 	default:
@@ -190,6 +204,9 @@ func (c GCEConfig) Validate(block string) []error {
 				add(fmt.Sprintf("%s.firewall.sourceRanges[%d]", block, i), "%q is not a CIDR", r)
 			}
 		}
+		if msg := MixedFamilies(c.Firewall.SourceRanges); msg != "" {
+			add(block+".firewall.sourceRanges", "%s", msg)
+		}
 	}
 	if c.Endpoint != "" {
 		if u, err := url.Parse(c.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -206,7 +223,7 @@ func (c GCEConfig) Validate(block string) []error {
 }
 
 // gceImageProblem checks an image reference: a partial or full URL of an image or an
-// image family, such as projects/debian-cloud/global/images/family/debian-12.
+// image family, such as projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64.
 func gceImageProblem(ref string) string {
 	if ref == "" {
 		return "image is required"
@@ -228,5 +245,53 @@ func gceImageProblem(ref string) string {
 		len(parts) == 3 && parts[0] == "images" && parts[1] == "family":
 		return ""
 	}
-	return fmt.Sprintf("%q is not an image or image family (such as projects/debian-cloud/global/images/family/debian-12)", ref)
+	return fmt.Sprintf("%q is not an image or image family (such as projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64)", ref)
+}
+
+// MixedFamilies says why ranges cannot go into one GCE firewall rule when they mix IPv4
+// and IPv6 CIDRs (the API refuses such a rule), naming the first of each family; "" when
+// they do not (ranges that are not CIDRs are left to their own check).
+func MixedFamilies(ranges []string) string {
+	var v4, v6 string
+	for _, r := range ranges {
+		pfx, err := netip.ParsePrefix(r)
+		switch {
+		case err != nil:
+		case pfx.Addr().Is4() && v4 == "":
+			v4 = r
+		case pfx.Addr().Is6() && v6 == "":
+			v6 = r
+		}
+	}
+	if v4 == "" || v6 == "" {
+		return ""
+	}
+	return fmt.Sprintf("mixes IPv4 (%s) and IPv6 (%s) ranges, which one GCE firewall rule cannot hold; "+
+		"the provider's VMs have IPv4 addresses only, so list the IPv4 ranges", v4, v6)
+}
+
+// gceZoneRegion is the region of a zone name (europe-west1-b: europe-west1).
+func gceZoneRegion(zone string) string {
+	return zone[:strings.LastIndex(zone, "-")]
+}
+
+// gceSubnetworkRegion reads the region of a subnetwork reference:
+// regions/<r>/subnetworks/<n>, projects/<p>/regions/<r>/subnetworks/<n>, or a URL of it.
+func gceSubnetworkRegion(ref string) (string, bool) {
+	rest := ref
+	if strings.HasPrefix(ref, "https://") {
+		u, err := url.Parse(ref)
+		if err != nil || u.Host == "" {
+			return "", false
+		}
+		rest = strings.TrimPrefix(u.Path, "/compute/v1/")
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) == 6 && parts[0] == "projects" && parts[1] != "" {
+		parts = parts[2:]
+	}
+	if len(parts) != 4 || parts[0] != "regions" || parts[2] != "subnetworks" || parts[1] == "" || !gceRFC1035RE.MatchString(parts[3]) {
+		return "", false
+	}
+	return parts[1], true
 }

@@ -13,7 +13,7 @@ providers:
     project: my-proxies
     zones: [europe-west1-b, europe-west4-a]
     machineTypes: {small: e2-small}
-    images: {debian-12: projects/debian-cloud/global/images/family/debian-12}
+    images: {ubuntu-2404: projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64}
     firewall: {sourceRanges: [192.0.2.0/24]}
 `
 
@@ -54,18 +54,29 @@ func TestParseConfigGCEProblems(t *testing.T) {
 			`provider "g": gce: zones needs at least one entry`,
 			`provider "g": gce: machineTypes needs at least one entry`,
 			`provider "g": gce: images needs at least one entry`}},
-		{"bad values", `{project: My_Project, zones: [europe-west1, europe-west1], machineTypes: {s: E2}, images: {d: 'debian'},
+		{"bad values", `{project: My_Project, zones: [europe-west1, europe-west1], machineTypes: {s: E2}, images: {d: 'ubuntu'},
 		  networkTier: GOLD, diskSizeGb: -1, firewall: {targetTag: Bad_Tag, sourceRanges: [10.0.0.0/33]}, endpoint: 'ftp://x'}`, []string{
 			`provider "g": gce: project "My_Project" is not a project ID (6 to 30 lowercase letters, digits and dashes, starting with a letter)`,
 			`provider "g": gce.zones[0]: "europe-west1" is not a zone name (such as europe-west1-b)`,
 			`provider "g": gce.zones[1]: zone "europe-west1" is already listed at gce.zones[0]`,
 			`provider "g": gce.machineTypes.s: "E2" is not a machine type name (such as e2-small)`,
-			`provider "g": gce.images.d: "debian" is not an image or image family (such as projects/debian-cloud/global/images/family/debian-12)`,
+			`provider "g": gce.images.d: "ubuntu" is not an image or image family (such as projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64)`,
 			`provider "g": gce: networkTier must be PREMIUM or STANDARD, got "GOLD"`,
 			`provider "g": gce: diskSizeGb must be at least 1, got -1`,
 			`provider "g": gce.firewall: targetTag "Bad_Tag" must be a lowercase name of letters, digits and dashes, starting with a letter`,
 			`provider "g": gce.firewall.sourceRanges[0]: "10.0.0.0/33" is not a CIDR`,
 			`provider "g": gce: endpoint "ftp://x" must be an http or https URL with a host`}},
+		{"mixed families", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small}, images: {d: images/family/x},
+		  firewall: {sourceRanges: [192.0.2.0/24, 10.0.0.0/8, "2001:db8::/32"]}}`, []string{
+			`provider "g": gce.firewall.sourceRanges: mixes IPv4 (192.0.2.0/24) and IPv6 (2001:db8::/32) ranges, which one GCE firewall rule cannot hold; ` +
+				`the provider's VMs have IPv4 addresses only, so list the IPv4 ranges`}},
+		{"subnetwork of another region", `{project: my-proxies, zones: [europe-west1-b, europe-west4-a, europe-west1-c], machineTypes: {s: e2-small},
+		  images: {d: images/family/x}, subnetwork: projects/my-proxies/regions/europe-west1/subnetworks/proxies}`, []string{
+			`provider "g": gce.zones[1]: zone "europe-west4-a" is in region europe-west4, but subnetwork projects/my-proxies/regions/europe-west1/subnetworks/proxies ` +
+				`is in region europe-west1: a subnetwork is regional, so list zones of europe-west1 only (or make one provider entry per region)`}},
+		{"subnetwork malformed", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small},
+		  images: {d: images/family/x}, subnetwork: subnetworks/proxies}`, []string{
+			`provider "g": gce: subnetwork "subnetworks/proxies" is not regions/<region>/subnetworks/<name> (or that path under projects/<project>/, or its URL)`}},
 		{"authentication", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small}, images: {d: images/family/x},
 		  credentialsFile: /k.json, withoutAuthentication: true}`, []string{
 			`provider "g": gce: credentialsFile and withoutAuthentication exclude each other`,
@@ -83,9 +94,9 @@ func TestParseConfigGCEProblems(t *testing.T) {
 
 func TestGCEImageReferences(t *testing.T) {
 	for _, ok := range []string{
-		"projects/debian-cloud/global/images/family/debian-12",
+		"projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64",
 		"projects/ubuntu-os-cloud/global/images/ubuntu-2404-noble-amd64-v20250101",
-		"https://www.googleapis.com/compute/v1/projects/debian-cloud/global/images/family/debian-12",
+		"https://www.googleapis.com/compute/v1/projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64",
 		"global/images/family/my-family",
 		"global/images/my-image",
 	} {
@@ -93,7 +104,7 @@ func TestGCEImageReferences(t *testing.T) {
 			t.Errorf("%s refused: %s", ok, msg)
 		}
 	}
-	for _, bad := range []string{"debian-12", "projects/debian-cloud/images/debian-12", "projects/x/global/images/family/", "images//x"} {
+	for _, bad := range []string{"ubuntu-2404", "projects/ubuntu-os-cloud/images/ubuntu-2404", "projects/x/global/images/family/", "images//x"} {
 		if gceImageProblem(bad) == "" {
 			t.Errorf("%s accepted", bad)
 		}

@@ -43,6 +43,21 @@ var ErrLeftBehind = errors.New("instance left behind")
 // latching it Failed until its spec changes.
 var ErrOwnedByOther = errors.New("instance owned by another")
 
+// ErrPreempted is not a class either: Get wraps it (with ErrNotFound) when the instance is
+// gone because the cloud reclaimed it (a gce Spot VM preempted), not because anyone
+// deleted it. The reconciler builds the instance again as for any ErrNotFound, but says
+// so: a Warning Preempted Event with the provider's message, the preemptions counter by
+// zone, and a Preempted condition on the Proxy until its successor is Ready.
+var ErrPreempted = errors.New("instance preempted")
+
+// Preempted marks err with ErrPreempted and the ErrNotFound class, keeping its text.
+func Preempted(err error) error {
+	if err == nil {
+		return nil
+	}
+	return NotFound(&markError{mark: ErrPreempted, err: err})
+}
+
 // OwnedByOther marks err with ErrOwnedByOther and the ErrPermanent class, keeping its
 // text: provider.OwnedByOther(fmt.Errorf("domain %s on host %s belongs to UID %s, not %s", ...)).
 func OwnedByOther(err error) error {

@@ -48,7 +48,10 @@ type Provider interface {
 
 	// ListByTag returns every instance carrying this provider's ownership mark written by
 	// this install of the operator, and nothing else. Orphan GC deletes from this list, so
-	// an instance this install's provider did not create must never appear in it.
+	// an instance this install's provider did not create must never appear in it. What is
+	// left of an instance it made (gce: a firewall rule whose VM was never made) may be
+	// listed too, in StateUnknown with its owner UID and creation time, when Delete of its
+	// providerID removes it.
 	// Errors: ErrTransient (or ErrPermanent for broken credentials); a failed listing
 	// returns no partial result.
 	ListByTag(ctx context.Context) ([]Instance, error)
@@ -115,4 +118,28 @@ type TargetStatus struct {
 	Message string
 	Latency time.Duration
 	Details map[string]string
+}
+
+// ProbeHinter is implemented by a provider that knows the likely cause when a guest it
+// runs never answers the health probe (gce: an image without cloud-init). The health
+// engine adds the hint to the Healthy condition's message of a Proxy that has not passed
+// a probe yet.
+type ProbeHinter interface {
+	NeverAnsweredHint() string
+}
+
+// NeverAnsweredHint is p's ProbeHinter hint, looking through decorators that Unwrap to
+// the provider they wrap; "" when p gives none.
+func NeverAnsweredHint(p Provider) string {
+	for p != nil {
+		if h, ok := p.(ProbeHinter); ok {
+			return h.NeverAnsweredHint()
+		}
+		u, ok := p.(interface{ Unwrap() Provider })
+		if !ok {
+			return ""
+		}
+		p = u.Unwrap()
+	}
+	return ""
 }

@@ -2,12 +2,14 @@ package gce
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 
@@ -328,5 +330,213 @@ func TestReplacedInstanceGetsItsNewSources(t *testing.T) {
 	}
 	if n := e.fake.CallCount(gcefake.FirewallsDelete); n != 1 {
 		t.Errorf("%d firewall deletes, want 1 (the old rule)", n)
+	}
+}
+
+// TestNeverAnsweredHint: the gce provider, also behind the registry's decorator, tells
+// the health engine that a guest that never answers may run an image without cloud-init.
+func TestNeverAnsweredHint(t *testing.T) {
+	e := newEnv(t)
+	for _, p := range []provider.Provider{e.p, provider.Observe("gcp-test", provider.TypeGCE, e.p)} {
+		if h := provider.NeverAnsweredHint(p); !strings.Contains(h, "cloud-init") || !strings.Contains(h, "ubuntu-os-cloud") || !strings.Contains(h, testProject) {
+			t.Errorf("%T: hint %q", p, h)
+		}
+	}
+	if h := provider.NeverAnsweredHint(nil); h != "" {
+		t.Errorf("no provider: hint %q", h)
+	}
+}
+
+// TestStatusesMeanWhatTheySay: every GCE status maps to what it means for a proxy, the
+// three rarer ones included: PENDING_STOP and DEPROVISIONING do not serve and are on their
+// way out (Terminating, no address), REPAIRING is being brought back (Pending).
+func TestStatusesMeanWhatTheySay(t *testing.T) {
+	e := newEnv(t)
+	inst, err := e.p.Create(t.Context(), request("proxy-00000000000000a1", "uid-a1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for status, want := range map[string]string{
+		"RUNNING": provider.StateRunning, "PROVISIONING": provider.StatePending, "STAGING": provider.StatePending,
+		"REPAIRING": provider.StatePending, "STOPPING": provider.StateTerminating, "SUSPENDING": provider.StateTerminating,
+		"PENDING_STOP": provider.StateTerminating, "DEPROVISIONING": provider.StateTerminating,
+		"TERMINATED": provider.StateStopped, "STOPPED": provider.StateStopped, "SUSPENDED": provider.StateStopped,
+	} {
+		e.fake.SetInstanceStatus(testZone, "proxy-00000000000000a1", status)
+		got, err := e.p.Get(t.Context(), inst.ProviderID)
+		if err != nil || got.State != want {
+			t.Errorf("status %s: state %q, %v; want %s", status, got.State, err, want)
+		}
+		if want == provider.StateTerminating && got.IP != "" {
+			t.Errorf("status %s: address %q, want none", status, got.IP)
+		}
+	}
+}
+
+// TestCreateOverStoppingOrRepairingInstance: a Create meeting its VM PENDING_STOP or
+// DEPROVISIONING fails transiently at once, naming the status; one meeting it REPAIRING
+// waits until GCE has it running again.
+func TestCreateOverStoppingOrRepairingInstance(t *testing.T) {
+	e := newEnv(t)
+	req := request("proxy-00000000000000a2", "uid-a2")
+	if _, err := e.p.Create(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	e.p.runningWait = 5 * time.Second
+	for _, status := range []string{"PENDING_STOP", "DEPROVISIONING"} {
+		e.fake.SetInstanceStatus(testZone, req.Name, status)
+		if _, err := e.p.Create(t.Context(), req); provider.Class(err) != provider.ErrTransient || !strings.Contains(fmt.Sprint(err), status) {
+			t.Errorf("create over a %s instance: %v, want transient naming it", status, err)
+		}
+	}
+	e.fake.SetInstanceStatus(testZone, req.Name, "REPAIRING")
+	gets := e.fake.CallCount(gcefake.InstancesGet)
+	done := make(chan error, 1)
+	go func() {
+		inst, err := e.p.Create(t.Context(), req)
+		if err == nil && inst.State != provider.StateRunning {
+			err = fmt.Errorf("state %s", inst.State)
+		}
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.fake.CallCount(gcefake.InstancesGet) < gets+3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for Create to poll the REPAIRING instance; %d reads", e.fake.CallCount(gcefake.InstancesGet)-gets)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.fake.SetInstanceStatus(testZone, req.Name, "RUNNING")
+	if err := <-done; err != nil {
+		t.Errorf("create over a REPAIRING instance: %v, want it waited for until RUNNING", err)
+	}
+}
+
+// TestSubnetwork: the instance goes on the configured network and subnetwork, which the
+// fake checks exist and lie in the zone's region; a config whose zones are not all in
+// the subnetwork's region is refused when the provider is built, naming the zone.
+func TestSubnetwork(t *testing.T) {
+	e := newEnv(t, func(c *provider.GCEConfig) {
+		c.Zones = []string{testZone}
+		c.Network, c.Subnetwork = "global/networks/proxies", "regions/europe-west1/subnetworks/proxies-ew1"
+	})
+	e.fake.AddNetwork("proxies")
+	e.fake.AddSubnetwork("europe-west1", "proxies-ew1", "proxies")
+	if _, err := e.p.Create(t.Context(), request("proxy-00000000000000a3", "uid-a3")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(e.fake.URL)
+	cfg.Subnetwork = "regions/europe-west1/subnetworks/proxies-ew1"
+	_, err := New(provider.ProviderConfig{Name: "gcp-test", Type: provider.TypeGCE, GCE: cfg}, logr.Discard())
+	if err == nil || !strings.Contains(err.Error(), `zone "europe-west4-a" is in region europe-west4, but subnetwork`) {
+		t.Errorf("zones of two regions on one subnetwork: %v", err)
+	}
+}
+
+// TestSpotPreemptionIsReported: a Spot VM GCE preempted is ErrNotFound marked
+// ErrPreempted, its message naming the zone and the time, read from the system operation
+// compute.instances.preempted; a Spot VM deleted (no preemption) is plain ErrNotFound,
+// and without Spot no operation list is read at all.
+func TestSpotPreemptionIsReported(t *testing.T) {
+	e := newEnv(t, func(c *provider.GCEConfig) { c.Spot = true })
+	inst, err := e.p.Create(t.Context(), request("proxy-00000000000000a4", "uid-a4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.p.Create(t.Context(), request("proxy-00000000000000a5", "uid-a5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fake.Preempt(testZone, "proxy-00000000000000a4")
+	_, err = e.p.Get(t.Context(), inst.ProviderID)
+	if provider.Class(err) != provider.ErrNotFound || !errors.Is(err, provider.ErrPreempted) ||
+		!strings.Contains(fmt.Sprint(err), "Spot VM proxy-00000000000000a4 in zone "+testZone+" was preempted by GCE at ") {
+		t.Errorf("get of a preempted Spot VM: %v", err)
+	}
+	if err := e.p.Delete(t.Context(), other.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.Get(t.Context(), other.ProviderID); provider.Class(err) != provider.ErrNotFound || errors.Is(err, provider.ErrPreempted) {
+		t.Errorf("get of a deleted Spot VM: %v, want not found, not preempted", err)
+	}
+	e.fake.Fail(gcefake.ZoneOperationsList, gcefake.ShapeNamed("sync 500 backendError"))
+	if _, err := e.p.Get(t.Context(), inst.ProviderID); provider.Class(err) != provider.ErrNotFound || errors.Is(err, provider.ErrPreempted) {
+		t.Errorf("get with the operation list failing: %v, want plain not found", err)
+	}
+
+	onDemand := newEnv(t)
+	gone, err := onDemand.p.Create(t.Context(), request("proxy-00000000000000a6", "uid-a6"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	onDemand.fake.Preempt(testZone, "proxy-00000000000000a6")
+	if _, err := onDemand.p.Get(t.Context(), gone.ProviderID); err != nil || onDemand.fake.CallCount(gcefake.ZoneOperationsList) != 0 {
+		t.Errorf("on-demand VM: %v, %d operation lists; want it Stopped, found, no list", err, onDemand.fake.CallCount(gcefake.ZoneOperationsList))
+	}
+}
+
+// TestCheckComparesMachineTypesWithQuotas: Check reads each catalogue machine type's size
+// and compares it with every CPU quota it draws on: CPUS (one spare CPU is not room for a
+// 2-vCPU e2-small), the family's own (N2D_CPUS), and for Spot PREEMPTIBLE_CPUS when the
+// region grants one. A zone is ready while one type fits, and names those that do not.
+func TestCheckComparesMachineTypesWithQuotas(t *testing.T) {
+	e := newEnv(t, func(c *provider.GCEConfig) {
+		c.MachineTypes = map[string]string{"small": "e2-small", "big": "n2d-standard-4"}
+	})
+	e.fake.SetQuota("europe-west1", "CPUS", 24, 23)
+	st := e.p.Check(t.Context())
+	if st[0].Ready || st[0].Reason != "QuotaExhausted" || !strings.Contains(st[0].Message, "small (e2-small) needs 2 CPUS, 1 left") ||
+		st[0].Details["machineType.big"] != "n2d-standard-4 4 vCPUs" {
+		t.Errorf("one CPU left: %+v", st[0])
+	}
+	e.fake.SetQuota("europe-west1", "CPUS", 24, 0)
+	e.fake.SetQuota("europe-west1", "N2D_CPUS", 8, 6)
+	st = e.p.Check(t.Context())
+	if !st[0].Ready || !strings.Contains(st[0].Message, "not fitting the quota left: big (n2d-standard-4) needs 4 N2D_CPUS, 2 left") || st[0].Details["N2D_CPUS"] != "6/8" {
+		t.Errorf("family quota short for one type: %+v", st[0])
+	}
+	e.fake.SetQuota("europe-west1", "N2D_CPUS", 8, 8)
+	e.fake.SetQuota("europe-west1", "CPUS", 24, 23)
+	if st = e.p.Check(t.Context()); st[0].Ready || !strings.Contains(st[0].Message, "no machine type fits") {
+		t.Errorf("neither type fits: %+v", st[0])
+	}
+
+	spot := newEnv(t, func(c *provider.GCEConfig) { c.Spot = true })
+	spot.fake.SetQuota("europe-west1", "PREEMPTIBLE_CPUS", 0, 0)
+	if st = spot.p.Check(t.Context()); !st[0].Ready {
+		t.Errorf("Spot without a preemptible quota (CPUS applies): %+v", st[0])
+	}
+	spot.fake.SetQuota("europe-west1", "PREEMPTIBLE_CPUS", 8, 7)
+	if st = spot.p.Check(t.Context()); st[0].Ready || !strings.Contains(st[0].Message, "needs 2 PREEMPTIBLE_CPUS, 1 left") {
+		t.Errorf("Spot with the preemptible quota short: %+v", st[0])
+	}
+
+	missing := newEnv(t, func(c *provider.GCEConfig) { c.MachineTypes = map[string]string{"odd": "z9-mega-1"} })
+	if st = missing.p.Check(t.Context()); st[0].Ready || st[0].Reason != "NotFound" || !strings.Contains(st[0].Message, "machine type z9-mega-1 (gce.machineTypes.odd)") {
+		t.Errorf("machine type the zone lacks: %+v", st[0])
+	}
+}
+
+// TestCheckReportsFirewallQuota: with managed rules, Check reads the project's FIREWALLS
+// quota once a round: its used/limit in every zone's details, and no zone ready when no
+// rule is left, since each VM needs one. Without managed rules it is not read.
+func TestCheckReportsFirewallQuota(t *testing.T) {
+	e := newEnv(t, withFirewall)
+	if _, err := e.p.Create(t.Context(), request("proxy-00000000000000a7", "uid-a7")); err != nil {
+		t.Fatal(err)
+	}
+	st := e.p.Check(t.Context())
+	if !st[0].Ready || st[0].Details["firewalls"] != "1/200" || st[1].Details["firewalls"] != "1/200" ||
+		!strings.Contains(st[0].Message, "1/200 firewall rules") || e.fake.CallCount(gcefake.ProjectsGet) != 1 {
+		t.Errorf("check: %+v, %d project reads", st, e.fake.CallCount(gcefake.ProjectsGet))
+	}
+	e.fake.SetProjectQuota("FIREWALLS", 100, 100)
+	st = e.p.Check(t.Context())
+	if st[0].Ready || st[0].Reason != "QuotaExhausted" || !strings.Contains(st[0].Message, "no firewall-rule quota left (100/100)") || st[1].Ready {
+		t.Errorf("firewall quota used up: %+v", st)
+	}
+	plain := newEnv(t)
+	if plain.p.Check(t.Context()); plain.fake.CallCount(gcefake.ProjectsGet) != 0 {
+		t.Error("the project was read without managed rules")
 	}
 }

@@ -16,7 +16,7 @@ func TestContract(t *testing.T) {
 		return providertest.ContractEnv{
 			Provider: e.p,
 			Request: provider.CreateRequest{
-				Placement: provider.Placement{Zone: testZone, MachineType: "small", Image: "debian-12"},
+				Placement: provider.Placement{Zone: testZone, MachineType: "small", Image: "ubuntu-2404"},
 				CloudInit: []byte(testUserData), Port: 3128,
 			},
 			MissingID:   providerID(testProject, testZone, "proxy-0000000000000000"),

@@ -181,8 +181,8 @@ func (p *Provider) instanceResource(pl plan, req provider.CreateRequest) *comput
 }
 
 // awaitRunning returns the instance once it runs with its address, starting it when it
-// was stopped, polling while it provisions. An instance stopping (being deleted or
-// stopped by someone) is transient.
+// was stopped, polling while it provisions or is repaired. An instance stopping (being
+// deleted or stopped by someone, PENDING_STOP, DEPROVISIONING) is transient.
 func (p *Provider) awaitRunning(ctx context.Context, c *clients, zone string, inst *computepb.Instance) (provider.Instance, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.runningWait)
 	defer cancel()
@@ -203,7 +203,7 @@ func (p *Provider) awaitRunning(ctx context.Context, c *clients, zone string, in
 				return provider.Instance{}, err
 			}
 			started = true
-		case "STOPPING", "SUSPENDING":
+		case "STOPPING", "SUSPENDING", "PENDING_STOP", "DEPROVISIONING":
 			return provider.Instance{}, provider.Errorf(provider.ErrTransient, "instance %s in zone %s is %s", name, zone, inst.GetStatus())
 		}
 		if err := sleep(ctx, p.backoff(polls)); err != nil {

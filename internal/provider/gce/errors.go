@@ -43,9 +43,20 @@ func httpCode(err error) int {
 
 func isNotFound(err error) bool { return httpCode(err) == http.StatusNotFound }
 
+// capacityReasons are the reasons of a synchronous answer saying the zone has no room
+// (a 503 stock-out): capacity, not a quick retry.
+var capacityReasons = map[string]bool{"insufficientCapacity": true, "resourcePoolExhausted": true}
+
+// isCapacity says whether a reason or operation code names a stock-out.
+func isCapacity(code string) bool {
+	return capacityReasons[code] || strings.Contains(strings.ToUpper(code), "RESOURCE_POOL_EXHAUSTED")
+}
+
 // classify gives a failed call's error its class; what names the call and its object.
-//   - 429, 5xx and the rate-limit reasons: ErrTransient;
-//   - the quota reasons (quotaExceeded): ErrQuotaExceeded;
+//   - the capacity reasons of a 503 (ZONE_RESOURCE_POOL_EXHAUSTED, insufficientCapacity)
+//     and the quota reasons (quotaExceeded): ErrQuotaExceeded, waited for like quota;
+//   - 429, 5xx, the rate-limit reasons and 400 resourceNotReady (the resource is busy
+//     with another operation): ErrTransient;
 //   - 409 alreadyExists: ErrPermanent, also marked errAlreadyExists for Create;
 //   - 404: ErrNotFound (callers turn it into what their contract says);
 //   - every other 4xx (400 invalid, 401, 403 forbidden): ErrPermanent;
@@ -61,11 +72,12 @@ func classify(err error, what string) error {
 		wrapped = fmt.Errorf("%s: %w (reason %s)", what, err, r)
 	}
 	switch {
-	case ae.Code == http.StatusTooManyRequests || ae.Code >= 500,
-		r == "rateLimitExceeded", r == "userRateLimitExceeded", r == "backendError":
-		return provider.Transient(wrapped)
-	case r == "quotaExceeded" || strings.Contains(strings.ToUpper(r), "QUOTA_EXCEEDED"):
+	case isCapacity(r) || ae.Code >= 500 && isCapacity(ae.Message),
+		r == "quotaExceeded" || strings.Contains(strings.ToUpper(r), "QUOTA_EXCEEDED"):
 		return provider.QuotaExceeded(wrapped)
+	case ae.Code == http.StatusTooManyRequests || ae.Code >= 500,
+		r == "rateLimitExceeded", r == "userRateLimitExceeded", r == "backendError", r == "resourceNotReady":
+		return provider.Transient(wrapped)
 	case ae.Code == http.StatusConflict && (r == "alreadyExists" || r == ""):
 		return provider.Permanent(&markedError{mark: errAlreadyExists, err: wrapped})
 	case ae.Code == http.StatusNotFound:
@@ -74,18 +86,26 @@ func classify(err error, what string) error {
 	return provider.Permanent(wrapped)
 }
 
-// transientOpCodes are operation error codes a retry may clear.
-var transientOpCodes = map[string]bool{
-	"INTERNAL_ERROR": true, "RESOURCE_NOT_READY": true, "RATE_LIMIT_EXCEEDED": true,
-	"SERVICE_UNAVAILABLE": true, "RESOURCE_OPERATION_RATE_EXCEEDED": true, "OPERATION_CANCELED": true,
+// busyOpCodes are operation error codes of a resource busy with another operation, or of
+// a rate: transient whatever the httpErrorStatusCode (GCE gives RESOURCE_NOT_READY a 400,
+// and retrying it is what mends it).
+var busyOpCodes = map[string]bool{
+	"RESOURCE_NOT_READY": true, "RATE_LIMIT_EXCEEDED": true, "RESOURCE_OPERATION_RATE_EXCEEDED": true,
 	"UNSUPPORTED_OPERATION_ON_BUSY_RESOURCE": true,
+}
+
+// transientOpCodes are the further codes a retry may clear when the operation carries no
+// httpErrorStatusCode.
+var transientOpCodes = map[string]bool{
+	"INTERNAL_ERROR": true, "SERVICE_UNAVAILABLE": true, "OPERATION_CANCELED": true,
 }
 
 // opError classifies an operation that ended DONE with an error. The error list decides
 // first: QUOTA_EXCEEDED and any *RESOURCE_POOL_EXHAUSTED* code are ErrQuotaExceeded,
-// RESOURCE_ALREADY_EXISTS is errAlreadyExists. Then the operation's httpErrorStatusCode
-// when it has one (5xx and 429 transient, others permanent); without one, the codes of
-// transientOpCodes are transient and every other code permanent.
+// RESOURCE_ALREADY_EXISTS is errAlreadyExists, the busyOpCodes are ErrTransient. Then
+// the operation's httpErrorStatusCode when it has one (5xx and 429 transient, others
+// permanent); without one, the codes of transientOpCodes are transient and every other
+// code permanent.
 func opError(op *computepb.Operation, what string) error {
 	var codes, msgs []string
 	for _, e := range op.GetError().GetErrors() {
@@ -98,10 +118,12 @@ func opError(op *computepb.Operation, what string) error {
 	}
 	for _, c := range codes {
 		switch {
-		case c == "QUOTA_EXCEEDED" || strings.Contains(c, "RESOURCE_POOL_EXHAUSTED"):
+		case c == "QUOTA_EXCEEDED" || isCapacity(c):
 			return provider.QuotaExceeded(err)
 		case c == "RESOURCE_ALREADY_EXISTS":
 			return provider.Permanent(&markedError{mark: errAlreadyExists, err: err})
+		case busyOpCodes[c]:
+			return provider.Transient(err)
 		}
 	}
 	if op.HttpErrorStatusCode != nil {

@@ -2,6 +2,8 @@ package gce
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -9,78 +11,153 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/gcefake"
 )
 
-// TestCreateErrorMapping: one row per failure GCE reports, injected into the fake on the
-// call named, and the class and message Create returns. Operation errors are read from
-// the operation's own error list, with or without an httpErrorStatusCode (the client's
-// Wait would return nil for the second kind).
-func TestCreateErrorMapping(t *testing.T) {
-	cases := []struct {
-		name, method string
-		f            gcefake.Failure
-		class        error
-		msg          string
-	}{
-		{"operation QUOTA_EXCEEDED without HTTP status", gcefake.InstancesInsert,
-			gcefake.Failure{OpCode: "QUOTA_EXCEEDED", Message: "Quota 'CPUS' exceeded.  Limit: 24.0 in region europe-west1."},
-			provider.ErrQuotaExceeded, "operation operation-1 failed: QUOTA_EXCEEDED: Quota 'CPUS' exceeded."},
-		{"operation QUOTA_EXCEEDED with HTTP 403", gcefake.InstancesInsert,
-			gcefake.Failure{OpCode: "QUOTA_EXCEEDED", OpHTTPStatus: 403}, provider.ErrQuotaExceeded, "QUOTA_EXCEEDED"},
-		{"operation ZONE_RESOURCE_POOL_EXHAUSTED", gcefake.InstancesInsert,
-			gcefake.Failure{OpCode: "ZONE_RESOURCE_POOL_EXHAUSTED"}, provider.ErrQuotaExceeded, "ZONE_RESOURCE_POOL_EXHAUSTED"},
-		{"operation ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS with HTTP 503", gcefake.InstancesInsert,
-			gcefake.Failure{OpCode: "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", OpHTTPStatus: 503}, provider.ErrQuotaExceeded, "RESOURCE_POOL_EXHAUSTED"},
-		{"operation INVALID_FIELD_VALUE with HTTP 400", gcefake.InstancesInsert,
-			gcefake.Failure{OpCode: "INVALID_FIELD_VALUE", OpHTTPStatus: 400}, provider.ErrPermanent, "INVALID_FIELD_VALUE"},
-		{"operation INTERNAL_ERROR with HTTP 500", gcefake.InstancesInsert,
-			gcefake.Failure{OpCode: "INTERNAL_ERROR", OpHTTPStatus: 500}, provider.ErrTransient, "INTERNAL_ERROR"},
-		{"operation INTERNAL_ERROR without HTTP status", gcefake.InstancesInsert,
-			gcefake.Failure{OpCode: "INTERNAL_ERROR"}, provider.ErrTransient, "INTERNAL_ERROR"},
-		{"operation with an unknown code and no HTTP status", gcefake.InstancesInsert,
-			gcefake.Failure{OpCode: "IMAGE_NOT_FOUND_SOMEWHERE"}, provider.ErrPermanent, "IMAGE_NOT_FOUND_SOMEWHERE"},
-		{"synchronous 403 rateLimitExceeded", gcefake.InstancesInsert,
-			gcefake.Failure{Code: 403, Reason: "rateLimitExceeded", Message: "Rate Limit Exceeded"}, provider.ErrTransient, "rateLimitExceeded"},
-		{"synchronous 429", gcefake.InstancesInsert,
-			gcefake.Failure{Code: 429, Reason: "rateLimitExceeded"}, provider.ErrTransient, "Error 429"},
-		{"synchronous 500", gcefake.InstancesInsert, gcefake.Failure{Code: 500, Reason: "backendError"}, provider.ErrTransient, "Error 500"},
-		{"synchronous 502", gcefake.InstancesInsert, gcefake.Failure{Code: 502}, provider.ErrTransient, "Error 502"},
-		{"synchronous 400 invalid", gcefake.InstancesInsert,
-			gcefake.Failure{Code: 400, Reason: "invalid", Message: "Invalid value for field 'resource.machineType'"}, provider.ErrPermanent, "Error 400"},
-		{"synchronous 403 forbidden", gcefake.InstancesInsert,
-			gcefake.Failure{Code: 403, Reason: "forbidden", Message: "Required 'compute.instances.create' permission"}, provider.ErrPermanent, "compute.instances.create"},
-		{"synchronous 403 quotaExceeded", gcefake.InstancesInsert,
-			gcefake.Failure{Code: 403, Reason: "quotaExceeded"}, provider.ErrQuotaExceeded, "quotaExceeded"},
-		{"synchronous 404 of the insert (an image family that does not exist)", gcefake.InstancesInsert,
-			gcefake.Failure{Code: 404, Reason: "notFound", Message: "The resource 'projects/debian-cloud/global/images/family/debian-99' was not found"},
-			provider.ErrPermanent, "family/debian-99"},
-		{"get 500 before the insert", gcefake.InstancesGet, gcefake.Failure{Code: 500}, provider.ErrTransient, "reading instance"},
-		{"get 401", gcefake.InstancesGet, gcefake.Failure{Code: 401, Reason: "authError"}, provider.ErrPermanent, "Error 401"},
-		{"operation poll 500", gcefake.ZoneOperationsGet, gcefake.Failure{Code: 500}, provider.ErrTransient, "polling operation operation-1"},
+// classNamed is the class ErrorShapes names, as provider.ClassName spells it.
+func classNamed(t *testing.T, name string) error {
+	t.Helper()
+	switch name {
+	case "permanent":
+		return provider.ErrPermanent
+	case "quota":
+		return provider.ErrQuotaExceeded
+	case "transient":
+		return provider.ErrTransient
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
+	t.Fatalf("error shapes name class %q", name)
+	return nil
+}
+
+// shapeText is what an error of shape s must show: its reason or code, else its message.
+func shapeText(s gcefake.Shape) string {
+	switch {
+	case s.Failure.OpCode != "":
+		return s.Failure.OpCode
+	case s.Failure.Reason != "":
+		return s.Failure.Reason
+	}
+	return s.Failure.Message
+}
+
+// TestCreateErrorMapping: every real error shape of gcefake.ErrorShapes, injected into
+// the insert, and the class and message Create returns. Operation errors are read from
+// the operation's own error list, with or without an httpErrorStatusCode (the client's
+// Wait would return nil for the second kind). An "adopt" shape makes Create read the
+// instance again and go on.
+func TestCreateErrorMapping(t *testing.T) {
+	for _, s := range gcefake.ErrorShapes {
+		t.Run(s.Name, func(t *testing.T) {
 			e := newEnv(t)
-			e.fake.Fail(c.method, c.f)
-			_, err := e.p.Create(t.Context(), request("proxy-00000000000000e1", "uid-1"))
+			e.fake.Fail(gcefake.InstancesInsert, s.Failure)
+			inst, err := e.p.Create(t.Context(), request("proxy-00000000000000e1", "uid-1"))
+			if s.Class == "adopt" {
+				if err != nil || inst.State != provider.StateRunning || e.fake.CallCount(gcefake.InstancesInsert) != 2 {
+					t.Fatalf("create after %s: %+v, %v, %d inserts; want it read again and built", s.Name, inst, err, e.fake.CallCount(gcefake.InstancesInsert))
+				}
+				return
+			}
 			if err == nil {
 				t.Fatal("create succeeded")
 			}
-			if got := provider.Class(err); got != c.class {
-				t.Errorf("class %v, want %v: %v", got, c.class, err)
+			if got, want := provider.Class(err), classNamed(t, s.Class); got != want {
+				t.Errorf("class %v, want %v: %v", got, want, err)
 			}
-			if !strings.Contains(err.Error(), c.msg) || !strings.Contains(err.Error(), "proxy-00000000000000e1") {
-				t.Errorf("error %q does not hold %q and the instance name", err, c.msg)
+			if !strings.Contains(err.Error(), shapeText(s)) || !strings.Contains(err.Error(), "proxy-00000000000000e1") {
+				t.Errorf("error %q does not hold %q and the instance name", err, shapeText(s))
 			}
 			if errors.Is(err, provider.ErrOwnedByOther) {
 				t.Errorf("marked owned by other: %v", err)
 			}
 			// Whatever failed, the next Create succeeds: a failed operation's requestId is
 			// not replayed.
-			inst, err := e.p.Create(t.Context(), request("proxy-00000000000000e1", "uid-1"))
+			inst, err = e.p.Create(t.Context(), request("proxy-00000000000000e1", "uid-1"))
 			if err != nil || inst.State != provider.StateRunning {
 				t.Fatalf("second create: %+v, %v", inst, err)
 			}
 		})
 	}
+}
+
+// TestDeleteErrorMapping: the same shapes on the instance's delete. A transient one
+// (the 400 resourceNotReady of an instance still busy) must not be permanent, or the
+// Proxy's finalizer would let go of a VM that is still billed.
+func TestDeleteErrorMapping(t *testing.T) {
+	for _, s := range gcefake.ErrorShapes {
+		if s.Class == "adopt" || s.Failure.Code == 404 {
+			continue // not answers a delete gets (a 404 there is success)
+		}
+		t.Run(s.Name, func(t *testing.T) {
+			e := newEnv(t)
+			inst, err := e.p.Create(t.Context(), request("proxy-00000000000000e5", "uid-5"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.fake.Fail(gcefake.InstancesDelete, s.Failure)
+			err = e.p.Delete(t.Context(), inst.ProviderID)
+			if got, want := provider.Class(err), classNamed(t, s.Class); got != want {
+				t.Errorf("class %v, want %v: %v", got, want, err)
+			}
+			if err == nil || !strings.Contains(err.Error(), shapeText(s)) || !strings.Contains(err.Error(), "deleting instance proxy-00000000000000e5") {
+				t.Errorf("error %v does not hold %q and the call", err, shapeText(s))
+			}
+			if err := e.p.Delete(t.Context(), inst.ProviderID); err != nil || e.fake.Instances() != 0 {
+				t.Fatalf("delete again: %v, %d instances left", err, e.fake.Instances())
+			}
+		})
+	}
+}
+
+// TestOtherShapesErrorMapping: the calls around the insert.
+func TestOtherShapesErrorMapping(t *testing.T) {
+	cases := []struct {
+		name, method string
+		f            gcefake.Failure
+		class        error
+		msg          string
+	}{
+		{"get 500 before the insert", gcefake.InstancesGet, gcefake.ShapeNamed("sync 500 backendError"), provider.ErrTransient, "reading instance"},
+		{"get 401", gcefake.InstancesGet, gcefake.ShapeNamed("sync 401 authError"), provider.ErrPermanent, "Error 401"},
+		{"operation poll 500", gcefake.ZoneOperationsGet, gcefake.ShapeNamed("sync 500 backendError"), provider.ErrTransient, "polling operation operation-1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.fake.Fail(c.method, c.f)
+			_, err := e.p.Create(t.Context(), request("proxy-00000000000000e1", "uid-1"))
+			if got := provider.Class(err); got != c.class || !strings.Contains(fmt.Sprint(err), c.msg) {
+				t.Errorf("%v (class %v), want class %v holding %q", err, got, c.class, c.msg)
+			}
+		})
+	}
+}
+
+// TestErrorMappingTableInDocs: the error mapping table of docs/gce-provider.md is the one
+// rendered from gcefake.ErrorShapes.
+func TestErrorMappingTableInDocs(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/gce-provider.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := errorMappingTable(); !strings.Contains(string(doc), want) {
+		t.Errorf("docs/gce-provider.md does not hold the error mapping table of gcefake.ErrorShapes; it should read:\n%s", want)
+	}
+}
+
+// errorMappingTable renders ErrorShapes as the docs' markdown table.
+func errorMappingTable() string {
+	verdict := map[string]string{
+		"transient": "ErrTransient",
+		"quota":     "ErrQuotaExceeded: retried after `--quota-retry`",
+		"permanent": "ErrPermanent",
+		"adopt":     "the instance is read again and adopted (or refused, by the ownership rules)",
+	}
+	var b strings.Builder
+	b.WriteString("| what GCE says | class |\n|---|---|\n")
+	for _, s := range gcefake.ErrorShapes {
+		if s.Says != "" {
+			fmt.Fprintf(&b, "| %s | %s |\n", s.Says, verdict[s.Class])
+		}
+	}
+	b.WriteString("| no HTTP answer (network, deadline), credentials not found | ErrTransient |\n")
+	return b.String()
 }
 
 // TestRetriedInsertKeepsItsRequestID: an insert that failed before any operation began
@@ -89,8 +166,8 @@ func TestCreateErrorMapping(t *testing.T) {
 func TestRetriedInsertKeepsItsRequestID(t *testing.T) {
 	e := newEnv(t)
 	req := request("proxy-00000000000000e2", "uid-2")
-	e.fake.Fail(gcefake.InstancesInsert, gcefake.Failure{Code: 503})
-	e.fake.Fail(gcefake.InstancesInsert, gcefake.Failure{OpCode: "ZONE_RESOURCE_POOL_EXHAUSTED"})
+	e.fake.Fail(gcefake.InstancesInsert, gcefake.ShapeNamed("sync 503 backendError"))
+	e.fake.Fail(gcefake.InstancesInsert, gcefake.ShapeNamed("operation ZONE_RESOURCE_POOL_EXHAUSTED 503"))
 	for range 2 {
 		if _, err := e.p.Create(t.Context(), req); err == nil {
 			t.Fatal("create succeeded with a failure injected")
@@ -147,11 +224,11 @@ func TestOtherCallsErrorMapping(t *testing.T) {
 	if _, err := e.p.Get(t.Context(), inst.ProviderID); provider.Class(err) != provider.ErrTransient {
 		t.Errorf("get with 503 then 500: %v, want transient", err)
 	}
-	e.fake.Fail(gcefake.InstancesDelete, gcefake.Failure{OpCode: "RESOURCE_NOT_READY"})
+	e.fake.Fail(gcefake.InstancesDelete, gcefake.ShapeNamed("operation RESOURCE_NOT_READY 400"))
 	if err := e.p.Delete(t.Context(), inst.ProviderID); provider.Class(err) != provider.ErrTransient {
 		t.Errorf("delete with a RESOURCE_NOT_READY operation: %v, want transient", err)
 	}
-	e.fake.Fail(gcefake.InstancesDelete, gcefake.Failure{Code: 403, Reason: "forbidden"})
+	e.fake.Fail(gcefake.InstancesDelete, gcefake.ShapeNamed("sync 403 forbidden"))
 	if err := e.p.Delete(t.Context(), inst.ProviderID); provider.Class(err) != provider.ErrPermanent {
 		t.Errorf("delete answered 403: %v, want permanent", err)
 	}

@@ -2,7 +2,8 @@
 // driven through the official REST clients of cloud.google.com/go/compute/apiv1. An
 // instance is named after its Proxy (proxy-<16 hex>) and marked with labels naming the
 // provider entry, the install and the Proxy UID; the cloud-init user-data goes in the
-// user-data metadata key, which Debian and Ubuntu GCE images run.
+// user-data metadata key, which only an image with cloud-init runs: Ubuntu's
+// (ubuntu-os-cloud) do, the official Debian GCE images ship none.
 package gce
 
 import (
@@ -54,10 +55,13 @@ type clients struct {
 	zones     *compute.ZonesClient
 	regions   *compute.RegionsClient
 	firewalls *compute.FirewallsClient
+	zoneOps   *compute.ZoneOperationsClient
+	mtypes    *compute.MachineTypesClient
+	projects  *compute.ProjectsClient
 }
 
 func (c *clients) close() error {
-	return errors.Join(c.instances.Close(), c.zones.Close(), c.regions.Close(), c.firewalls.Close())
+	return errors.Join(c.instances.Close(), c.zones.Close(), c.regions.Close(), c.firewalls.Close(), c.zoneOps.Close(), c.mtypes.Close(), c.projects.Close())
 }
 
 // Option sets something on a provider that does not come from its config entry.
@@ -164,6 +168,15 @@ func (p *Provider) newClients(ctx context.Context) (*clients, error) {
 	if c.firewalls, err = compute.NewFirewallsRESTClient(bg, opts...); err != nil {
 		return nil, err
 	}
+	if c.zoneOps, err = compute.NewZoneOperationsRESTClient(bg, opts...); err != nil {
+		return nil, err
+	}
+	if c.mtypes, err = compute.NewMachineTypesRESTClient(bg, opts...); err != nil {
+		return nil, err
+	}
+	if c.projects, err = compute.NewProjectsRESTClient(bg, opts...); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -214,3 +227,14 @@ func (p *Provider) backoff(n int) time.Duration {
 	}
 	return min(d, p.pollMax)
 }
+
+// NeverAnsweredHint says why a gce Proxy may never answer its probe though its VM runs
+// with an address: the image runs no cloud-init, so the user-data that installs and
+// starts the proxy is ignored.
+func (p *Provider) NeverAnsweredHint() string {
+	return "the VM runs but its image may lack cloud-init, which applies the proxy's user-data " +
+		"(official Debian GCE images have none): use an Ubuntu image (ubuntu-os-cloud), or check the serial port output " +
+		"with gcloud compute instances get-serial-port-output --project " + p.cfg.Project
+}
+
+var _ provider.ProbeHinter = (*Provider)(nil)

@@ -56,7 +56,7 @@ func testConfig(endpoint string) *provider.GCEConfig {
 		Project:               testProject,
 		Zones:                 []string{testZone, testZone2},
 		MachineTypes:          map[string]string{"small": "e2-small"},
-		Images:                map[string]string{"debian-12": "projects/debian-cloud/global/images/family/debian-12"},
+		Images:                map[string]string{"ubuntu-2404": "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"},
 		Endpoint:              endpoint,
 		WithoutAuthentication: true,
 	}
@@ -94,6 +94,6 @@ func newEnvV(t testing.TB, v int, opts ...envOption) *env {
 func request(name, uid string) provider.CreateRequest {
 	return provider.CreateRequest{
 		Name: name, UID: uid, Port: 3128, SpecHash: "hash-1", CloudInit: []byte(testUserData),
-		Placement: provider.Placement{Zone: testZone, MachineType: "small", Image: "debian-12"},
+		Placement: provider.Placement{Zone: testZone, MachineType: "small", Image: "ubuntu-2404"},
 	}
 }

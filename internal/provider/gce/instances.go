@@ -54,14 +54,17 @@ func address(inst *computepb.Instance, external bool) string {
 	return ""
 }
 
-// state maps a GCE instance status to the contract's states.
+// state maps a GCE instance status to the contract's states, by what it means for a
+// proxy: PENDING_STOP and DEPROVISIONING (about to stop, resources being released) do not
+// serve and are on their way out, so Terminating; REPAIRING (GCE moving the VM off a
+// failed host, after which it runs again) is being brought back, so Pending.
 func state(status string) string {
 	switch status {
 	case "RUNNING":
 		return provider.StateRunning
-	case "PROVISIONING", "STAGING":
+	case "PROVISIONING", "STAGING", "REPAIRING":
 		return provider.StatePending
-	case "STOPPING", "SUSPENDING":
+	case "STOPPING", "SUSPENDING", "PENDING_STOP", "DEPROVISIONING":
 		return provider.StateTerminating
 	case "TERMINATED", "STOPPED", "SUSPENDED":
 		return provider.StateStopped
@@ -81,6 +84,12 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 		return provider.Instance{}, err
 	}
 	inst, err := p.getInstance(ctx, c, zone, name)
+	if isNotFound(err) && p.cfg.Spot {
+		if at, ok := p.preemptedAt(ctx, c, zone, name); ok {
+			return provider.Instance{}, provider.Preempted(fmt.Errorf(
+				"Spot VM %s in zone %s was preempted by GCE at %s (it is gone: instanceTerminationAction DELETE)", name, zone, at.Format(time.RFC3339)))
+		}
+	}
 	if err != nil {
 		return provider.Instance{}, err
 	}
@@ -90,6 +99,43 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 			LabelProvider, inst.GetLabels()[LabelProvider], LabelInstall, inst.GetLabels()[LabelInstall])
 	}
 	return p.instance(zone, inst), nil
+}
+
+// preemptionWindow bounds how old a preemption of the instance's name may be to explain
+// its absence: an older one was of an earlier VM of that name.
+const preemptionWindow = time.Hour
+
+// preemptedAt finds the system operation compute.instances.preempted of the instance in
+// zone, ended within preemptionWindow, and returns when it ended. A listing that fails
+// says nothing: the VM is then reported gone as any other.
+func (p *Provider) preemptedAt(ctx context.Context, c *clients, zone, name string) (time.Time, bool) {
+	suffix := "/projects/" + p.cfg.Project + "/zones/" + zone + "/instances/" + name
+	var at time.Time
+	err := p.call(ctx, "zoneOperations.list", target{zone: zone, instance: name}, func(ctx context.Context) error {
+		it := c.zoneOps.List(ctx, &computepb.ListZoneOperationsRequest{Project: p.cfg.Project, Zone: zone,
+			Filter: proto.String(`operationType = "compute.instances.preempted"`)})
+		for {
+			op, err := it.Next()
+			if errors.Is(err, iterator.Done) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			end, err := time.Parse(time.RFC3339Nano, op.GetEndTime())
+			if err != nil || !strings.HasSuffix(op.GetTargetLink(), suffix) || time.Since(end) > preemptionWindow {
+				continue
+			}
+			if end.After(at) {
+				at = end
+			}
+		}
+	})
+	if err != nil {
+		tracing.Logger(ctx, p.log).V(1).Info("could not read whether the instance was preempted", "instance", name, "zone", zone, "error", err.Error())
+		return time.Time{}, false
+	}
+	return at, !at.IsZero()
 }
 
 // Delete removes the instance providerID names (its boot disk goes with it) and, when
@@ -163,8 +209,9 @@ func (p *Provider) listFilter() string {
 }
 
 // ListByTag lists this provider's and install's instances in every zone of the project
-// with one aggregated list, filtered by label and checked again here. Any failed page
-// fails the whole listing.
+// with one aggregated list, filtered by label and checked again here and, when the
+// provider manages firewall rules, the rules of this install left without their instance
+// (leftoverRules). Any failed page of either fails the whole listing.
 func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	c, err := p.client(ctx)
 	if err != nil {
@@ -195,17 +242,100 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	if err != nil {
 		return nil, notNotFound(classify(err, "listing instances of project "+p.cfg.Project))
 	}
-	return out, nil
+	if !p.cfg.ManagesFirewallRules() {
+		return out, nil
+	}
+	have := make(map[string]bool, len(out))
+	for _, in := range out {
+		have[in.Name] = true
+	}
+	rules, err := p.leftoverRules(ctx, c, have)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, rules...), nil
 }
 
-// firewallDescription marks a rule as this provider's and install's.
-func (p *Provider) firewallDescription(uid string) string {
-	return fmt.Sprintf("egress-proxies-operator provider=%s install=%s uid=%s", labelValue(p.name), labelValue(p.installID), uid)
+// firewallDescription marks a rule as this provider's and install's, made for the
+// instance of Proxy uid in zone.
+func (p *Provider) firewallDescription(zone, uid string) string {
+	return fmt.Sprintf("%s provider=%s install=%s zone=%s uid=%s", firewallMark, labelValue(p.name), labelValue(p.installID), zone, uid)
+}
+
+// firewallMark starts the description of every rule the provider writes.
+const firewallMark = "egress-proxies-operator"
+
+// firewallFields reads a description firewallDescription wrote: its key=value fields, or
+// nil when it is not one.
+func firewallFields(desc string) map[string]string {
+	words := strings.Fields(desc)
+	if len(words) < 2 || words[0] != firewallMark {
+		return nil
+	}
+	out := map[string]string{}
+	for _, w := range words[1:] {
+		if k, v, ok := strings.Cut(w, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func (p *Provider) ownsFirewall(fw *computepb.Firewall) bool {
-	prefix := fmt.Sprintf("egress-proxies-operator provider=%s install=%s uid=", labelValue(p.name), labelValue(p.installID))
-	return strings.HasPrefix(fw.GetDescription(), prefix)
+	f := firewallFields(fw.GetDescription())
+	return f != nil && f["provider"] == labelValue(p.name) && f["install"] == labelValue(p.installID)
+}
+
+// notOurRule is the permanent error of a rule of the instance's name that this provider
+// and install did not make: it is never adopted, patched or deleted.
+func (p *Provider) notOurRule(fw *computepb.Firewall) error {
+	return provider.Errorf(provider.ErrPermanent,
+		"firewall rule %s exists in project %s but is not this install's (description %q, want one starting %q): "+
+			"it is left alone; remove or rename it, or set gce.firewall.manageRules: false",
+		fw.GetName(), p.cfg.Project, fw.GetDescription(),
+		fmt.Sprintf("%s provider=%s install=%s", firewallMark, labelValue(p.name), labelValue(p.installID)))
+}
+
+// leftoverRules lists this install's rules whose instance is not among have (an insert
+// that failed after its rule was made, an instance deleted by hand), each as an Instance
+// in state Unknown whose providerID names the rule's zone and name, so that Delete of it
+// (by the deleting Proxy, or by orphan GC once no Proxy owns it) removes the rule. Any
+// failed page fails the listing.
+func (p *Provider) leftoverRules(ctx context.Context, c *clients, have map[string]bool) ([]provider.Instance, error) {
+	var out []provider.Instance
+	err := p.call(ctx, "firewalls.list", target{}, func(ctx context.Context) error {
+		out = nil
+		it := c.firewalls.List(ctx, &computepb.ListFirewallsRequest{Project: p.cfg.Project})
+		for {
+			fw, err := it.Next()
+			if errors.Is(err, iterator.Done) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if !p.ownsFirewall(fw) || have[fw.GetName()] || !nameRE.MatchString(fw.GetName()) {
+				continue
+			}
+			f := firewallFields(fw.GetDescription())
+			zone := f["zone"]
+			if zone == "" {
+				zone = p.cfg.Zones[0]
+			}
+			inst := provider.Instance{
+				ProviderID: providerID(p.cfg.Project, zone, fw.GetName()), Name: fw.GetName(),
+				UID: f["uid"], State: provider.StateUnknown,
+			}
+			if t, err := time.Parse(time.RFC3339Nano, fw.GetCreationTimestamp()); err == nil {
+				inst.CreatedAt = t
+			}
+			out = append(out, inst)
+		}
+	})
+	if err != nil {
+		return nil, notNotFound(classify(err, "listing firewall rules of project "+p.cfg.Project))
+	}
+	return out, nil
 }
 
 // ensureFirewall makes the rule admitting the proxy port to the instance (target tag
@@ -220,13 +350,22 @@ func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.
 		return provider.Errorf(provider.ErrPermanent,
 			"firewall rule %s: no source ranges (set spec.proxy.allowedSourceRanges or gce.firewall.sourceRanges)", name)
 	}
+	if msg := provider.MixedFamilies(ranges); msg != "" {
+		from := "spec.proxy.allowedSourceRanges"
+		if len(req.SourceRanges) == 0 {
+			from = "gce.firewall.sourceRanges"
+		}
+		return provider.Errorf(provider.ErrPermanent, "firewall rule %s: %s %s", name, from, msg)
+	}
 	var fw *computepb.Firewall
 	err := p.call(ctx, "firewalls.get", target{firewall: name}, func(ctx context.Context) (err error) {
 		fw, err = c.firewalls.Get(ctx, &computepb.GetFirewallRequest{Project: p.cfg.Project, Firewall: name})
 		return err
 	})
 	switch {
-	case err == nil && (!p.ownsFirewall(fw) || firewallMatches(fw, ranges, req)):
+	case err == nil && !p.ownsFirewall(fw):
+		return p.notOurRule(fw)
+	case err == nil && firewallMatches(fw, ranges, req):
 		return nil
 	case err == nil:
 		// Ours but made for other sources, another port or another Proxy (an instance
@@ -244,7 +383,7 @@ func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.
 	err = p.call(ctx, "firewalls.insert", target{firewall: name}, func(ctx context.Context) (err error) {
 		op, err = c.firewalls.Insert(ctx, &computepb.InsertFirewallRequest{Project: p.cfg.Project, RequestId: proto.String(rid),
 			FirewallResource: &computepb.Firewall{
-				Name: proto.String(name), Network: proto.String(p.cfg.Network), Description: proto.String(p.firewallDescription(req.UID)),
+				Name: proto.String(name), Network: proto.String(p.cfg.Network), Description: proto.String(p.firewallDescription(req.Placement.Zone, req.UID)),
 				Direction: proto.String("INGRESS"), SourceRanges: ranges, TargetTags: []string{name},
 				Allowed: []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{fmt.Sprint(req.Port)}}},
 			}})
@@ -272,7 +411,7 @@ func firewallMatches(fw *computepb.Firewall, ranges []string, req provider.Creat
 	slices.Sort(have)
 	slices.Sort(want)
 	allowed := fw.GetAllowed()
-	return slices.Equal(have, want) && strings.HasSuffix(fw.GetDescription(), " uid="+req.UID) &&
+	return slices.Equal(have, want) && firewallFields(fw.GetDescription())["uid"] == req.UID &&
 		len(allowed) == 1 && slices.Equal(allowed[0].GetPorts(), []string{fmt.Sprint(req.Port)})
 }
 

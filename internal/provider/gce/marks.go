@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/google/uuid"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
@@ -90,24 +91,24 @@ func metadataValue(inst *computepb.Instance, key string) string {
 	return ""
 }
 
-// requestID derives the requestId of an insert or delete: a UUID (version 8, RFC 9562)
-// from the parts and the number of earlier operations of the same key that reached DONE.
-// A retry of a call that never answered repeats the same ID, and GCE returns the first
-// call's operation instead of doing the work twice; once an operation finished (failed,
-// or succeeded and the instance was later preempted) the next call gets a fresh ID,
-// because GCE would otherwise replay the finished operation.
+// requestIDSpace is the UUID namespace of the requestIds the provider derives.
+var requestIDSpace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/gce/request-id"))
+
+// requestID derives the requestId of an insert or delete: a name-based UUID (version 5,
+// RFC 9562, the standard deterministic kind) of the parts and the number of earlier
+// operations of the same key that reached DONE. A retry of a call that never answered
+// repeats the same ID, and GCE returns the first call's operation instead of doing the
+// work twice; once an operation finished (failed, or succeeded and the instance was
+// later preempted) the next call gets a fresh ID, because GCE would otherwise replay the
+// finished operation.
 func requestID(attempt int, parts ...string) string {
-	h := sha256.New()
+	var b strings.Builder
 	for _, s := range parts {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
+		b.WriteString(s)
+		b.WriteByte(0)
 	}
-	fmt.Fprintf(h, "%d", attempt)
-	b := h.Sum(nil)[:16]
-	b[6] = b[6]&0x0f | 0x80
-	b[8] = b[8]&0x3f | 0x80
-	x := hex.EncodeToString(b)
-	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
+	fmt.Fprintf(&b, "%d", attempt)
+	return uuid.NewSHA1(requestIDSpace, []byte(b.String())).String()
 }
 
 // providerID is gce://<project>/<zone>/<name>.

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"regexp"
 	"sort"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/google/uuid"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
@@ -33,10 +35,14 @@ const (
 	InstancesStart          = "instances.start"
 	InstancesAggregatedList = "instances.aggregatedList"
 	ZoneOperationsGet       = "zoneOperations.get"
+	ZoneOperationsList      = "zoneOperations.list"
 	GlobalOperationsGet     = "globalOperations.get"
 	ZonesGet                = "zones.get"
+	MachineTypesGet         = "machineTypes.get"
+	ProjectsGet             = "projects.get"
 	RegionsGet              = "regions.get"
 	FirewallsGet            = "firewalls.get"
+	FirewallsList           = "firewalls.list"
 	FirewallsInsert         = "firewalls.insert"
 	FirewallsDelete         = "firewalls.delete"
 )
@@ -44,17 +50,21 @@ const (
 // Failure is an injected error. With Code set the call fails synchronously with that
 // HTTP status and, when Reason is set, one error item of that reason (rateLimitExceeded,
 // alreadyExists...). With OpCode set instead, the call is accepted, its operation runs
-// and ends DONE carrying OpCode in its error list and nothing happens; OpHTTPStatus,
-// when non-zero, is the operation's httpErrorStatusCode (real GCE sets it on most
-// failed operations; some carry none). A zero Failure lets its call through, so that a
-// queued failure hits a later call (the second page of a list, say).
+// and ends DONE carrying OpCode in its error list and nothing happens. The operation
+// carries an httpErrorStatusCode, as real failed operations do: OpHTTPStatus, or when it
+// is zero the status GCE gives that code (403 QUOTA_EXCEEDED, 503 for a stock-out, 500
+// INTERNAL_ERROR, 409 RESOURCE_ALREADY_EXISTS, 400 otherwise); OpWithoutHTTPStatus
+// leaves it out, as GCE still does for some codes. A zero Failure lets its call through,
+// so that a queued failure hits a later call (the second page of a list, say).
+// ErrorShapes holds the real shapes, by name.
 type Failure struct {
 	Code    int
 	Reason  string
 	Message string
 
-	OpCode       string
-	OpHTTPStatus int32
+	OpCode              string
+	OpHTTPStatus        int32
+	OpWithoutHTTPStatus bool
 }
 
 // Call is one request the server answered.
@@ -85,35 +95,42 @@ type Server struct {
 	project    string
 	instances  map[string]map[string]*computepb.Instance // zone -> name
 	firewalls  map[string]*computepb.Firewall
+	networks   map[string]bool
+	subnets    map[string]subnet // "region/name"
 	ops        map[string]*operation
 	requestIDs map[string]string // requestId -> operation name
 	zones      map[string]*computepb.Zone
 	quotas     map[string][]*computepb.Quota
-	failures   map[string][]Failure
-	calls      []Call
-	nextOp     int
-	nextID     uint64
-	nextIP     int
-	natAddress string
-	opPolls    int
-	tokens     int
-	pageSize   int
+	// projectQuotas are the project's global quotas (FIREWALLS).
+	projectQuotas []*computepb.Quota
+	failures      map[string][]Failure
+	calls         []Call
+	nextOp        int
+	nextID        uint64
+	nextIP        int
+	natAddress    string
+	opPolls       int
+	tokens        int
+	pageSize      int
 }
 
 // New starts a fake of project with the given zones (status UP), each region with a
 // CPUS quota of 24 and an IN_USE_ADDRESSES quota of 8, nothing used.
 func New(project string, zones ...string) *Server {
 	s := &Server{
-		project:    project,
-		instances:  map[string]map[string]*computepb.Instance{},
-		firewalls:  map[string]*computepb.Firewall{},
-		ops:        map[string]*operation{},
-		requestIDs: map[string]string{},
-		zones:      map[string]*computepb.Zone{},
-		quotas:     map[string][]*computepb.Quota{},
-		failures:   map[string][]Failure{},
-		opPolls:    2,
-		nextID:     1000,
+		project:       project,
+		instances:     map[string]map[string]*computepb.Instance{},
+		firewalls:     map[string]*computepb.Firewall{},
+		networks:      map[string]bool{"default": true},
+		subnets:       map[string]subnet{},
+		ops:           map[string]*operation{},
+		requestIDs:    map[string]string{},
+		zones:         map[string]*computepb.Zone{},
+		quotas:        map[string][]*computepb.Quota{},
+		failures:      map[string][]Failure{},
+		opPolls:       2,
+		projectQuotas: []*computepb.Quota{{Metric: proto.String("FIREWALLS"), Limit: proto.Float64(200), Usage: proto.Float64(0)}},
+		nextID:        1000,
 	}
 	for _, z := range zones {
 		region := RegionOf(z)
@@ -134,10 +151,14 @@ func New(project string, zones ...string) *Server {
 	mux.HandleFunc("POST "+p+"zones/{zone}/instances/{name}/start", s.startInstance)
 	mux.HandleFunc("GET "+p+"aggregated/instances", s.aggregatedList)
 	mux.HandleFunc("GET "+p+"zones/{zone}/operations/{op}", s.getOperation(ZoneOperationsGet))
+	mux.HandleFunc("GET "+p+"zones/{zone}/operations", s.listZoneOperations)
 	mux.HandleFunc("GET "+p+"global/operations/{op}", s.getOperation(GlobalOperationsGet))
 	mux.HandleFunc("GET "+p+"zones/{zone}", s.getZone)
+	mux.HandleFunc("GET /compute/v1/projects/{project}", s.getProject)
+	mux.HandleFunc("GET "+p+"zones/{zone}/machineTypes/{name}", s.getMachineType)
 	mux.HandleFunc("GET "+p+"regions/{region}", s.getRegion)
 	mux.HandleFunc("GET "+p+"global/firewalls/{name}", s.getFirewall)
+	mux.HandleFunc("GET "+p+"global/firewalls", s.listFirewalls)
 	mux.HandleFunc("POST "+p+"global/firewalls", s.insertFirewall)
 	mux.HandleFunc("DELETE "+p+"global/firewalls/{name}", s.deleteFirewall)
 	mux.HandleFunc("POST /token", s.token)
@@ -164,6 +185,68 @@ func (s *Server) link(rel string) string {
 	return s.URL + "/compute/v1/projects/" + s.project + "/" + rel
 }
 
+// subnet is a subnetwork of a network in a region.
+type subnet struct{ network string }
+
+// AddNetwork makes a VPC network of that name (default exists from the start).
+func (s *Server) AddNetwork(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.networks[name] = true
+}
+
+// AddSubnetwork makes subnetwork name of network in region.
+func (s *Server) AddSubnetwork(region, name, network string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.subnets[region+"/"+name] = subnet{network: network}
+}
+
+// checkNetworks refuses an insert whose interfaces name a network or subnetwork the
+// project lacks (404), or a subnetwork of another region than the zone's, or of another
+// network than the interface's (400), as GCE does. An interface without a network is on
+// default.
+func (s *Server) checkNetworks(w http.ResponseWriter, zone string, inst *computepb.Instance) bool {
+	for i, ni := range inst.GetNetworkInterfaces() {
+		network := "default"
+		if ni.Network != nil {
+			network = lastPart(ni.GetNetwork())
+		}
+		if !s.networks[network] {
+			writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/global/networks/%s' was not found", s.project, network))
+			return false
+		}
+		if ni.Subnetwork == nil {
+			continue
+		}
+		ref := ni.GetSubnetwork()
+		parts := strings.Split(ref, "/")
+		if len(parts) < 4 || parts[len(parts)-2] != "subnetworks" || parts[len(parts)-4] != "regions" {
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.networkInterfaces[%d].subnetwork': '%s'. The URL is malformed.", i, ref))
+			return false
+		}
+		region, name := parts[len(parts)-3], parts[len(parts)-1]
+		sn, ok := s.subnets[region+"/"+name]
+		switch {
+		case !ok:
+			writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/regions/%s/subnetworks/%s' was not found", s.project, region, name))
+			return false
+		case region != RegionOf(zone):
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.networkInterfaces[%d].subnetwork': '%s'. "+
+				"The subnetwork is in region %s, not in the instance's region %s.", i, ref, region, RegionOf(zone)))
+			return false
+		case ni.Network != nil && sn.network != network:
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.networkInterfaces[%d].subnetwork': '%s'. "+
+				"The subnetwork belongs to network %s, not to %s.", i, ref, sn.network, network))
+			return false
+		}
+	}
+	return true
+}
+
+// lastPart is what follows a reference's last slash.
+func lastPart(ref string) string { return ref[strings.LastIndex(ref, "/")+1:] }
+
 // Fail makes the next call of method fail with f; several Fails queue up in order.
 func (s *Server) Fail(method string, f Failure) {
 	s.mu.Lock()
@@ -180,8 +263,8 @@ func (s *Server) SetOperationPolls(n int) {
 	s.opPolls = n
 }
 
-// SetPageSize makes aggregated lists answer n instances a page, with a nextPageToken
-// while more remain (0, the default: everything on one page).
+// SetPageSize makes aggregated lists and firewall lists answer n items a page, with a
+// nextPageToken while more remain (0, the default: everything on one page).
 func (s *Server) SetPageSize(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -203,6 +286,20 @@ func (s *Server) SetZoneStatus(zone, status string) {
 	if z, ok := s.zones[zone]; ok {
 		z.Status = proto.String(status)
 	}
+}
+
+// SetProjectQuota sets a global quota of the project (FIREWALLS: limit 200 at the start,
+// its usage the rules there are unless set).
+func (s *Server) SetProjectQuota(metric string, limit, usage float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.projectQuotas {
+		if q.GetMetric() == metric {
+			q.Limit, q.Usage = proto.Float64(limit), proto.Float64(usage)
+			return
+		}
+	}
+	s.projectQuotas = append(s.projectQuotas, &computepb.Quota{Metric: proto.String(metric), Limit: proto.Float64(limit), Usage: proto.Float64(usage)})
 }
 
 // SetQuota sets a region's quota of metric.
@@ -227,6 +324,18 @@ func (s *Server) Preempt(zone, name string) bool {
 	if !ok {
 		return false
 	}
+	// GCE records the preemption as a system operation on the instance.
+	s.nextOp++
+	opName := fmt.Sprintf("systemevent-%d", s.nextOp)
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	s.ops[opName] = &operation{pb: &computepb.Operation{
+		Name: proto.String(opName), OperationType: proto.String("compute.instances.preempted"),
+		TargetLink: proto.String(inst.GetSelfLink()), TargetId: proto.Uint64(inst.GetId()),
+		Status: computepb.Operation_DONE.Enum(), Progress: proto.Int32(100), User: proto.String("system"),
+		StatusMessage: proto.String("Instance was preempted."),
+		InsertTime:    proto.String(now), StartTime: proto.String(now), EndTime: proto.String(now),
+		Zone: proto.String(s.link("zones/" + zone)), SelfLink: proto.String(s.link("zones/" + zone + "/operations/" + opName)),
+	}}
 	if inst.GetScheduling().GetInstanceTerminationAction() == "DELETE" {
 		delete(s.instances[zone], name)
 		return true
@@ -238,6 +347,18 @@ func (s *Server) Preempt(zone, name string) bool {
 		}
 	}
 	return true
+}
+
+// SetInstanceStatus sets the status of an instance (REPAIRING, PENDING_STOP...), as GCE
+// does by itself; it reports whether the instance exists.
+func (s *Server) SetInstanceStatus(zone, name, status string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inst, ok := s.instances[zone][name]
+	if ok {
+		inst.Status = proto.String(status)
+	}
+	return ok
 }
 
 // PutInstance stores inst in zone as it is, as if made outside the provider (by another
@@ -288,6 +409,26 @@ func (s *Server) Firewall(name string) *computepb.Firewall {
 		return proto.CloneOf(fw)
 	}
 	return nil
+}
+
+// PutFirewall stores fw as it is, as if made outside the provider (by hand, by another
+// install).
+func (s *Server) PutFirewall(fw *computepb.Firewall) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fw = proto.CloneOf(fw)
+	fw.SelfLink = proto.String(s.link("global/firewalls/" + fw.GetName()))
+	if fw.CreationTimestamp == nil {
+		fw.CreationTimestamp = proto.String(time.Now().UTC().Format(time.RFC3339))
+	}
+	s.firewalls[fw.GetName()] = fw
+}
+
+// Firewalls is the number of firewall rules.
+func (s *Server) Firewalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.firewalls)
 }
 
 // Calls returns the requests answered so far, in order.
@@ -371,9 +512,13 @@ func (s *Server) newOperation(kind, zone, target, requestID string, fail *Failur
 		op.done = nil
 		op.failed = func() {
 			pb.Error = &computepb.Error{Errors: []*computepb.Errors{{Code: proto.String(code), Message: proto.String(msg)}}}
-			if fail.OpHTTPStatus != 0 {
-				pb.HttpErrorStatusCode = proto.Int32(fail.OpHTTPStatus)
-				pb.HttpErrorMessage = proto.String(http.StatusText(int(fail.OpHTTPStatus)))
+			if !fail.OpWithoutHTTPStatus {
+				status := fail.OpHTTPStatus
+				if status == 0 {
+					status = defaultOpHTTPStatus(code)
+				}
+				pb.HttpErrorStatusCode = proto.Int32(status)
+				pb.HttpErrorMessage = proto.String(strings.ToUpper(http.StatusText(int(status))))
 			}
 		}
 	}
@@ -428,9 +573,20 @@ func (s *Server) replay(w http.ResponseWriter, requestID string) bool {
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
-// checkRequestID refuses a requestId that is not a UUID, as GCE does.
+// validUUID says whether id is a UUID of the kinds GCE documents as valid: the RFC 4122
+// variant, versions 1 to 5 (nothing shows it takes the newer versions 6 to 8, so the
+// fake refuses them), and not the zero UUID.
+func validUUID(id string) bool {
+	if !uuidRE.MatchString(id) {
+		return false
+	}
+	u, err := uuid.Parse(id)
+	return err == nil && u.Variant() == uuid.RFC4122 && u.Version() >= 1 && u.Version() <= 5
+}
+
+// checkRequestID refuses a requestId that is not a valid UUID, as GCE does.
 func checkRequestID(w http.ResponseWriter, id string) bool {
-	if id != "" && (!uuidRE.MatchString(id) || id == "00000000-0000-0000-0000-000000000000") {
+	if id != "" && !validUUID(id) {
 		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'requestId': '%s'. The requestId must be a valid UUID with the exception that zero UUID is not supported.", id))
 		return false
 	}
@@ -510,6 +666,9 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.labels': %q=%q", k, v))
 			return
 		}
+	}
+	if !s.checkNetworks(w, zone, inst) {
+		return
 	}
 	if _, exists := s.instances[zone][name]; exists {
 		writeError(w, http.StatusConflict, "alreadyExists", fmt.Sprintf("The resource 'projects/%s/zones/%s/instances/%s' already exists", s.project, zone, name))
@@ -637,6 +796,40 @@ func (s *Server) getOperation(method string) http.HandlerFunc {
 	}
 }
 
+// opFilterRE is the one filter the fake takes on operations: operationType = "TYPE".
+var opFilterRE = regexp.MustCompile(`^\(?\s*operationType\s*=\s*"([a-zA-Z.]+)"\s*\)?$`)
+
+// listZoneOperations answers the zone's operations, all or those of one operationType,
+// newest first; any other filter is refused, so that one the provider gets wrong fails.
+func (s *Server) listZoneOperations(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.start(w, r, ZoneOperationsList, nil); !ok {
+		return
+	}
+	zone := r.PathValue("zone")
+	if !s.zoneKnown(w, zone) {
+		return
+	}
+	typ := ""
+	if f := strings.TrimSpace(r.URL.Query().Get("filter")); f != "" {
+		m := opFilterRE.FindStringSubmatch(f)
+		if m == nil {
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'filter': cannot parse %q", f))
+			return
+		}
+		typ = m[1]
+	}
+	out := &computepb.OperationList{}
+	for _, op := range s.ops {
+		if op.pb.GetZone() == s.link("zones/"+zone) && (typ == "" || op.pb.GetOperationType() == typ) {
+			out.Items = append(out.Items, op.pb)
+		}
+	}
+	sort.Slice(out.Items, func(i, j int) bool { return out.Items[i].GetInsertTime() > out.Items[j].GetInsertTime() })
+	writeProto(w, out)
+}
+
 func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -670,17 +863,9 @@ func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	// Pages of pageSize instances (all at once when unset); the token is the offset.
-	from := 0
-	if tok := r.URL.Query().Get("pageToken"); tok != "" {
-		if _, err := fmt.Sscanf(tok, "offset-%d", &from); err != nil || from < 0 || from > len(hits) {
-			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'pageToken': '%s'", tok))
-			return
-		}
-	}
-	to := len(hits)
-	if s.pageSize > 0 && from+s.pageSize < to {
-		to = from + s.pageSize
+	from, to, ok := s.page(w, r, len(hits))
+	if !ok {
+		return
 	}
 	out := &computepb.InstanceAggregatedList{Items: map[string]*computepb.InstancesScopedList{}}
 	for _, h := range hits[from:to] {
@@ -700,6 +885,22 @@ func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
 		out.NextPageToken = proto.String(fmt.Sprintf("offset-%d", to))
 	}
 	writeProto(w, out)
+}
+
+// page is the window of n items a list answers: pages of pageSize (all at once when
+// unset), the token being the offset. It answers a bad token itself, ok false.
+func (s *Server) page(w http.ResponseWriter, r *http.Request, n int) (from, to int, ok bool) {
+	if tok := r.URL.Query().Get("pageToken"); tok != "" {
+		if _, err := fmt.Sscanf(tok, "offset-%d", &from); err != nil || from < 0 || from > n {
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'pageToken': '%s'", tok))
+			return 0, 0, false
+		}
+	}
+	to = n
+	if s.pageSize > 0 && from+s.pageSize < to {
+		to = from + s.pageSize
+	}
+	return from, to, true
 }
 
 // filterTermRE is one term of a label filter as GCE's list filter takes it:
@@ -750,6 +951,57 @@ func (s *Server) getZone(w http.ResponseWriter, r *http.Request) {
 	writeProto(w, z)
 }
 
+// machineTypeRE is a predefined machine type of the families the fake knows: the family,
+// a class and the vCPU count (n2d-standard-2), or a shared-core type (e2-micro).
+var machineTypeRE = regexp.MustCompile(`^(e2|n1|n2|n2d|n4|c2|c2d|c3|c3d|c4|t2d|t2a)-(standard|highcpu|highmem)-([0-9]+)$`)
+
+// sharedCore are the shared-core types and their guestCpus, as GCE reports them.
+var sharedCore = map[string]int32{"e2-micro": 2, "e2-small": 2, "e2-medium": 2, "f1-micro": 1, "g1-small": 1}
+
+// getMachineType answers a machine type's guestCpus (what it takes of the CPU quotas);
+// a name the fake does not know is 404, as an unoffered type is.
+func (s *Server) getMachineType(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.start(w, r, MachineTypesGet, nil); !ok {
+		return
+	}
+	zone, name := r.PathValue("zone"), r.PathValue("name")
+	if !s.zoneKnown(w, zone) {
+		return
+	}
+	cpus, shared := sharedCore[name]
+	if m := machineTypeRE.FindStringSubmatch(name); m != nil {
+		var n int32
+		fmt.Sscanf(m[3], "%d", &n)
+		cpus = n
+	} else if !shared {
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/machineTypes/%s' was not found", s.project, zone, name))
+		return
+	}
+	writeProto(w, &computepb.MachineType{Name: proto.String(name), Zone: proto.String(zone), GuestCpus: proto.Int32(cpus),
+		IsSharedCpu: proto.Bool(shared), SelfLink: proto.String(s.link("zones/" + zone + "/machineTypes/" + name))})
+}
+
+// getProject answers the project with its global quotas; FIREWALLS counts the rules the
+// fake holds, at least the usage SetProjectQuota set.
+func (s *Server) getProject(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.start(w, r, ProjectsGet, nil); !ok {
+		return
+	}
+	quotas := make([]*computepb.Quota, 0, len(s.projectQuotas))
+	for _, q := range s.projectQuotas {
+		q = proto.CloneOf(q)
+		if q.GetMetric() == "FIREWALLS" && q.GetUsage() < float64(len(s.firewalls)) {
+			q.Usage = proto.Float64(float64(len(s.firewalls)))
+		}
+		quotas = append(quotas, q)
+	}
+	writeProto(w, &computepb.Project{Name: proto.String(s.project), Quotas: quotas})
+}
+
 func (s *Server) getRegion(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -779,6 +1031,54 @@ func (s *Server) getFirewall(w http.ResponseWriter, r *http.Request) {
 	writeProto(w, fw)
 }
 
+// mixedFamilies refuses a rule whose source ranges are not CIDRs or mix IPv4 and IPv6, as
+// GCE does: one rule holds one family.
+func mixedFamilies(ranges []string) string {
+	fam := map[bool]string{}
+	for i, r := range ranges {
+		pfx, err := netip.ParsePrefix(r)
+		if err != nil {
+			return fmt.Sprintf("Invalid value for field 'resource.sourceRanges[%d]': '%s'. Must be a valid IPV4 or IPV6 CIDR.", i, r)
+		}
+		fam[pfx.Addr().Is4()] = r
+	}
+	if len(fam) == 2 {
+		return fmt.Sprintf("Invalid value for field 'resource.sourceRanges': IPv4 (%s) and IPv6 (%s) ranges cannot be mixed in one firewall rule.", fam[true], fam[false])
+	}
+	return ""
+}
+
+// listFirewalls answers every rule of the project, by name, in pages of the page size
+// (SetPageSize).
+func (s *Server) listFirewalls(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.start(w, r, FirewallsList, nil); !ok {
+		return
+	}
+	if f := r.URL.Query().Get("filter"); f != "" {
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("the fake takes no filter on firewalls, got %q", f))
+		return
+	}
+	names := make([]string, 0, len(s.firewalls))
+	for n := range s.firewalls {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	from, to, ok := s.page(w, r, len(names))
+	if !ok {
+		return
+	}
+	out := &computepb.FirewallList{}
+	for _, n := range names[from:to] {
+		out.Items = append(out.Items, s.firewalls[n])
+	}
+	if to < len(names) {
+		out.NextPageToken = proto.String(fmt.Sprintf("offset-%d", to))
+	}
+	writeProto(w, out)
+}
+
 func (s *Server) insertFirewall(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
@@ -801,6 +1101,14 @@ func (s *Server) insertFirewall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.name': '%s'", name))
 		return
 	}
+	if network := lastPart(fw.GetNetwork()); fw.Network != nil && !s.networks[network] {
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/global/networks/%s' was not found", s.project, network))
+		return
+	}
+	if msg := mixedFamilies(fw.GetSourceRanges()); msg != "" {
+		writeError(w, http.StatusBadRequest, "invalid", msg)
+		return
+	}
 	if _, exists := s.firewalls[name]; exists {
 		writeError(w, http.StatusConflict, "alreadyExists", fmt.Sprintf("The resource 'projects/%s/global/firewalls/%s' already exists", s.project, name))
 		return
@@ -808,6 +1116,7 @@ func (s *Server) insertFirewall(w http.ResponseWriter, r *http.Request) {
 	var done func()
 	if fail == nil {
 		fw.SelfLink = proto.String(s.link("global/firewalls/" + name))
+		fw.CreationTimestamp = proto.String(time.Now().UTC().Format(time.RFC3339Nano))
 		done = func() { s.firewalls[name] = fw }
 	}
 	writeProto(w, s.newOperation("insert", "", s.link("global/firewalls/"+name), rid, fail, done))

@@ -3,6 +3,7 @@ package gcefake
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -184,13 +185,40 @@ func TestInjectedFailures(t *testing.T) {
 		t.Errorf("wait on an operation failing with HTTP 403: %v, %v", err, op.Proto().GetError())
 	}
 	s.SetOperationPolls(1)
-	s.Fail(InstancesInsert, Failure{OpCode: "ZONE_RESOURCE_POOL_EXHAUSTED"})
+	s.Fail(InstancesInsert, Failure{OpCode: "ZONE_RESOURCE_POOL_EXHAUSTED", OpWithoutHTTPStatus: true})
 	op, err = insert(t, ic, "vm-1", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := op.Wait(t.Context()); err != nil || op.Proto().GetError().GetErrors()[0].GetCode() != "ZONE_RESOURCE_POOL_EXHAUSTED" {
 		t.Errorf("wait on an operation failing without status: %v (the client returns nil), %v", err, op.Proto().GetError())
+	}
+	if s.Instances() != 0 {
+		t.Errorf("failed inserts left %d instances", s.Instances())
+	}
+}
+
+// TestFailedOperationCarriesHTTPStatus: an injected operation failure naming no status
+// carries the one real GCE gives its code, as real failed operations do (503 for a
+// stock-out, 400 for RESOURCE_NOT_READY), so the client's Wait reports it.
+func TestFailedOperationCarriesHTTPStatus(t *testing.T) {
+	s, ic, _ := clients(t)
+	s.SetOperationPolls(1)
+	for code, want := range map[string]int32{"ZONE_RESOURCE_POOL_EXHAUSTED": 503, "RESOURCE_NOT_READY": 400, "QUOTA_EXCEEDED": 403, "INTERNAL_ERROR": 500} {
+		s.Fail(InstancesInsert, Failure{OpCode: code})
+		op, err := insert(t, ic, "vm-1", "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = op.Wait(t.Context())
+		if got := op.Proto().GetHttpErrorStatusCode(); got != want || err == nil || !strings.Contains(err.Error(), code) {
+			t.Errorf("%s: httpErrorStatusCode %d, want %d; Wait: %v", code, got, want, err)
+		}
+	}
+	for _, sh := range ErrorShapes {
+		if f := sh.Failure; (f.Code == 0) == (f.OpCode == "") {
+			t.Errorf("shape %s is neither a synchronous nor an operation error: %+v", sh.Name, f)
+		}
 	}
 	if s.Instances() != 0 {
 		t.Errorf("failed inserts left %d instances", s.Instances())
@@ -266,5 +294,153 @@ func TestFirewallsZonesRegions(t *testing.T) {
 	}
 	if _, err := zc.Get(t.Context(), &computepb.GetZoneRequest{Project: "other", Zone: zone}); apiErr(t, err).Code != 404 {
 		t.Errorf("another project: %v", err)
+	}
+}
+
+// TestFirewallList: the rules of the project by name, in pages of the page size, each
+// with its creation time; a filter (which the fake does not read) is refused loudly.
+func TestFirewallList(t *testing.T) {
+	s, _, fc := clients(t)
+	s.SetOperationPolls(0)
+	for _, n := range []string{"rule-b", "rule-a", "rule-c"} {
+		op, err := fc.Insert(t.Context(), &computepb.InsertFirewallRequest{Project: project, FirewallResource: &computepb.Firewall{Name: proto.String(n)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := op.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.SetPageSize(2)
+	it := fc.List(t.Context(), &computepb.ListFirewallsRequest{Project: project})
+	var names []string
+	for {
+		fw, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fw.GetCreationTimestamp() == "" {
+			t.Errorf("rule %s has no creation time", fw.GetName())
+		}
+		names = append(names, fw.GetName())
+	}
+	if strings.Join(names, ",") != "rule-a,rule-b,rule-c" || s.CallCount(FirewallsList) != 2 {
+		t.Errorf("listed %v in %d calls, want rule-a,rule-b,rule-c in 2", names, s.CallCount(FirewallsList))
+	}
+	_, err := fc.List(t.Context(), &computepb.ListFirewallsRequest{Project: project, Filter: proto.String(`name = "x"`)}).Next()
+	if ae := apiErr(t, err); ae.Code != 400 {
+		t.Errorf("list with a filter: %v", err)
+	}
+}
+
+// TestRequestIDMustBeAValidUUID: GCE takes a valid UUID as requestId and not the zero
+// one; the fake takes the RFC 4122 versions 1 to 5 only and refuses the newer ones (a
+// version 8 UUID), which nothing shows the real API accepts.
+func TestRequestIDMustBeAValidUUID(t *testing.T) {
+	_, ic, _ := clients(t)
+	for id, ok := range map[string]bool{
+		"3f2a8e1c-5b7d-4c9e-8a1f-0d6b2e4c7a90": true,  // version 4
+		"886313e1-3b8a-5372-9b90-0c9aee199e5d": true,  // version 5
+		"3f2a8e1c-5b7d-8c9e-8a1f-0d6b2e4c7a90": false, // version 8
+		"3f2a8e1c-5b7d-4c9e-ca1f-0d6b2e4c7a90": false, // not the RFC 4122 variant
+		"00000000-0000-0000-0000-000000000000": false,
+		"not-a-uuid":                           false,
+	} {
+		_, err := insert(t, ic, "vm-"+strings.ReplaceAll(id[:8], "0", "a"), id, nil)
+		if ok && err != nil {
+			t.Errorf("requestId %s refused: %v", id, err)
+		}
+		if !ok && (err == nil || apiErr(t, err).Code != 400 || !strings.Contains(err.Error(), "requestId")) {
+			t.Errorf("requestId %s: %v, want a 400 naming requestId", id, err)
+		}
+	}
+}
+
+// TestFirewallRefusesMixedFamilies: like GCE, the fake refuses a rule whose source ranges
+// mix IPv4 and IPv6, or are not CIDRs, and takes one of either family.
+func TestFirewallRefusesMixedFamilies(t *testing.T) {
+	_, _, fc := clients(t)
+	for i, c := range []struct {
+		ranges []string
+		ok     bool
+	}{
+		{[]string{"192.0.2.0/24", "198.51.100.0/24"}, true},
+		{[]string{"2001:db8::/32"}, true},
+		{[]string{"192.0.2.0/24", "2001:db8::/32"}, false},
+		{[]string{"192.0.2.0/33"}, false},
+	} {
+		_, err := fc.Insert(t.Context(), &computepb.InsertFirewallRequest{Project: project, FirewallResource: &computepb.Firewall{
+			Name: proto.String(fmt.Sprintf("rule-%d", i)), SourceRanges: c.ranges}})
+		if c.ok && err != nil {
+			t.Errorf("%v refused: %v", c.ranges, err)
+		}
+		if !c.ok && (err == nil || apiErr(t, err).Code != 400 || !strings.Contains(err.Error(), "sourceRanges")) {
+			t.Errorf("%v: %v, want a 400 naming sourceRanges", c.ranges, err)
+		}
+	}
+}
+
+// TestInsertChecksNetworkAndSubnetwork: like GCE, the fake refuses an instance on a
+// network it lacks (404), on a subnetwork it lacks (404), of another region than the
+// zone's or of another network than the interface's (400), and takes one on its own
+// region's subnetwork.
+func TestInsertChecksNetworkAndSubnetwork(t *testing.T) {
+	s, ic, _ := clients(t)
+	s.AddNetwork("proxies")
+	s.AddSubnetwork("europe-west1", "proxies-ew1", "proxies")
+	s.AddSubnetwork("europe-west4", "proxies-ew4", "proxies")
+	for i, c := range []struct {
+		network, subnetwork string
+		code                int
+		says                string
+	}{
+		{"global/networks/nowhere", "", 404, "networks/nowhere"},
+		{"global/networks/proxies", "regions/europe-west1/subnetworks/none", 404, "subnetworks/none"},
+		{"global/networks/proxies", "regions/europe-west4/subnetworks/proxies-ew4", 400, "not in the instance's region europe-west1"},
+		{"global/networks/default", "regions/europe-west1/subnetworks/proxies-ew1", 400, "belongs to network proxies"},
+		{"global/networks/proxies", "projects/" + project + "/regions/europe-west1/subnetworks/proxies-ew1", 0, ""},
+		{"", "", 0, ""},
+	} {
+		ni := &computepb.NetworkInterface{}
+		if c.network != "" {
+			ni.Network = proto.String(c.network)
+		}
+		if c.subnetwork != "" {
+			ni.Subnetwork = proto.String(c.subnetwork)
+		}
+		_, err := ic.Insert(t.Context(), &computepb.InsertInstanceRequest{Project: project, Zone: zone, InstanceResource: &computepb.Instance{
+			Name: proto.String(fmt.Sprintf("vm-%d", i)), NetworkInterfaces: []*computepb.NetworkInterface{ni}}})
+		if c.code == 0 && err != nil {
+			t.Errorf("%s %s refused: %v", c.network, c.subnetwork, err)
+		}
+		if c.code != 0 && (err == nil || apiErr(t, err).Code != c.code || !strings.Contains(err.Error(), c.says)) {
+			t.Errorf("%s %s: %v, want %d saying %q", c.network, c.subnetwork, err, c.code, c.says)
+		}
+	}
+}
+
+// TestMachineTypeSizes: the fake answers a machine type's guestCpus as GCE does (the
+// vCPU count of a predefined type, 2 for the shared-core e2 types) and 404 for a type it
+// does not know.
+func TestMachineTypeSizes(t *testing.T) {
+	s := New(project, zone)
+	t.Cleanup(s.Close)
+	mc, err := compute.NewMachineTypesRESTClient(t.Context(), option.WithEndpoint(s.URL), option.WithoutAuthentication())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mc.Close() })
+	for name, want := range map[string]int32{"e2-micro": 2, "e2-small": 2, "n2d-standard-4": 4, "c3-highcpu-22": 22} {
+		mt, err := mc.Get(t.Context(), &computepb.GetMachineTypeRequest{Project: project, Zone: zone, MachineType: name})
+		if err != nil || mt.GetGuestCpus() != want {
+			t.Errorf("%s: %d vCPUs, %v; want %d", name, mt.GetGuestCpus(), err, want)
+		}
+	}
+	_, err = mc.Get(t.Context(), &computepb.GetMachineTypeRequest{Project: project, Zone: zone, MachineType: "z9-mega-1"})
+	if ae := apiErr(t, err); ae.Code != 404 {
+		t.Errorf("unknown type: %v", err)
 	}
 }
