@@ -128,7 +128,8 @@ func TestManagerProbesAndHandsOutCredentials(t *testing.T) {
 	mgr, disc := startProbingManager(t, env, "--proxy-status-heartbeat", "1s", "--provider-check-interval", "1m")
 
 	ctx := context.Background()
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge-auth", Namespace: "default"},
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge-auth", Namespace: "default",
+		Labels: map[string]string{v1alpha1.CredentialsLabel: "true"}},
 		Data: map[string][]byte{"username": []byte("crawler"), "password": []byte("Pw-one.1")}}
 	if err := c.Create(ctx, sec); err != nil {
 		t.Fatal(err)

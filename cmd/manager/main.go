@@ -12,6 +12,8 @@ import (
 	"os"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -218,7 +220,7 @@ func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {
 		LeaderElectionID:              "egress-proxies-operator.egress.hrajfrisbee.cz",
 		LeaderElectionNamespace:       o.leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{ByObject: poolCacheByObject()},
+		Cache:                         cache.Options{ByObject: cacheByObject()},
 	})
 	if err != nil {
 		return nil, err
@@ -227,6 +229,17 @@ func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// cacheByObject restricts what the manager's cache holds: the pools' Services and
+// EndpointSlices (poolCacheByObject), and only the Secrets opted in as proxy credentials
+// (v1alpha1.CredentialsLabel "true"). Every other Secret of the cluster stays out of the
+// manager's memory, and its data never reaches the operator: a Proxy naming one is told
+// so from a metadata-only read (proxyconfig.SecretCredentials.Metadata).
+func cacheByObject() map[client.Object]cache.ByObject {
+	by := poolCacheByObject()
+	by[&corev1.Secret{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{v1alpha1.CredentialsLabel: "true"})}
+	return by
 }
 
 // metricsOptions: HTTPS behind the API server's authentication and authorization unless
@@ -245,8 +258,10 @@ func metricsOptions(o *options) metricsserver.Options {
 // setupComponents adds the reconciler and its companions to mgr.
 func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o *options) error {
 	// One source of basic-auth credentials for the rendered configuration, the probe and
-	// discovery: the Secrets, read through the manager's cache (the reconciler watches them).
-	creds := proxyconfig.SecretCredentials{Reader: mgr.GetClient()}.Credentials
+	// discovery: the opted-in Secrets, read through the manager's cache (the reconciler
+	// watches them); a Secret the cache lacks is looked up by its metadata alone, to say
+	// whether it is missing or lacks the label.
+	creds := proxyconfig.SecretCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials
 	r := &controller.ProxyReconciler{
 		Credentials:  creds,
 		Client:       mgr.GetClient(),

@@ -22,7 +22,7 @@ import (
 const SecretRefIndex = "spec.proxy.basicAuth.secretRef.name"
 
 // The reconciler reads basic-auth Secrets (through the manager's cache, which watches
-// them) and writes none.
+// the opted-in ones; an unlabelled Secret only by its metadata) and writes none.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 
 // indexSecretRef is the SecretRefIndex value of a Proxy: its Secret's name, or none.
@@ -34,9 +34,10 @@ func indexSecretRef(obj client.Object) []string {
 	return []string{string(px.Spec.Proxy.BasicAuth.SecretRef.Name)}
 }
 
-// proxiesForSecret maps a Secret to the Managed Proxies of its namespace that name it,
-// so a Secret created, completed or rotated wakes them. External Proxies render nothing:
-// their probes and discovery read the Secret when they need it.
+// proxiesForSecret maps a Secret to the Proxies of its namespace that name it, so a
+// Secret created, completed, rotated, labelled or unlabelled wakes them: a Managed
+// Proxy renders its configuration from it, an External one is published only while its
+// Secret can be read.
 func (r *ProxyReconciler) proxiesForSecret(ctx context.Context, sec client.Object) []reconcile.Request {
 	list := &v1alpha1.ProxyList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(sec.GetNamespace()), client.MatchingFields{SecretRefIndex: sec.GetName()}); err != nil {
@@ -45,25 +46,30 @@ func (r *ProxyReconciler) proxiesForSecret(ctx context.Context, sec client.Objec
 	}
 	var reqs []reconcile.Request
 	for _, px := range list.Items {
-		if px.Spec.Mode != v1alpha1.ProxyModeExternal {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&px)})
-		}
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&px)})
 	}
 	return reqs
 }
 
 // credentials is the reconciler's credentials lookup: Credentials, or the Secrets read
-// through Client when that is nil.
+// through Client (their metadata through APIReader) when that is nil.
 func (r *ProxyReconciler) credentials() proxyconfig.CredentialsFunc {
 	if r.Credentials != nil {
 		return r.Credentials
 	}
-	return proxyconfig.SecretCredentials{Reader: r.Client}.Credentials
+	return proxyconfig.SecretCredentials{Reader: r.Client, Metadata: r.APIReader}.Credentials
+}
+
+// waitsForUser: err is one the user fixes in the Secret (missing, not opted in,
+// incomplete, values tinyproxy cannot take), for which the Proxy waits on the watch.
+func waitsForUser(err error) bool {
+	return errors.Is(err, proxyconfig.ErrSecretMissing) || errors.Is(err, proxyconfig.ErrSecretNotOptedIn) ||
+		errors.Is(err, proxyconfig.ErrSecretKeyMissing) || errors.Is(err, proxyconfig.ErrBadCredentials)
 }
 
 // renderConfig is the Proxy's user-data and spec hash input (proxyconfig.ForProxy).
 // When it cannot be had, done is set and res and err are what the reconcile returns:
-//   - the Secret is missing, lacks a key or holds values tinyproxy cannot take: the
+//   - the Secret is missing, lacks the opt-in label or a key, or holds values tinyproxy cannot take: the
 //     Proxy waits, with the reason in status and a Warning event, and is not requeued:
 //     the Secret watch wakes it;
 //   - the Secret could not be read: err, retried with backoff;
@@ -80,7 +86,7 @@ func (r *ProxyReconciler) renderConfig(ctx context.Context, s *scope) (rendered 
 	switch {
 	case err == nil:
 		return rendered, false, ctrl.Result{}, nil
-	case errors.Is(err, proxyconfig.ErrSecretMissing), errors.Is(err, proxyconfig.ErrSecretKeyMissing), errors.Is(err, proxyconfig.ErrBadCredentials):
+	case waitsForUser(err):
 		r.waitForCredentials(s, err)
 		return rendered, true, ctrl.Result{}, nil
 	case lookupErr != nil:
