@@ -102,6 +102,13 @@ const (
 	// exist (its host left the providers config, its provider cannot delete it); the
 	// Event's note says where and how to remove it by hand.
 	ReasonInstanceLeftBehind = "InstanceLeftBehind"
+	// ReasonReplaceIgnored: the Proxy carries a new ReplaceAnnotation value the operator
+	// cannot act on (an External Proxy has no instance to build; a pool child is
+	// replaced by its pool). The Event's note says why and what to do instead.
+	ReasonReplaceIgnored = "ReplaceIgnored"
+	// ReasonAdopted: a Proxy built by an operator version before the intent hash was
+	// recorded has been taken over without replacing its instance.
+	ReasonAdopted = "Adopted"
 )
 
 // ProxyPlacement says where and how the instance runs; each provider gives the fields
@@ -219,17 +226,36 @@ type ProxyStatus struct {
 	// Healthy is true when the last probe through the proxy succeeded.
 	// +optional
 	Healthy bool `json:"healthy,omitempty"`
-	// SpecHash is the hash of provider, placement and user-data (spec.cloudInit, with the
-	// configuration rendered from spec.proxy when set) the instance was built from.
+	// SpecHash is the hash of what the user asked for when the instance was built:
+	// provider, placement, spec.cloudInit and, with spec.proxy, port, ranges and a slow
+	// salted digest of the credentials the Secret held. A new value (a spec edit, a
+	// rotated password) replaces a standalone Proxy's instance; an operator upgrade
+	// leaves it as it is.
 	// +optional
 	SpecHash string `json:"specHash,omitempty"`
+	// RenderedHash is the hash of what the instance was built from as the operator
+	// rendered it: provider, placement and the user-data (with the password as a slow
+	// salted digest). It is also the spec hash the provider marks the instance with.
+	// When this operator version renders another one, ConfigOutdated says so.
+	// +optional
+	RenderedHash string `json:"renderedHash,omitempty"`
+	// CredentialsSecret names the Secret, owned by the Proxy, holding a copy of the
+	// username and password the instance was built with (taken at its Create). The
+	// health probe and discovery's ?credentials=true use it, so they send what the
+	// instance demands even after the referenced Secret was rotated.
+	// +optional
+	CredentialsSecret string `json:"credentialsSecret,omitempty"`
+	// ObservedReplace is the last value of the egress.hrajfrisbee.cz/replace annotation
+	// the operator acted on; a new value asks for one more replacement.
+	// +optional
+	ObservedReplace string `json:"observedReplace,omitempty"`
 	// ObservedGeneration is the metadata.generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Message says what is going on, or what went wrong, in a sentence.
 	// +optional
 	Message string `json:"message,omitempty"`
-	// Conditions: Provisioned and Healthy.
+	// Conditions: Provisioned, Healthy and ConfigOutdated.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -257,13 +257,14 @@ func metricsOptions(o *options) metricsserver.Options {
 
 // setupComponents adds the reconciler and its companions to mgr.
 func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o *options) error {
-	// One source of basic-auth credentials for the rendered configuration, the probe and
-	// discovery: the opted-in Secrets, read through the manager's cache (the reconciler
-	// watches them); a Secret the cache lacks is looked up by its metadata alone, to say
-	// whether it is missing or lacks the label.
-	creds := proxyconfig.SecretCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials
+	// The rendered configuration takes the credentials from the Secrets the Proxies name;
+	// the probe and discovery from each Proxy's snapshot of what its instance was built
+	// with (the referenced Secret for a Proxy without one). Both read through the
+	// manager's cache (the reconciler watches Secrets), which holds only the opted-in
+	// Secrets; one the cache lacks is looked up by its metadata alone, to say whether it
+	// is missing or lacks the label.
 	r := &controller.ProxyReconciler{
-		Credentials:  creds,
+		Credentials:  proxyconfig.SecretCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials,
 		Client:       mgr.GetClient(),
 		Scheme:       mgr.GetScheme(),
 		Recorder:     mgr.GetEventRecorder("proxy-controller"),
@@ -280,7 +281,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	if err := addReadyChecks(mgr, providers); err != nil { // readiness.go
 		return fmt.Errorf("readiness checks: %w", err)
 	}
-	return setupHealth(mgr, providers, o.health, r.Wake, creds)
+	return setupHealth(mgr, providers, o.health, r.Wake, proxyconfig.SnapshotCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials)
 }
 
 func closeProviders(providers map[string]provider.Provider, log interface{ Error(error, string, ...any) }) {

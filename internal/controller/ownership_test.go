@@ -176,7 +176,7 @@ func TestReplaceLeftBehindBuildsTheNewInstance(t *testing.T) {
 	}
 	e.waitEvent("rezone", v1alpha1.ReasonInstanceLeftBehind, "hv-old")
 	got := e.waitProxy("rezone", "Running with the new spec", func(p *v1alpha1.Proxy) bool {
-		return p.Status.Phase == v1alpha1.PhaseRunning && p.Status.SpecHash == SpecHash(p, p.Spec.CloudInit)
+		return p.Status.Phase == v1alpha1.PhaseRunning && p.Status.SpecHash == RenderedHash(p, p.Spec.CloudInit)
 	})
 	if n := e.fake.CountOf(providertest.OpCreate); n != 2 {
 		t.Errorf("%d creates, want 2: %v (phase %s)", n, e.ops(), got.Status.Phase)

@@ -162,9 +162,10 @@ func TestProxyBasicAuthSecretLifecycle(t *testing.T) {
 	if diff := cmp.Diff([]string{"10.0.0.0/8"}, cs[0].SourceRanges); diff != "" {
 		t.Errorf("the Create's source ranges (-want +got):\n%s", diff)
 	}
-	hash1 := SpecHash(got, want.HashInput)
-	if got.Status.SpecHash != hash1 || cs[0].SpecHash != hash1 || hash1 == SpecHash(got, got.Spec.CloudInit) {
-		t.Errorf("specHash %q (request %q), want %q, which covers the rendered configuration", got.Status.SpecHash, cs[0].SpecHash, hash1)
+	hash1, rendered1 := intentHash(t, got, "crawler", pw1), RenderedHash(got, want.HashInput)
+	if got.Status.SpecHash != hash1 || got.Status.RenderedHash != rendered1 || cs[0].SpecHash != rendered1 || rendered1 == RenderedHash(got, got.Spec.CloudInit) {
+		t.Errorf("specHash %q renderedHash %q (request %q), want %q and %q, which covers the rendered configuration",
+			got.Status.SpecHash, got.Status.RenderedHash, cs[0].SpecHash, hash1, rendered1)
 	}
 	if c := provisioned(got); c.Status != metav1.ConditionTrue {
 		t.Errorf("Provisioned %+v after the Secret was fixed", c)
@@ -177,8 +178,8 @@ func TestProxyBasicAuthSecretLifecycle(t *testing.T) {
 		return p.Status.Phase == v1alpha1.PhaseRunning && p.Status.SpecHash != hash1 && p.Status.ProviderID != ""
 	})
 	want = expectedRender(t, got, &proxyconfig.Credentials{Username: "crawler", Password: pw2})
-	if got.Status.SpecHash != SpecHash(got, want.HashInput) {
-		t.Errorf("specHash %q after the rotation, want %q", got.Status.SpecHash, SpecHash(got, want.HashInput))
+	if h := intentHash(t, got, "crawler", pw2); got.Status.SpecHash != h || got.Status.RenderedHash != RenderedHash(got, want.HashInput) {
+		t.Errorf("specHash %q renderedHash %q after the rotation, want %q and %q", got.Status.SpecHash, got.Status.RenderedHash, h, RenderedHash(got, want.HashInput))
 	}
 	if cs = e.creates(); string(cs[len(cs)-1].CloudInit) != string(want.UserData) {
 		t.Errorf("the last Create does not carry the rotated password")
@@ -203,8 +204,8 @@ func TestProxyBasicAuthSecretLifecycle(t *testing.T) {
 	if diff := cmp.Diff([]string{"10.0.0.0/8", "192.168.0.0/16"}, cs[len(cs)-1].SourceRanges); diff != "" {
 		t.Errorf("the last Create's source ranges (-want +got):\n%s", diff)
 	}
-	if got.Status.SpecHash != SpecHash(got, want.HashInput) {
-		t.Errorf("specHash %q after the range change, want %q", got.Status.SpecHash, SpecHash(got, want.HashInput))
+	if h := intentHash(t, got, "crawler", pw2); got.Status.SpecHash != h || got.Status.RenderedHash != RenderedHash(got, want.HashInput) {
+		t.Errorf("specHash %q renderedHash %q after the range change, want %q and %q", got.Status.SpecHash, got.Status.RenderedHash, h, RenderedHash(got, want.HashInput))
 	}
 
 	// 7. The Secret deleted under a running instance: status says so, the instance stays.
@@ -404,4 +405,14 @@ func TestProxyUnlabelledSecretIsNotRead(t *testing.T) {
 	e.waitProxy("external", "withdrawn when the label goes", func(p *v1alpha1.Proxy) bool {
 		return p.Status.Phase == v1alpha1.PhasePending && p.Status.IP == "" && strings.Contains(p.Status.Message, want)
 	})
+}
+
+// intentHash is IntentHash of px with these credentials.
+func intentHash(t testing.TB, px *v1alpha1.Proxy, user, password string) string {
+	t.Helper()
+	h, err := IntentHash(px, &proxyconfig.Credentials{Username: user, Password: password})
+	if err != nil {
+		t.Fatalf("intent hash: %v", err)
+	}
+	return h
 }

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -21,9 +23,9 @@ import (
 // spec.proxy.basicAuth.secretRef names, which maps a changed Secret to its Proxies.
 const SecretRefIndex = "spec.proxy.basicAuth.secretRef.name"
 
-// The reconciler reads basic-auth Secrets (through the manager's cache, which watches
-// the opted-in ones; an unlabelled Secret only by its metadata) and writes none.
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// The reconciler reads basic-auth Secrets through the manager's cache, which watches
+// the opted-in ones (an unlabelled Secret only by its metadata); the only Secrets it
+// writes are its credentials snapshots (proxy_snapshot.go).
 
 // indexSecretRef is the SecretRefIndex value of a Proxy: its Secret's name, or none.
 func indexSecretRef(obj client.Object) []string {
@@ -39,6 +41,10 @@ func indexSecretRef(obj client.Object) []string {
 // Proxy renders its configuration from it, an External one is published only while its
 // Secret can be read.
 func (r *ProxyReconciler) proxiesForSecret(ctx context.Context, sec client.Object) []reconcile.Request {
+	if owner := snapshotOwner(sec); owner != "" {
+		// A credentials snapshot deleted: its Proxy makes it again when it can.
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: sec.GetNamespace(), Name: owner}}}
+	}
 	list := &v1alpha1.ProxyList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(sec.GetNamespace()), client.MatchingFields{SecretRefIndex: sec.GetName()}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "listing the proxies that use a secret", "secret", client.ObjectKeyFromObject(sec))
@@ -49,6 +55,30 @@ func (r *ProxyReconciler) proxiesForSecret(ctx context.Context, sec client.Objec
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&px)})
 	}
 	return reqs
+}
+
+// snapshotWrites drops the Secret events the reconciler causes itself: a snapshot
+// created or updated (by a Create in progress) wakes nobody; one deleted wakes its Proxy.
+var snapshotWrites = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return !isSnapshot(e.Object) },
+	UpdateFunc: func(e event.UpdateEvent) bool { return !isSnapshot(e.ObjectNew) },
+}
+
+// isSnapshot reports a Secret controlled by a Proxy: a credentials snapshot.
+func isSnapshot(obj client.Object) bool {
+	return snapshotOwner(obj) != ""
+}
+
+// snapshotOwner is the name of the Proxy controlling obj, or "".
+func snapshotOwner(obj client.Object) string {
+	if obj == nil {
+		return ""
+	}
+	ref := metav1.GetControllerOfNoCopy(obj)
+	if ref == nil || ref.Kind != "Proxy" || ref.APIVersion != v1alpha1.GroupVersion.String() {
+		return ""
+	}
+	return ref.Name
 }
 
 // credentials is the reconciler's credentials lookup: Credentials, or the Secrets read
@@ -67,7 +97,8 @@ func waitsForUser(err error) bool {
 		errors.Is(err, proxyconfig.ErrSecretKeyMissing) || errors.Is(err, proxyconfig.ErrBadCredentials)
 }
 
-// renderConfig is the Proxy's user-data and spec hash input (proxyconfig.ForProxy).
+// renderConfig is the Proxy's user-data and spec hash input (proxyconfig.ForProxy), and
+// the credentials it was rendered with (nil for none).
 // When it cannot be had, done is set and res and err are what the reconcile returns:
 //   - the Secret is missing, lacks the opt-in label or a key, or holds values tinyproxy cannot take: the
 //     Proxy waits, with the reason in status and a Warning event, and is not requeued:
@@ -75,26 +106,26 @@ func waitsForUser(err error) bool {
 //   - the Secret could not be read: err, retried with backoff;
 //   - the spec cannot be rendered (a spec.cloudInit of no known kind, a bad range): a
 //     permanent error, latched until the spec changes.
-func (r *ProxyReconciler) renderConfig(ctx context.Context, s *scope) (rendered proxyconfig.Rendered, done bool, res ctrl.Result, err error) {
+func (r *ProxyReconciler) renderConfig(ctx context.Context, s *scope) (rendered proxyconfig.Rendered, creds *proxyconfig.Credentials, done bool, res ctrl.Result, err error) {
 	var lookupErr error
-	creds := r.credentials()
+	lookup := r.credentials()
 	rendered, err = proxyconfig.ForProxy(ctx, s.px, func(ctx context.Context, px *v1alpha1.Proxy) (*proxyconfig.Credentials, error) {
-		c, err := creds(ctx, px)
-		lookupErr = err
+		c, err := lookup(ctx, px)
+		creds, lookupErr = c, err
 		return c, err
 	})
 	switch {
 	case err == nil:
-		return rendered, false, ctrl.Result{}, nil
+		return rendered, creds, false, ctrl.Result{}, nil
 	case waitsForUser(err):
 		r.waitForCredentials(s, err)
-		return rendered, true, ctrl.Result{}, nil
+		return rendered, nil, true, ctrl.Result{}, nil
 	case lookupErr != nil:
 		res, err := r.providerError(s, actionReconcile, err, false) // transient: retried with backoff
-		return rendered, true, res, err
+		return rendered, nil, true, res, err
 	default:
 		res, err := r.providerError(s, actionReconcile, provider.Permanent(fmt.Errorf("rendering the proxy configuration: %w", err)), true)
-		return rendered, true, res, err
+		return rendered, nil, true, res, err
 	}
 }
 

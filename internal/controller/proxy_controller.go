@@ -114,9 +114,9 @@ const wakeBuffer = 256
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // SetupWithManager registers the reconciler with mgr, running maxConcurrent reconciles
-// at once. Only spec changes (a new generation), deletions, Wake and changes of a Secret
-// a Proxy's spec.proxy.basicAuth names wake it; status writes by the reconciler itself
-// or the health engine do not.
+// at once. Only spec changes (a new generation), a new replace annotation, deletions,
+// Wake and changes of a Secret a Proxy's spec.proxy.basicAuth names or of its credentials
+// snapshot wake it; status writes by the reconciler itself or the health engine do not.
 func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
@@ -126,8 +126,8 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) 
 	}
 	r.wake = make(chan event.TypedGenericEvent[*v1alpha1.Proxy], wakeBuffer)
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.Proxy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesForSecret)).
+		For(&v1alpha1.Proxy{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, replaceAnnotationChanged))).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesForSecret), builder.WithPredicates(snapshotWrites)).
 		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*v1alpha1.Proxy]{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent, RateLimiter: errorBackoff()}).
 		Named("proxy").

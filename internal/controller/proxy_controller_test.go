@@ -47,8 +47,8 @@ func TestProxyCreatedAndRunning(t *testing.T) {
 	if got.Status.ProviderID != inst.ProviderID || got.Status.IP != inst.IP || got.Status.IP == "" {
 		t.Errorf("status providerID %q ip %q, want %q %q", got.Status.ProviderID, got.Status.IP, inst.ProviderID, inst.IP)
 	}
-	if got.Status.SpecHash != SpecHash(got, got.Spec.CloudInit) || got.Status.ObservedGeneration != got.Generation {
-		t.Errorf("specHash %q observedGeneration %d, want %q %d", got.Status.SpecHash, got.Status.ObservedGeneration, SpecHash(got, got.Spec.CloudInit), got.Generation)
+	if got.Status.SpecHash != RenderedHash(got, got.Spec.CloudInit) || got.Status.ObservedGeneration != got.Generation {
+		t.Errorf("specHash %q observedGeneration %d, want %q %d", got.Status.SpecHash, got.Status.ObservedGeneration, RenderedHash(got, got.Spec.CloudInit), got.Generation)
 	}
 	if c := provisioned(got); c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonInstanceRunning {
 		t.Errorf("Provisioned = %+v, want True/InstanceRunning", c)
@@ -221,8 +221,8 @@ func TestSpecChangeReplacesInstance(t *testing.T) {
 	if del < 0 || lastCreate < del {
 		t.Errorf("provider calls %v, want delete %s before the new create", ops, id)
 	}
-	if got.Status.SpecHash != SpecHash(got, got.Spec.CloudInit) {
-		t.Errorf("specHash %q, want %q", got.Status.SpecHash, SpecHash(got, got.Spec.CloudInit))
+	if got.Status.SpecHash != RenderedHash(got, got.Spec.CloudInit) {
+		t.Errorf("specHash %q, want %q", got.Status.SpecHash, RenderedHash(got, got.Spec.CloudInit))
 	}
 	if c := e.fake.CallsOf(providertest.OpCreate); c[len(c)-1].Arg.(provider.CreateRequest).Placement.Region != "elsewhere" {
 		t.Errorf("last create %+v, want region elsewhere", c[len(c)-1].Arg)

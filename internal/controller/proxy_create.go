@@ -9,17 +9,52 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
 
 // create asks the provider for the Proxy's instance (adopting one an earlier, cut-off
-// attempt left behind), built from userData, and publishes it. userData may hold the
-// proxy's password: it goes to the provider and nowhere else.
-func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provider, hash string, userData []byte) (ctrl.Result, error) {
+// attempt left behind), built from userData, and publishes it, with want as the hashes it
+// was built from. First the credentials it is built with (creds, nil for none) are
+// copied into the Proxy's snapshot. userData may hold the proxy's password: it goes to
+// the provider and nowhere else.
+func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provider, want hashes, userData []byte, creds *proxyconfig.Credentials) (ctrl.Result, error) {
+	px := s.px
+	if err := r.syncSnapshot(ctx, s, creds); err != nil {
+		if errors.Is(err, errSnapshotTaken) {
+			return r.snapshotTaken(s, err), nil
+		}
+		return r.providerError(s, actionCreate, err, true)
+	}
+	inst, res, err := r.provision(ctx, s, p, want.rendered, userData)
+	if inst == nil {
+		return res, err
+	}
+	px.Status.SpecHash, px.Status.RenderedHash = want.intent, want.rendered
+	px.Status.ObservedReplace = px.Annotations[v1alpha1.ReplaceAnnotation]
+	s.setConfigUpToDate()
+	return r.observe(s, *inst), nil
+}
+
+// restart asks the provider to start the Proxy's stopped instance as it was built: the
+// request carries the rendered hash the instance is marked with, so the provider adopts
+// it rather than building it again; hashes and snapshot stay as they are.
+func (r *ProxyReconciler) restart(ctx context.Context, s *scope, p provider.Provider, userData []byte) (ctrl.Result, error) {
+	inst, res, err := r.provision(ctx, s, p, s.px.Status.RenderedHash, userData)
+	if inst == nil {
+		return res, err
+	}
+	return r.observe(s, *inst), nil
+}
+
+// provision runs the provider's Create for the Proxy with specHash as the instance's
+// mark. It returns the instance, or nil and what the reconcile returns.
+func (r *ProxyReconciler) provision(ctx context.Context, s *scope, p provider.Provider, specHash string, userData []byte) (*provider.Instance, ctrl.Result, error) {
 	px := s.px
 	name := px.InstanceName()
 	switch {
@@ -37,7 +72,7 @@ func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provi
 		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, msg)
 		// A Create may take minutes (a first image download): show Provisioning meanwhile.
 		if err := r.patchStatus(ctx, s); err != nil {
-			return ctrl.Result{}, err
+			return nil, ctrl.Result{}, err
 		}
 	}
 
@@ -53,7 +88,7 @@ func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provi
 		CloudInit:    userData,
 		Port:         px.Spec.Port,
 		SourceRanges: sourceRanges(px),
-		SpecHash:     hash,
+		SpecHash:     specHash,
 	}
 	prog := r.newProgress(ctx, s)
 	inst, err := p.Create(provider.WithProgress(ctx, prog.report), req)
@@ -61,10 +96,28 @@ func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provi
 		s.written(latest)
 	}
 	if err != nil {
-		return r.providerError(s, actionCreate, fmt.Errorf("creating instance %s: %w", name, err), true)
+		res, err := r.providerError(s, actionCreate, fmt.Errorf("creating instance %s: %w", name, err), true)
+		return nil, res, err
 	}
-	px.Status.SpecHash = hash
-	return r.observe(s, inst), nil
+	return &inst, ctrl.Result{}, nil
+}
+
+// snapshotTaken shows that the snapshot's Secret name belongs to a Secret the Proxy does
+// not control, and checks again every PendingRetry: nothing is written over it.
+func (r *ProxyReconciler) snapshotTaken(s *scope, err error) ctrl.Result {
+	px := s.px
+	msg := err.Error()
+	if c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned); c == nil ||
+		c.Reason != v1alpha1.ReasonCredentialsUnavailable || c.Message != msg {
+		s.log.Info("proxy cannot keep its credentials snapshot", "error", msg)
+		s.event(corev1.EventTypeWarning, v1alpha1.ReasonCredentialsUnavailable, actionReconcile, "%s", msg)
+	}
+	if px.Status.ProviderID == "" {
+		s.setPhase(v1alpha1.PhasePending, v1alpha1.ReasonCredentialsUnavailable, msg)
+	}
+	px.Status.Message = msg
+	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonCredentialsUnavailable, msg)
+	return ctrl.Result{RequeueAfter: r.pendingRetry()}
 }
 
 // providerError turns a provider error into status, an Event and a result, by class:

@@ -279,7 +279,7 @@ func healthEngineMarksReady(ctx context.Context, t *testing.T, stale *v1alpha1.P
 func TestStatusWriteErrorReturned(t *testing.T) {
 	px := managedProxy("apierr")
 	px.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, ProviderID: providertest.ProviderID(px.InstanceName()),
-		IP: "10.0.0.5", SpecHash: SpecHash(px, px.Spec.CloudInit), ObservedGeneration: 1}
+		IP: "10.0.0.5", SpecHash: RenderedHash(px, px.Spec.CloudInit), ObservedGeneration: 1}
 	r, _, _ := fakeClusterReconciler(t, px, interceptor.Funcs{
 		SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
 			return apierrors.NewServiceUnavailable("etcd leader changed")

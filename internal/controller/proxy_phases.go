@@ -2,9 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -34,11 +31,15 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.
 		s.setPhase(v1alpha1.PhasePending, EventPending,
 			fmt.Sprintf("instance %s will be created by provider %s", px.InstanceName(), px.Spec.Provider))
 	}
-	rendered, done, res, err := r.renderConfig(ctx, s) // proxy_config.go
+	rendered, creds, done, res, err := r.renderConfig(ctx, s) // proxy_config.go
 	if done {
 		return res, err
 	}
-	hash := SpecHash(px, rendered.HashInput)
+	intent, err := IntentHash(px, creds)
+	if err != nil {
+		return r.providerError(s, actionReconcile, err, false)
+	}
+	want := hashes{intent: intent, rendered: RenderedHash(px, rendered.HashInput)}
 
 	if id := px.Status.ProviderID; id != "" {
 		inst, err := p.Get(ctx, id)
@@ -49,31 +50,42 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.
 			px.Status.ProviderID, px.Status.IP = "", ""
 		case err != nil:
 			return r.providerError(s, actionGet, fmt.Errorf("getting instance %s: %w", id, err), false)
-		case px.Status.SpecHash != hash:
-			if err := r.replace(ctx, s, p, id); err != nil {
-				return r.providerError(s, actionDelete, err, true)
-			}
-		case inst.State == provider.StateStopped || inst.State == provider.StateUnknown:
-			// Create starts an existing instance that is not running.
 		default:
-			return r.observe(s, inst), nil
+			why, err := r.judgeBuild(ctx, s, want, creds) // proxy_intent.go
+			switch {
+			case errors.Is(err, errSnapshotTaken):
+				return r.snapshotTaken(s, err), nil
+			case err != nil:
+				return r.providerError(s, actionReconcile, err, false)
+			case why != "":
+				if err := r.replace(ctx, s, p, id, why); err != nil {
+					return r.providerError(s, actionDelete, err, true)
+				}
+			case inst.State == provider.StateStopped || inst.State == provider.StateUnknown:
+				// Create starts an existing instance that is not running, as it was built.
+				return r.restart(ctx, s, p, rendered.UserData)
+			default:
+				return r.observe(s, inst), nil
+			}
 		}
 	}
-	return r.create(ctx, s, p, hash, rendered.UserData)
+	return r.create(ctx, s, p, want, rendered.UserData, creds)
 }
 
-// replace deletes an instance built from an older spec, so that a new one is created.
-func (r *ProxyReconciler) replace(ctx context.Context, s *scope, p provider.Provider, id string) error {
+// replace deletes an instance built from an older spec (or one the replace annotation
+// asks to build again), so that a new one is created.
+func (r *ProxyReconciler) replace(ctx context.Context, s *scope, p provider.Provider, id, why string) error {
 	px := s.px
 	s.event(corev1.EventTypeNormal, EventReplacing, actionDelete,
-		"spec changed: deleting instance %s to create it again", id)
+		"%s: deleting instance %s to create it again", why, id)
 	s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning,
-		fmt.Sprintf("replacing instance %s after a spec change", px.InstanceName()))
+		fmt.Sprintf("replacing instance %s: %s", px.InstanceName(), why))
 	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, px.Status.Message)
 	if err := p.Delete(ctx, id); err != nil && !s.leftBehind(id, err) {
 		return fmt.Errorf("deleting instance %s for replacement: %w", id, err)
 	}
-	px.Status.ProviderID, px.Status.IP, px.Status.SpecHash = "", "", ""
+	px.Status.ProviderID, px.Status.IP, px.Status.SpecHash, px.Status.RenderedHash = "", "", "", ""
+	px.Status.ObservedReplace = px.Annotations[v1alpha1.ReplaceAnnotation]
 	return nil
 }
 
@@ -168,7 +180,11 @@ func (r *ProxyReconciler) reconcileExternal(ctx context.Context, s *scope) (ctrl
 			}
 		}
 	}
-	px.Status.ProviderID, px.Status.SpecHash = "", ""
+	if err := r.deleteSnapshot(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	px.Status.ProviderID, px.Status.SpecHash, px.Status.RenderedHash = "", "", ""
+	meta.RemoveStatusCondition(&px.Status.Conditions, v1alpha1.ConditionConfigOutdated)
 	if _, err := r.credentials()(ctx, px); err != nil {
 		if !waitsForUser(err) { // a failed read: retried with backoff, the status left as it is
 			return r.providerError(s, actionReconcile, err, false)
@@ -179,25 +195,16 @@ func (r *ProxyReconciler) reconcileExternal(ctx context.Context, s *scope) (ctrl
 	}
 	px.Status.IP = px.Spec.Address
 	msg := fmt.Sprintf("external proxy at %s:%d", px.Spec.Address, px.Spec.Port)
+	if v := px.Annotations[v1alpha1.ReplaceAnnotation]; v != "" {
+		// No webhook can refuse the annotation, nor a CRD rule see it: say it here.
+		ignored := fmt.Sprintf("annotation %s is ignored: an External proxy (spec.mode) has no instance the operator could build again; remove the annotation", v1alpha1.ReplaceAnnotation)
+		if v != px.Status.ObservedReplace {
+			s.event(corev1.EventTypeWarning, v1alpha1.ReasonReplaceIgnored, actionReconcile, "%s (value %q)", ignored, v)
+			px.Status.ObservedReplace = v
+		}
+		msg += "; " + ignored
+	}
 	s.setPhase(v1alpha1.PhaseRunning, v1alpha1.ReasonExternal, msg)
 	s.setProvisioned(metav1.ConditionTrue, v1alpha1.ReasonExternal, msg)
 	return ctrl.Result{}, nil
-}
-
-// SpecHash is the hash of the fields an instance is built from: provider, placement and
-// the user-data's hash input (proxyconfig.ForProxy's HashInput: spec.cloudInit itself for
-// a Proxy without spec.proxy, so its hash is what it was before spec.proxy existed; with
-// spec.proxy the rendered configuration, the password as a salted digest). An instance
-// whose hash differs from its Proxy's is replaced.
-func SpecHash(px *v1alpha1.Proxy, userDataHashInput string) string {
-	b, err := json.Marshal(struct {
-		Provider  string                  `json:"provider"`
-		Placement v1alpha1.ProxyPlacement `json:"placement"`
-		CloudInit string                  `json:"cloudInit"`
-	}{px.Spec.Provider, px.Spec.Placement, userDataHashInput})
-	if err != nil {
-		panic(fmt.Sprintf("marshalling proxy spec for hashing: %v", err)) // plain strings cannot fail
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])[:16]
 }

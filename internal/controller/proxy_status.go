@@ -186,13 +186,27 @@ func layOwned(dst, old, want *v1alpha1.ProxyStatus) {
 	if want.SpecHash != old.SpecHash {
 		dst.SpecHash = want.SpecHash
 	}
+	if want.RenderedHash != old.RenderedHash {
+		dst.RenderedHash = want.RenderedHash
+	}
+	if want.CredentialsSecret != old.CredentialsSecret {
+		dst.CredentialsSecret = want.CredentialsSecret
+	}
+	if want.ObservedReplace != old.ObservedReplace {
+		dst.ObservedReplace = want.ObservedReplace
+	}
 	if want.Message != old.Message {
 		dst.Message = want.Message
 	}
 	dst.ObservedGeneration = want.ObservedGeneration
-	wc := meta.FindStatusCondition(want.Conditions, v1alpha1.ConditionProvisioned)
-	oc := meta.FindStatusCondition(old.Conditions, v1alpha1.ConditionProvisioned)
-	if wc != nil && (oc == nil || !equality.Semantic.DeepEqual(*wc, *oc)) {
-		meta.SetStatusCondition(&dst.Conditions, *wc)
+	for _, typ := range []string{v1alpha1.ConditionProvisioned, v1alpha1.ConditionConfigOutdated} {
+		wc := meta.FindStatusCondition(want.Conditions, typ)
+		oc := meta.FindStatusCondition(old.Conditions, typ)
+		switch {
+		case wc != nil && (oc == nil || !equality.Semantic.DeepEqual(*wc, *oc)):
+			meta.SetStatusCondition(&dst.Conditions, *wc)
+		case wc == nil && oc != nil:
+			meta.RemoveStatusCondition(&dst.Conditions, typ)
+		}
 	}
 }

@@ -66,14 +66,16 @@ func TestClusterRoleWritesNoLeases(t *testing.T) {
 			t.Errorf("the ClusterRole does not grant %s on proxies (a ProxyPool makes and removes its children)", verb)
 		}
 	}
-	// Basic-auth Secrets are read through the cache (get, list, watch) and never written.
-	for _, verb := range []string{"get", "list", "watch"} {
+	// Basic-auth Secrets are read through the cache (get, list, watch); the only ones
+	// written are the credentials snapshots (create, update, delete), never patched,
+	// never deleted by collection.
+	for _, verb := range []string{"get", "list", "watch", "create", "update", "delete"} {
 		if len(grants(role.Rules, "", "secrets", verb)) == 0 {
-			t.Errorf("the ClusterRole does not grant %s on secrets (spec.proxy.basicAuth and its watch)", verb)
+			t.Errorf("the ClusterRole does not grant %s on secrets (spec.proxy.basicAuth, its watch and the credentials snapshots)", verb)
 		}
 	}
-	if v := grants(role.Rules, "", "secrets", writeVerbs...); len(v) > 0 {
-		t.Errorf("the ClusterRole grants %v on secrets, which the manager only reads", v)
+	if v := grants(role.Rules, "", "secrets", "patch", "deletecollection", "*"); len(v) > 0 {
+		t.Errorf("the ClusterRole grants %v on secrets, which the manager never does", v)
 	}
 	if v := grants(role.Rules, "", "namespaces", "get"); len(v) == 0 {
 		t.Error("the ClusterRole cannot get namespaces (the default install ID is kube-system's UID)")

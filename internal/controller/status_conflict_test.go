@@ -104,14 +104,14 @@ func TestCreateKeepsSpecHashAfterStatusConflict(t *testing.T) {
 	}))
 	reconcileOnce(t, r, px)
 	got := readProxy(t, c, px)
-	if got.Status.SpecHash != SpecHash(px, px.Spec.CloudInit) || got.Status.ProviderID == "" {
-		t.Fatalf("after the first reconcile: specHash %q (want %q), providerID %q", got.Status.SpecHash, SpecHash(px, px.Spec.CloudInit), got.Status.ProviderID)
+	if got.Status.SpecHash != RenderedHash(px, px.Spec.CloudInit) || got.Status.ProviderID == "" {
+		t.Fatalf("after the first reconcile: specHash %q (want %q), providerID %q", got.Status.SpecHash, RenderedHash(px, px.Spec.CloudInit), got.Status.ProviderID)
 	}
 	if got.Status.ConsecutiveProbeFailures != 1 {
 		t.Errorf("the other writer's field was lost: %+v", got.Status)
 	}
-	if creates := f.CallsOf(providertest.OpCreate); len(creates) != 1 || creates[0].Arg.(provider.CreateRequest).SpecHash != SpecHash(px, px.Spec.CloudInit) {
-		t.Errorf("creates %+v, want one carrying the spec hash %s", creates, SpecHash(px, px.Spec.CloudInit))
+	if creates := f.CallsOf(providertest.OpCreate); len(creates) != 1 || creates[0].Arg.(provider.CreateRequest).SpecHash != RenderedHash(px, px.Spec.CloudInit) {
+		t.Errorf("creates %+v, want one carrying the spec hash %s", creates, RenderedHash(px, px.Spec.CloudInit))
 	}
 
 	reconcileOnce(t, r, px)
@@ -131,7 +131,7 @@ func TestSecondConflictKeepsOtherWritersPhase(t *testing.T) {
 	px := managedProxy("twice")
 	id := providertest.ProviderID(px.InstanceName())
 	px.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, Healthy: true, ProviderID: id, IP: "10.0.0.9",
-		SpecHash: SpecHash(px, px.Spec.CloudInit), ObservedGeneration: 1, Message: "an older message"}
+		SpecHash: RenderedHash(px, px.Spec.CloudInit), ObservedGeneration: 1, Message: "an older message"}
 	r, c, f := fakeClusterReconciler(t, px, conflicting(t, &patches,
 		func(st *v1alpha1.ProxyStatus) { // three failed probes: out of rotation
 			st.Phase, st.Healthy, st.ConsecutiveProbeFailures = v1alpha1.PhaseRunning, false, 3

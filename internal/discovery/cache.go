@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -101,7 +102,7 @@ func sameEntry(a, b *v1alpha1.Proxy) bool {
 	return ea.Name == eb.Name && ea.Namespace == eb.Namespace && ea.URL == eb.URL && ea.Mode == eb.Mode &&
 		ea.Provider == eb.Provider && ea.Region == eb.Region && ea.Zone == eb.Zone && ea.Pool == eb.Pool &&
 		ea.Healthy == eb.Healthy && ea.EgressIP == eb.EgressIP && maps.Equal(ea.Labels, eb.Labels) &&
-		equality.Semantic.DeepEqual(ea.basicAuth, eb.basicAuth)
+		equality.Semantic.DeepEqual(ea.auth, eb.auth)
 }
 
 // EntryFor is how a Proxy appears in the API; ok is false for a Proxy without an address.
@@ -124,12 +125,8 @@ func EntryFor(px *v1alpha1.Proxy) (Entry, bool) {
 			lbl[k] = v
 		}
 	}
-	var auth *v1alpha1.ProxyBasicAuth
-	if px.Spec.Proxy != nil && px.Spec.Proxy.BasicAuth != nil {
-		auth = px.Spec.Proxy.BasicAuth.DeepCopy()
-	}
 	return Entry{
-		basicAuth: auth,
+		auth:      authOf(px),
 		Name:      px.Name,
 		Namespace: px.Namespace,
 		URL:       "http://" + net.JoinHostPort(st.IP, strconv.Itoa(int(port))),
@@ -143,4 +140,23 @@ func EntryFor(px *v1alpha1.Proxy) (Entry, bool) {
 		EgressIP: st.EgressIP,
 		Labels:   lbl,
 	}, true
+}
+
+// authOf is the part of px its credentials lookup reads, or nil when its proxy demands no
+// credentials: neither spec.proxy.basicAuth nor a snapshot of what its instance was built
+// with (status.credentialsSecret).
+func authOf(px *v1alpha1.Proxy) *v1alpha1.Proxy {
+	hasRef := px.Spec.Proxy != nil && px.Spec.Proxy.BasicAuth != nil
+	if !hasRef && px.Status.CredentialsSecret == "" {
+		return nil
+	}
+	a := &v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: px.Namespace, Name: px.Name, UID: px.UID},
+		Spec:       v1alpha1.ProxySpec{Mode: px.Spec.Mode},
+		Status:     v1alpha1.ProxyStatus{CredentialsSecret: px.Status.CredentialsSecret},
+	}
+	if hasRef {
+		a.Spec.Proxy = &v1alpha1.ProxyConfig{BasicAuth: px.Spec.Proxy.BasicAuth.DeepCopy()}
+	}
+	return a
 }

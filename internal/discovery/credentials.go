@@ -7,10 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 )
 
 // errNoTokenForCredentials answers ?credentials=true on a server without a token: the
@@ -18,10 +14,11 @@ import (
 var errNoTokenForCredentials = &apiError{status: http.StatusForbidden, Parameter: paramCredentials,
 	Message: "credentials are served only to callers authenticated with the discovery token, and this server has no token configured (--discovery-token-file)"}
 
-// withCredentials is e with its URL carrying the Proxy's user:password@, or e as it is
-// when the Proxy has no spec.proxy.basicAuth.
+// withCredentials is e with its URL carrying the user:password@ its proxy demands (for
+// a Managed Proxy the snapshot of what its instance was built with), or e as it is when
+// the proxy demands none.
 func (s *Server) withCredentials(ctx context.Context, e Entry) (Entry, *apiError) {
-	if e.basicAuth == nil {
+	if e.auth == nil {
 		return e, nil
 	}
 	unavailable := func(why string) *apiError {
@@ -30,9 +27,7 @@ func (s *Server) withCredentials(ctx context.Context, e Entry) (Entry, *apiError
 	if s.opts.Credentials == nil {
 		return e, unavailable("this server cannot read proxy credentials")
 	}
-	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Name},
-		Spec: v1alpha1.ProxySpec{Proxy: &v1alpha1.ProxyConfig{BasicAuth: e.basicAuth}}}
-	c, err := s.opts.Credentials(ctx, px)
+	c, err := s.opts.Credentials(ctx, e.auth)
 	if err != nil {
 		return e, unavailable(err.Error())
 	}

@@ -20,13 +20,19 @@ func authRef(secret string) *v1alpha1.ProxyBasicAuth {
 	return &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: v1alpha1.SecretName(secret)}}
 }
 
+// authFor is what EntryFor keeps for e's Proxy with basic auth from secret.
+func authFor(e Entry, secret string) *v1alpha1.Proxy {
+	return authOf(&v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Name},
+		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyMode(e.Mode), Proxy: &v1alpha1.ProxyConfig{BasicAuth: authRef(secret)}}})
+}
+
 // credsFixture: crawl/a and crawl/b carry basic auth (b with a password that needs
 // escaping in a URL), other/d has none.
 func credsFixture() *staticSource {
 	a := entry("crawl", "a", true, "kvm2-home", "eu", "eu-1", nil)
-	a.basicAuth = authRef("auth-a")
+	a.auth = authFor(a, "auth-a")
 	b := entry("crawl", "b", true, "kvm2-home", "eu", "eu-2", nil)
-	b.basicAuth = authRef("auth-b")
+	b.auth = authFor(b, "auth-b")
 	return newStaticSource(a, b, entry("other", "d", true, "ext", "us", "us-1", nil))
 }
 
@@ -129,7 +135,8 @@ func TestCredentialsRefused(t *testing.T) {
 	withToken := tokenServer(t, credsFixture(), secretLookup(testSecrets))
 	failing := tokenServer(t, credsFixture(), secretLookup(map[string]*proxyconfig.Credentials{"crawl/auth-a": testSecrets["crawl/auth-a"]}))
 	noLookup := tokenServer(t, credsFixture(), nil)
-	bad := Entry{Name: "bad", Namespace: "crawl", URL: "http://[::1", Healthy: true, basicAuth: authRef("auth-a")}
+	bad := Entry{Name: "bad", Namespace: "crawl", URL: "http://[::1", Healthy: true}
+	bad.auth = authFor(bad, "auth-a")
 	badURL := tokenServer(t, newStaticSource(bad), secretLookup(testSecrets))
 	for _, tc := range []struct {
 		name   string
@@ -164,20 +171,37 @@ func TestCredentialsRefused(t *testing.T) {
 	}
 }
 
+// The entry keeps what the credentials lookup needs of the Proxy (its identity, its real
+// mode, its Secret reference and its snapshot), never shown, and a change of any of them
+// is a change of the entry.
 func TestEntryForCarriesBasicAuth(t *testing.T) {
-	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: "a"},
-		Spec:   v1alpha1.ProxySpec{Port: 3128, Proxy: &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"10.0.0.0/8"}, BasicAuth: authRef("auth-a")}},
-		Status: v1alpha1.ProxyStatus{IP: "192.0.2.7"}}
+	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: "a", UID: "uid-a"},
+		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeManaged, Port: 3128,
+			Proxy: &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"10.0.0.0/8"}, BasicAuth: authRef("auth-a")}},
+		Status: v1alpha1.ProxyStatus{IP: "192.0.2.7", CredentialsSecret: "proxy-0123456789abcdef-credentials"}}
 	e, ok := EntryFor(px)
-	if !ok || e.basicAuth == nil || e.basicAuth.SecretRef.Name != "auth-a" {
-		t.Fatalf("entry %+v", e)
+	if !ok || e.auth == nil || e.auth.Spec.Proxy.BasicAuth.SecretRef.Name != "auth-a" || e.auth.UID != "uid-a" ||
+		e.auth.Spec.Mode != v1alpha1.ProxyModeManaged || e.auth.Status.CredentialsSecret != px.Status.CredentialsSecret {
+		t.Fatalf("entry %+v, auth %+v", e, e.auth)
 	}
-	if b, _ := json.Marshal(e); strings.Contains(string(b), "auth-a") {
+	if b, _ := json.Marshal(e); strings.Contains(string(b), "auth-a") || strings.Contains(string(b), "credentials") {
 		t.Errorf("the entry's JSON shows the Secret: %s", b)
 	}
-	other := px.DeepCopy()
-	other.Spec.Proxy.BasicAuth.SecretRef.Name = "auth-b"
-	if sameEntry(px, other) {
-		t.Error("a changed Secret reference leaves the snapshot as it was")
+	for name, change := range map[string]func(*v1alpha1.Proxy){
+		"secret reference": func(p *v1alpha1.Proxy) { p.Spec.Proxy.BasicAuth.SecretRef.Name = "auth-b" },
+		"snapshot":         func(p *v1alpha1.Proxy) { p.Status.CredentialsSecret = "" },
+	} {
+		other := px.DeepCopy()
+		change(other)
+		if sameEntry(px, other) {
+			t.Errorf("a changed %s leaves the snapshot as it was", name)
+		}
+	}
+	// A Proxy whose spec no longer names a Secret but whose instance was built with one
+	// still demands it.
+	noRef := px.DeepCopy()
+	noRef.Spec.Proxy.BasicAuth = nil
+	if e, _ := EntryFor(noRef); e.auth == nil || e.auth.Status.CredentialsSecret == "" {
+		t.Errorf("entry of a Proxy with a snapshot and no basicAuth: auth %+v", e.auth)
 	}
 }

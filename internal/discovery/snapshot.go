@@ -24,8 +24,10 @@ type Entry struct {
 	EgressIP  string            `json:"egressIP,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
 
-	// basicAuth is the Proxy's spec.proxy.basicAuth, for ?credentials=true; never served.
-	basicAuth *v1alpha1.ProxyBasicAuth
+	// auth is what ?credentials=true needs of the Proxy (identity, mode,
+	// spec.proxy.basicAuth, status.credentialsSecret), nil when its proxy demands no
+	// credentials; never served.
+	auth *v1alpha1.Proxy
 }
 
 // item is an Entry with the per-request work done ahead of time: its JSON encoding,

@@ -73,27 +73,20 @@ func (s SecretCredentials) Credentials(ctx context.Context, px *v1alpha1.Proxy) 
 	if !OptedIn(&sec) {
 		return nil, notOptedIn(key)
 	}
-	var c Credentials
-	for _, kv := range []struct {
-		name string
-		dst  *string
-	}{{SecretKeyUsername, &c.Username}, {SecretKeyPassword, &c.Password}} {
-		v, ok := sec.Data[kv.name]
-		if !ok || len(v) == 0 {
-			return nil, fmt.Errorf("%w: secret %s (spec.proxy.basicAuth.secretRef) has no key %q, or it is empty", ErrSecretKeyMissing, key, kv.name)
-		}
-		*kv.dst = string(v)
+	c, err := credentialsOf(&sec, fmt.Sprintf("secret %s (spec.proxy.basicAuth.secretRef)", key))
+	if err != nil {
+		return nil, err
 	}
 	if px.Spec.Mode == v1alpha1.ProxyModeExternal {
 		if strings.Contains(c.Username, ":") {
 			return nil, fmt.Errorf("secret %s (spec.proxy.basicAuth.secretRef): %w: username holds a ':', which basic auth cannot carry", key, ErrBadCredentials)
 		}
-		return &c, nil
+		return c, nil
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("secret %s (spec.proxy.basicAuth.secretRef): %w", key, err)
 	}
-	return &c, nil
+	return c, nil
 }
 
 // notFound is the error for a Secret Reader did not find: missing, or (as Metadata

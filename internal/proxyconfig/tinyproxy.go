@@ -3,7 +3,22 @@ package proxyconfig
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 )
+
+// renderingVariant, when set, adds a comment line to tinyproxy's configuration: a
+// rendering that means the same but differs byte for byte, as a later operator release's
+// may. Empty in every build; see SetRenderingVariant.
+var renderingVariant atomic.Pointer[string]
+
+// SetRenderingVariant makes every rendering from now on differ from today's by a comment
+// naming variant (none for ""), as if the operator had been upgraded to a release whose
+// rendering changed; it returns a function restoring the previous variant. It exists for
+// tests of what an upgrade does to running instances; the manager never calls it.
+func SetRenderingVariant(variant string) (restore func()) {
+	prev := renderingVariant.Swap(&variant)
+	return func() { renderingVariant.Store(prev) }
+}
 
 // TinyproxyConfPath is where the rendered cloud-config writes tinyproxy's configuration.
 const TinyproxyConfPath = "/etc/tinyproxy/tinyproxy.conf"
@@ -34,6 +49,9 @@ Allow ::1
 `)
 	for _, n := range nets {
 		fmt.Fprintf(&b, "Allow %s\n", n)
+	}
+	if v := renderingVariant.Load(); v != nil && *v != "" {
+		fmt.Fprintf(&b, "# rendering variant %s\n", *v)
 	}
 	if c.Credentials != nil {
 		fmt.Fprintf(&b, "BasicAuth %s %s\n", c.Credentials.Username, c.Credentials.Password)

@@ -1,0 +1,218 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
+)
+
+// A Proxy's instance is judged by two hashes. The intent hash (status.specHash) covers
+// what the user asked for: a new one means the user changed the spec or rotated the
+// password. The rendered hash (status.renderedHash, and the provider's mark) covers what
+// this operator version builds from it: a new one alone means the operator was upgraded
+// to a release that renders the same intent differently, which replaces nothing by
+// itself.
+
+// hashes are the two hashes of a Proxy as this operator version sees it now.
+type hashes struct {
+	intent, rendered string
+}
+
+// IntentHash is the hash of what the user asked for: provider, placement and
+// spec.cloudInit, and for a Managed Proxy with spec.proxy also its port, its ranges and
+// the user name with a slow salted digest of the password (proxyconfig.CredentialsDigest)
+// of creds. A Proxy without spec.proxy hands spec.cloudInit to its provider byte for
+// byte, so its intent hash is its rendered hash, the one it always had.
+func IntentHash(px *v1alpha1.Proxy, creds *proxyconfig.Credentials) (string, error) {
+	if px.Spec.Proxy == nil || px.Spec.Mode == v1alpha1.ProxyModeExternal {
+		return RenderedHash(px, px.Spec.CloudInit), nil
+	}
+	in := struct {
+		Provider            string                  `json:"provider"`
+		Placement           v1alpha1.ProxyPlacement `json:"placement"`
+		CloudInit           string                  `json:"cloudInit"`
+		Port                int32                   `json:"port"`
+		AllowedSourceRanges []v1alpha1.CIDR         `json:"allowedSourceRanges"`
+		Username            string                  `json:"username,omitempty"`
+		PasswordDigest      string                  `json:"passwordDigest,omitempty"`
+	}{Provider: px.Spec.Provider, Placement: px.Spec.Placement, CloudInit: px.Spec.CloudInit,
+		Port: px.Spec.Port, AllowedSourceRanges: px.Spec.Proxy.AllowedSourceRanges}
+	if creds != nil {
+		d, err := proxyconfig.CredentialsDigest(*creds)
+		if err != nil {
+			return "", err
+		}
+		in.Username, in.PasswordDigest = creds.Username, d
+	}
+	return shortHash(in), nil
+}
+
+// RenderedHash is the hash of what an instance is built from: provider, placement and
+// the user-data's hash input (proxyconfig.ForProxy's HashInput: spec.cloudInit itself for
+// a Proxy without spec.proxy; with spec.proxy the rendered configuration, the password as
+// a salted digest). It is the spec hash providers mark instances with, and what
+// status.specHash held before the intent hash existed.
+func RenderedHash(px *v1alpha1.Proxy, userDataHashInput string) string {
+	return shortHash(struct {
+		Provider  string                  `json:"provider"`
+		Placement v1alpha1.ProxyPlacement `json:"placement"`
+		CloudInit string                  `json:"cloudInit"`
+	}{px.Spec.Provider, px.Spec.Placement, userDataHashInput})
+}
+
+func shortHash(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("marshalling proxy spec for hashing: %v", err)) // strings, ints and a list of strings cannot fail
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// controllingPool is the name of the ProxyPool controlling px, or "". The controller
+// reference decides, not the pool label, which anyone may set.
+func controllingPool(px *v1alpha1.Proxy) string {
+	ref := metav1.GetControllerOfNoCopy(px)
+	if ref == nil || ref.Kind != "ProxyPool" || ref.APIVersion != v1alpha1.GroupVersion.String() {
+		return ""
+	}
+	return ref.Name
+}
+
+// replaceRequested is the value of a replace annotation not acted on yet, or "".
+func replaceRequested(px *v1alpha1.Proxy) string {
+	v := px.Annotations[v1alpha1.ReplaceAnnotation]
+	if v == "" || v == px.Status.ObservedReplace {
+		return ""
+	}
+	return v
+}
+
+// replaceAnnotationChanged lets through the updates of a Proxy whose replace annotation
+// changed: they carry no new generation.
+var replaceAnnotationChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld != nil && e.ObjectNew != nil &&
+			e.ObjectOld.GetAnnotations()[v1alpha1.ReplaceAnnotation] != e.ObjectNew.GetAnnotations()[v1alpha1.ReplaceAnnotation]
+	},
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// judgeBuild compares the running instance with what the operator would build now and
+// returns why it must be replaced, or "" to keep it. On the way it adopts an instance
+// built by an operator version that recorded no intent hash, and sets ConfigOutdated:
+//   - a new intent (spec edited, password rotated) replaces the instance, except a pool
+//     child's whose spec is unchanged: its pool replaces it surge-first
+//     (ConfigOutdated=True, CredentialsChanged) while it keeps serving with its snapshot;
+//   - a new rendering alone (an operator upgrade) keeps it (ConfigOutdated=True,
+//     RenderingChanged) until a standalone Proxy's replace annotation gets a new value
+//     or, for a pool child, its pool replaces it;
+//   - a new replace annotation value rebuilds a standalone Proxy's instance in any case.
+func (r *ProxyReconciler) judgeBuild(ctx context.Context, s *scope, want hashes, creds *proxyconfig.Credentials) (string, error) {
+	px := s.px
+	st := &px.Status
+	pool := controllingPool(px)
+	if st.RenderedHash == "" {
+		// Built before the intent hash was recorded: status.specHash holds what is now the
+		// rendered hash. Unchanged, the instance is what this version builds: adopt it.
+		if st.SpecHash != want.rendered {
+			return "spec changed", nil
+		}
+		st.SpecHash, st.RenderedHash, st.ObservedReplace = want.intent, want.rendered, px.Annotations[v1alpha1.ReplaceAnnotation]
+		if err := r.syncSnapshot(ctx, s, creds); err != nil {
+			return "", err
+		}
+		s.event(corev1.EventTypeNormal, v1alpha1.ReasonAdopted, actionReconcile,
+			"instance %s, built by an earlier operator version, is kept as it is: it matches the spec (spec hash %s, rendered hash %s)",
+			px.InstanceName(), want.intent, want.rendered)
+	}
+	if st.SpecHash != want.intent {
+		if pool != "" && r.onlyCredentialsChanged(ctx, s) {
+			s.setConfigOutdated(metav1.ConditionTrue, v1alpha1.ReasonCredentialsChanged, fmt.Sprintf(
+				"the credentials Secret %s changed; instance %s keeps serving with the credentials it was built with (Secret %s) until ProxyPool %s replaces it",
+				px.Spec.Proxy.BasicAuth.SecretRef.Name, px.InstanceName(), st.CredentialsSecret, pool))
+			return "", nil
+		}
+		return "spec changed", nil
+	}
+	if v := replaceRequested(px); v != "" {
+		if pool == "" {
+			return fmt.Sprintf("replacement asked for by annotation %s=%q", v1alpha1.ReplaceAnnotation, v), nil
+		}
+		st.ObservedReplace = v
+		s.event(corev1.EventTypeWarning, v1alpha1.ReasonReplaceIgnored, actionReconcile,
+			"annotation %s=%q is ignored on a child of ProxyPool %s: the pool replaces its children (surge-first) when their ConfigOutdated condition is True or its template changes",
+			v1alpha1.ReplaceAnnotation, v, pool)
+	}
+	if st.RenderedHash != want.rendered {
+		msg := fmt.Sprintf("instance %s was built from another rendering of the same spec (an earlier operator version's, rendered hash %s; this version's is %s) and keeps running as it is; ",
+			px.InstanceName(), st.RenderedHash, want.rendered)
+		if pool != "" {
+			msg += fmt.Sprintf("ProxyPool %s replaces it surge-first", pool)
+		} else {
+			msg += fmt.Sprintf("to build it again: kubectl annotate proxy -n %s %s %s=\"$(date +%%s)\" --overwrite", px.Namespace, px.Name, v1alpha1.ReplaceAnnotation)
+		}
+		s.setConfigOutdated(metav1.ConditionTrue, v1alpha1.ReasonRenderingChanged, msg)
+		return "", nil
+	}
+	// The intent matches, so the referenced Secret holds what the instance was built
+	// with: a snapshot lost since is made again from it.
+	if err := r.syncSnapshot(ctx, s, creds); err != nil {
+		return "", err
+	}
+	s.setConfigUpToDate()
+	return "", nil
+}
+
+// onlyCredentialsChanged reports an intent that differs from the instance's by the
+// credentials alone: with the ones the snapshot keeps, the spec hashes as it was built.
+func (r *ProxyReconciler) onlyCredentialsChanged(ctx context.Context, s *scope) bool {
+	px := s.px
+	if px.Status.CredentialsSecret == "" || px.Spec.Proxy == nil || px.Spec.Proxy.BasicAuth == nil {
+		return false
+	}
+	built, err := proxyconfig.ReadSnapshot(ctx, r.Client, px)
+	if err != nil {
+		s.log.Info("credentials snapshot unreadable; treating the change as a spec change", "error", err.Error())
+		return false
+	}
+	h, err := IntentHash(px, built)
+	return err == nil && h == px.Status.SpecHash
+}
+
+// setConfigOutdated sets the ConfigOutdated condition, with a Normal Event when it turns
+// True or changes reason.
+func (s *scope) setConfigOutdated(status metav1.ConditionStatus, reason, message string) {
+	old := meta.FindStatusCondition(s.px.Status.Conditions, v1alpha1.ConditionConfigOutdated)
+	if status == metav1.ConditionTrue && (old == nil || old.Status != status || old.Reason != reason) {
+		s.log.Info("proxy configuration outdated", "reason", reason, "message", message)
+		s.event(corev1.EventTypeNormal, reason, actionReconcile, "ConfigOutdated: %s", message)
+	}
+	meta.SetStatusCondition(&s.px.Status.Conditions, metav1.Condition{
+		Type:               v1alpha1.ConditionConfigOutdated,
+		Status:             status,
+		Reason:             reason,
+		Message:            message,
+		ObservedGeneration: s.px.Generation,
+	})
+}
+
+// setConfigUpToDate sets ConfigOutdated=False: the instance is what this operator
+// version builds for the spec.
+func (s *scope) setConfigUpToDate() {
+	s.setConfigOutdated(metav1.ConditionFalse, v1alpha1.ReasonUpToDate,
+		fmt.Sprintf("instance %s runs the configuration this operator version builds for the spec", s.px.InstanceName()))
+}
