@@ -2,16 +2,22 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -128,7 +134,8 @@ func TestManagerProbesAndHandsOutCredentials(t *testing.T) {
 	mgr, disc := startProbingManager(t, env, "--proxy-status-heartbeat", "1s", "--provider-check-interval", "1m")
 
 	ctx := context.Background()
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge-auth", Namespace: "default"},
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge-auth", Namespace: "default",
+		Labels: map[string]string{v1alpha1.CredentialsLabel: "true"}},
 		Data: map[string][]byte{"username": []byte("crawler"), "password": []byte("Pw-one.1")}}
 	if err := c.Create(ctx, sec); err != nil {
 		t.Fatal(err)
@@ -201,6 +208,116 @@ func TestManagerProbesAndHandsOutCredentials(t *testing.T) {
 	})
 	if strings.Contains(mgr.stderr.String(), "Pw-") {
 		t.Errorf("the manager logged a password:\n%s", mgr.stderr.String())
+	}
+	mgr.stop()
+}
+
+// The manager binary never sends the values of a Secret without the opt-in label: an
+// External Proxy naming one (a deploy bot's credentials, its address a listener of the
+// author's) waits in Pending with CredentialsUnavailable and a message saying which label
+// to add, the listener never sees a request (so no Proxy-Authorization), and discovery's
+// ?credentials=true lists it not, while a labelled Proxy beside it is probed and listed
+// as usual (the probe rounds ran). Labelling the Secret is what lets it through.
+func TestManagerNeverSendsAnUnlabelledSecret(t *testing.T) {
+	env := testenv.StartT(t)
+	c := env.Client
+	fp := healthtest.New(t, "127.0.0.11")
+	var mu sync.Mutex
+	var seen []string // the Proxy-Authorization of every request the listener got
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Proxy-Authorization"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	listenerRequests := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
+	}
+	_, portStr, _ := net.SplitHostPort(ln.Addr().String())
+	port, _ := strconv.Atoi(portStr)
+
+	mgr, disc := startProbingManager(t, env, "--provider-check-interval", "1m")
+	ctx := context.Background()
+	bot := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deploy-bot", Namespace: "default"},
+		Type: corev1.SecretTypeBasicAuth,
+		Data: map[string][]byte{"username": []byte("deploy-bot"), "password": []byte("Bot-Secret.77")}}
+	if err := c.Create(ctx, bot); err != nil {
+		t.Fatal(err)
+	}
+	nosy := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "nosy", Namespace: "default"},
+		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "127.0.0.1", Port: int32(port),
+			Proxy: &v1alpha1.ProxyConfig{BasicAuth: &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: "deploy-bot"}}}}}
+	plain := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"},
+		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: fp.Host, Port: fp.Port}}
+	for _, px := range []*v1alpha1.Proxy{nosy, plain} {
+		if err := c.Create(ctx, px); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := `secret default/deploy-bot (spec.proxy.basicAuth.secretRef) lacks the label egress.hrajfrisbee.cz/proxy-credentials: "true"`
+	mgr.waitUntil("the Proxy naming the unlabelled Secret to say why it waits", func() (bool, error) {
+		got := &v1alpha1.Proxy{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(nosy), got); err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProvisioned)
+		return got.Status.Phase == v1alpha1.PhasePending && cond != nil && cond.Status == metav1.ConditionFalse &&
+				cond.Reason == v1alpha1.ReasonCredentialsUnavailable && strings.Contains(cond.Message, want) && got.Status.IP == "",
+			fmt.Errorf("phase %s, ip %q, Provisioned %+v", got.Status.Phase, got.Status.IP, cond)
+	})
+	// The rounds run: the Proxy beside it is probed to Ready, then a few rounds more.
+	var readyAt time.Time
+	mgr.waitUntil("the plain External Proxy to be Ready and probed three rounds after", func() (bool, error) {
+		got := &v1alpha1.Proxy{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(plain), got); err != nil {
+			return false, err
+		}
+		if got.Status.Phase == v1alpha1.PhaseReady && readyAt.IsZero() {
+			readyAt = time.Now()
+		}
+		return !readyAt.IsZero() && time.Since(readyAt) > 3*time.Second, fmt.Errorf("phase %s", got.Status.Phase)
+	})
+	code, body := discoveryGet(disc, "/v1/proxies?namespace=default&healthy=any&credentials=true", "t0ken")
+	if code != http.StatusOK || strings.Contains(body, "nosy") || !strings.Contains(body, `"name":"plain"`) || strings.Contains(body, "Bot-Secret") {
+		t.Errorf("discovery with credentials: %d %s, want plain alone", code, body)
+	}
+	if reqs := listenerRequests(); len(reqs) != 0 {
+		t.Fatalf("the listener behind the unlabelled Secret's Proxy got %d requests (Proxy-Authorization %q)", len(reqs), reqs)
+	}
+	evs := &eventsv1.EventList{}
+	if err := c.List(ctx, evs, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	warnings := 0
+	for _, ev := range evs.Items {
+		if ev.Regarding.Name == "nosy" && ev.Type == corev1.EventTypeWarning && ev.Reason == v1alpha1.ReasonCredentialsUnavailable {
+			warnings++
+		}
+	}
+	if warnings != 1 {
+		t.Errorf("%d CredentialsUnavailable Warning events on the Proxy, want one", warnings)
+	}
+
+	// Opted in: the Secret is the Proxy's to use, and the probe sends it.
+	bot.Labels = map[string]string{v1alpha1.CredentialsLabel: "true"}
+	if err := c.Update(ctx, bot); err != nil {
+		t.Fatal(err)
+	}
+	wantAuth := "Basic " + base64.StdEncoding.EncodeToString([]byte("deploy-bot:Bot-Secret.77"))
+	mgr.waitUntil("the probe to go through the labelled Secret's Proxy with its credentials", func() (bool, error) {
+		reqs := listenerRequests()
+		return len(reqs) > 0 && reqs[0] == wantAuth, fmt.Errorf("%d requests", len(reqs))
+	})
+	if strings.Contains(mgr.stderr.String(), "Bot-Secret") {
+		t.Errorf("the manager logged the password")
 	}
 	mgr.stop()
 }

@@ -12,6 +12,8 @@ import (
 	"os"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -220,7 +222,7 @@ func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {
 		LeaderElectionID:              "egress-proxies-operator.egress.hrajfrisbee.cz",
 		LeaderElectionNamespace:       o.leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{ByObject: poolCacheByObject()},
+		Cache:                         cache.Options{ByObject: cacheByObject()},
 	})
 	if err != nil {
 		return nil, err
@@ -229,6 +231,17 @@ func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// cacheByObject restricts what the manager's cache holds: the pools' Services and
+// EndpointSlices (poolCacheByObject), and only the Secrets opted in as proxy credentials
+// (v1alpha1.CredentialsLabel "true"). Every other Secret of the cluster stays out of the
+// manager's memory, and its data never reaches the operator: a Proxy naming one is told
+// so from a metadata-only read (proxyconfig.SecretCredentials.Metadata).
+func cacheByObject() map[client.Object]cache.ByObject {
+	by := poolCacheByObject()
+	by[&corev1.Secret{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{v1alpha1.CredentialsLabel: "true"})}
+	return by
 }
 
 // metricsOptions: HTTPS behind the API server's authentication and authorization unless
@@ -249,9 +262,11 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	// The rendered configuration takes the credentials from the Secrets the Proxies name;
 	// the probe and discovery from each Proxy's snapshot of what its instance was built
 	// with (the referenced Secret for a Proxy without one). Both read through the
-	// manager's cache (the reconciler watches Secrets).
+	// manager's cache (the reconciler watches Secrets), which holds only the opted-in
+	// Secrets; one the cache lacks is looked up by its metadata alone, to say whether it
+	// is missing or lacks the label.
 	r := &controller.ProxyReconciler{
-		Credentials:  proxyconfig.SecretCredentials{Reader: mgr.GetClient()}.Credentials,
+		Credentials:  proxyconfig.SecretCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials,
 		Client:       mgr.GetClient(),
 		Scheme:       mgr.GetScheme(),
 		Recorder:     mgr.GetEventRecorder("proxy-controller"),
@@ -269,7 +284,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	if err := addReadyChecks(mgr, providers); err != nil { // readiness.go
 		return fmt.Errorf("readiness checks: %w", err)
 	}
-	return setupHealth(mgr, providers, o.health, r.Wake, proxyconfig.SnapshotCredentials{Reader: mgr.GetClient()}.Credentials)
+	return setupHealth(mgr, providers, o.health, r.Wake, proxyconfig.SnapshotCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials)
 }
 
 func closeProviders(providers map[string]provider.Provider, log interface{ Error(error, string, ...any) }) {

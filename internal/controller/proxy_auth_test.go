@@ -37,11 +37,19 @@ func (e *proxyEnv) authProxy(name, secretName string) *v1alpha1.Proxy {
 	return px
 }
 
-// putSecret creates or updates the Secret name of e's namespace with data.
+// putSecret creates or updates the Secret name of e's namespace with data, opted in
+// (v1alpha1.CredentialsLabel).
 func (e *proxyEnv) putSecret(name string, data map[string]string) {
+	e.t.Helper()
+	e.writeSecret(name, data, map[string]string{v1alpha1.CredentialsLabel: "true"})
+}
+
+// writeSecret creates or updates the Secret name of e's namespace with data and labels.
+func (e *proxyEnv) writeSecret(name string, data, labels map[string]string) {
 	e.t.Helper()
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name}}
 	err := e.c.Get(e.ctx, client.ObjectKeyFromObject(sec), sec)
+	sec.Labels = labels
 	sec.Data = map[string][]byte{}
 	for k, v := range data {
 		sec.Data[k] = []byte(v)
@@ -306,7 +314,8 @@ func TestProxyCredentialsReadFailureRetries(t *testing.T) {
 	}
 }
 
-// The Secret watch maps a Secret to the Managed Proxies of its namespace that name it.
+// The Secret watch maps a Secret to the Proxies of its namespace that name it, Managed
+// and External.
 func TestProxiesForSecret(t *testing.T) {
 	e := newProxyEnv(t)
 	a, b := e.authProxy("uses-a", "a"), e.authProxy("uses-b", "b")
@@ -324,9 +333,78 @@ func TestProxiesForSecret(t *testing.T) {
 		return len(list.Items) == 4, err
 	})
 	reqs := e.r.proxiesForSecret(e.ctx, sec)
-	if len(reqs) != 1 || reqs[0].Name != "uses-a" || reqs[0].Namespace != e.ns {
-		t.Errorf("requests %v, want only %s/uses-a", reqs, e.ns)
+	var names []string
+	for _, r := range reqs {
+		if r.Namespace == e.ns {
+			names = append(names, r.Name)
+		}
 	}
+	slices.Sort(names)
+	if len(reqs) != 2 || !slices.Equal(names, []string{"external-a", "uses-a"}) {
+		t.Errorf("requests %v, want %s/external-a and %s/uses-a", reqs, e.ns, e.ns)
+	}
+}
+
+// A Secret without the opt-in label is not read for any Proxy: a Managed one waits in
+// Pending without a Create, an External one is not published (no status.ip, so neither
+// probed nor listed), each with CredentialsUnavailable, a message naming the Secret and
+// the label, and one Warning event. Labelling the Secret wakes both; removing the label
+// from a published External Proxy's Secret takes it back out.
+func TestProxyUnlabelledSecretIsNotRead(t *testing.T) {
+	e := newProxyEnv(t)
+	const secret = "deploy-bot"
+	e.writeSecret(secret, map[string]string{"username": "bot", "password": "Deploy-Pw.9"}, nil)
+	e.create(e.authProxy("managed", secret))
+	ext := e.authProxy("external", secret)
+	ext.Spec = v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "192.0.2.1", Port: 3128,
+		Proxy: &v1alpha1.ProxyConfig{BasicAuth: ext.Spec.Proxy.BasicAuth}}
+	e.create(ext)
+
+	want := "secret " + e.ns + "/" + secret + ` (spec.proxy.basicAuth.secretRef) lacks the label egress.hrajfrisbee.cz/proxy-credentials: "true"`
+	wantFix := "kubectl label secret -n " + e.ns + " " + secret + " egress.hrajfrisbee.cz/proxy-credentials=true"
+	for _, name := range []string{"managed", "external"} {
+		got := e.waitProxy(name, "waiting for the Secret's label", func(p *v1alpha1.Proxy) bool {
+			return p.Status.Phase == v1alpha1.PhasePending && provisioned(p).Reason == v1alpha1.ReasonCredentialsUnavailable &&
+				strings.Contains(p.Status.Message, want) && strings.Contains(p.Status.Message, wantFix)
+		})
+		if c := provisioned(got); c.Status != metav1.ConditionFalse || got.Status.IP != "" {
+			t.Errorf("%s: Provisioned %+v, ip %q: want False and no address", name, c, got.Status.IP)
+		}
+		e.waitEvent(name, v1alpha1.ReasonCredentialsUnavailable, want)
+		if _, err := e.reconcileNow(name); err != nil {
+			t.Errorf("%s: reconcile: %v", name, err)
+		}
+		evs, err := e.events(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, ev := range evs {
+			if ev.Type == corev1.EventTypeWarning && ev.Reason == v1alpha1.ReasonCredentialsUnavailable {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s: %d CredentialsUnavailable Warning events after a second reconcile, want one: %+v", name, n, evs)
+		}
+	}
+	if n := e.fake.CountOf(providertest.OpCreate); n != 0 {
+		t.Fatalf("%d Creates with an unlabelled Secret", n)
+	}
+
+	// Opted in: both go on without another change.
+	e.putSecret(secret, map[string]string{"username": "bot", "password": "Deploy-Pw.9"})
+	e.waitPhase("managed", v1alpha1.PhaseRunning)
+	got := e.waitPhase("external", v1alpha1.PhaseRunning)
+	if got.Status.IP != "192.0.2.1" || provisioned(got).Reason != v1alpha1.ReasonExternal {
+		t.Errorf("external after the label: ip %q, Provisioned %+v", got.Status.IP, provisioned(got))
+	}
+
+	// The label taken away again: the External Proxy is withdrawn.
+	e.writeSecret(secret, map[string]string{"username": "bot", "password": "Deploy-Pw.9"}, nil)
+	e.waitProxy("external", "withdrawn when the label goes", func(p *v1alpha1.Proxy) bool {
+		return p.Status.Phase == v1alpha1.PhasePending && p.Status.IP == "" && strings.Contains(p.Status.Message, want)
+	})
 }
 
 // intentHash is IntentHash of px with these credentials.

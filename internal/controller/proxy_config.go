@@ -24,7 +24,8 @@ import (
 const SecretRefIndex = "spec.proxy.basicAuth.secretRef.name"
 
 // The reconciler reads basic-auth Secrets through the manager's cache, which watches
-// them; the only Secrets it writes are its credentials snapshots (proxy_snapshot.go).
+// the opted-in ones (an unlabelled Secret only by its metadata); the only Secrets it
+// writes are its credentials snapshots (proxy_snapshot.go).
 
 // indexSecretRef is the SecretRefIndex value of a Proxy: its Secret's name, or none.
 func indexSecretRef(obj client.Object) []string {
@@ -35,9 +36,10 @@ func indexSecretRef(obj client.Object) []string {
 	return []string{string(px.Spec.Proxy.BasicAuth.SecretRef.Name)}
 }
 
-// proxiesForSecret maps a Secret to the Managed Proxies of its namespace that name it,
-// so a Secret created, completed or rotated wakes them. External Proxies render nothing:
-// their probes and discovery read the Secret when they need it.
+// proxiesForSecret maps a Secret to the Proxies of its namespace that name it, so a
+// Secret created, completed, rotated, labelled or unlabelled wakes them: a Managed
+// Proxy renders its configuration from it, an External one is published only while its
+// Secret can be read.
 func (r *ProxyReconciler) proxiesForSecret(ctx context.Context, sec client.Object) []reconcile.Request {
 	if owner := snapshotOwner(sec); owner != "" {
 		// A credentials snapshot deleted: its Proxy makes it again when it can.
@@ -50,9 +52,7 @@ func (r *ProxyReconciler) proxiesForSecret(ctx context.Context, sec client.Objec
 	}
 	var reqs []reconcile.Request
 	for _, px := range list.Items {
-		if px.Spec.Mode != v1alpha1.ProxyModeExternal {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&px)})
-		}
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&px)})
 	}
 	return reqs
 }
@@ -82,18 +82,25 @@ func snapshotOwner(obj client.Object) string {
 }
 
 // credentials is the reconciler's credentials lookup: Credentials, or the Secrets read
-// through Client when that is nil.
+// through Client (their metadata through APIReader) when that is nil.
 func (r *ProxyReconciler) credentials() proxyconfig.CredentialsFunc {
 	if r.Credentials != nil {
 		return r.Credentials
 	}
-	return proxyconfig.SecretCredentials{Reader: r.Client}.Credentials
+	return proxyconfig.SecretCredentials{Reader: r.Client, Metadata: r.APIReader}.Credentials
+}
+
+// waitsForUser: err is one the user fixes in the Secret (missing, not opted in,
+// incomplete, values tinyproxy cannot take), for which the Proxy waits on the watch.
+func waitsForUser(err error) bool {
+	return errors.Is(err, proxyconfig.ErrSecretMissing) || errors.Is(err, proxyconfig.ErrSecretNotOptedIn) ||
+		errors.Is(err, proxyconfig.ErrSecretKeyMissing) || errors.Is(err, proxyconfig.ErrBadCredentials)
 }
 
 // renderConfig is the Proxy's user-data and spec hash input (proxyconfig.ForProxy), and
 // the credentials it was rendered with (nil for none).
 // When it cannot be had, done is set and res and err are what the reconcile returns:
-//   - the Secret is missing, lacks a key or holds values tinyproxy cannot take: the
+//   - the Secret is missing, lacks the opt-in label or a key, or holds values tinyproxy cannot take: the
 //     Proxy waits, with the reason in status and a Warning event, and is not requeued:
 //     the Secret watch wakes it;
 //   - the Secret could not be read: err, retried with backoff;
@@ -110,7 +117,7 @@ func (r *ProxyReconciler) renderConfig(ctx context.Context, s *scope) (rendered 
 	switch {
 	case err == nil:
 		return rendered, creds, false, ctrl.Result{}, nil
-	case errors.Is(err, proxyconfig.ErrSecretMissing), errors.Is(err, proxyconfig.ErrSecretKeyMissing), errors.Is(err, proxyconfig.ErrBadCredentials):
+	case waitsForUser(err):
 		r.waitForCredentials(s, err)
 		return rendered, nil, true, ctrl.Result{}, nil
 	case lookupErr != nil:

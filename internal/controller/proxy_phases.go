@@ -193,6 +193,9 @@ func (r *ProxyReconciler) providerNotConfigured(s *scope) ctrl.Result {
 // reconcileExternal publishes an existing proxy: nothing is created, spec.address becomes
 // status.ip. An instance left from a time the Proxy was Managed is deleted first, also
 // one whose providerID was never recorded (found by the Proxy's UID, as on deletion).
+// A Proxy with spec.proxy.basicAuth is published only while its credentials can be had:
+// otherwise it waits in Pending without status.ip, so the health engine sends nothing
+// to spec.address and discovery lists nothing (waitForCredentials).
 func (r *ProxyReconciler) reconcileExternal(ctx context.Context, s *scope) (ctrl.Result, error) {
 	px := s.px
 	if p, ok := r.Providers[px.Spec.Provider]; ok && mayHaveInstance(px) {
@@ -216,6 +219,14 @@ func (r *ProxyReconciler) reconcileExternal(ctx context.Context, s *scope) (ctrl
 	}
 	px.Status.ProviderID, px.Status.SpecHash, px.Status.RenderedHash = "", "", ""
 	meta.RemoveStatusCondition(&px.Status.Conditions, v1alpha1.ConditionConfigOutdated)
+	if _, err := r.credentials()(ctx, px); err != nil {
+		if !waitsForUser(err) { // a failed read: retried with backoff, the status left as it is
+			return r.providerError(s, actionReconcile, err, false)
+		}
+		px.Status.IP, px.Status.EgressIP = "", ""
+		r.waitForCredentials(s, err)
+		return ctrl.Result{}, nil
+	}
 	px.Status.IP = px.Spec.Address
 	msg := fmt.Sprintf("external proxy at %s:%d", px.Spec.Address, px.Spec.Port)
 	if v := px.Annotations[v1alpha1.ReplaceAnnotation]; v != "" {

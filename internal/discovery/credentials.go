@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -43,18 +44,30 @@ func (s *Server) withCredentials(ctx context.Context, e Entry) (Entry, *apiError
 	return e, nil
 }
 
-// credentialed answers a request with ?credentials=true: the entries of items f matches,
-// with credentials, as a list (JSON or text) or, for pick, the one item.
-func (s *Server) credentialed(w http.ResponseWriter, r *http.Request, req *request, items []*item, single bool) {
+// credentialsUnavailableHeader carries, on every ?credentials=true answer, how many
+// proxies were left out because their credentials could not be read (the text format
+// has no field for it).
+const credentialsUnavailableHeader = "X-Credentials-Unavailable"
+
+// credentialed answers a list request with ?credentials=true: the entries of items, each
+// with its credentials, as a list (JSON or text). A proxy whose credentials cannot be read
+// is left out rather than failing the answer: the JSON list counts such proxies in
+// credentialsUnavailable and gives each one's reason (naming that proxy alone) in
+// credentialErrors; both formats carry the count in X-Credentials-Unavailable, and the
+// metric proxy_operator_discovery_credentials_unavailable_total counts them too.
+func (s *Server) credentialed(w http.ResponseWriter, r *http.Request, req *request, items []*item) {
 	entries := make([]Entry, 0, len(items))
+	var failed []string
 	for _, it := range items {
 		e, aerr := s.withCredentials(r.Context(), it.Entry)
 		if aerr != nil {
-			writeError(w, aerr)
-			return
+			failed = append(failed, aerr.Message)
+			continue
 		}
 		entries = append(entries, e)
 	}
+	credentialsUnavailable.WithLabelValues(endpointList).Add(float64(len(failed)))
+	w.Header().Set(credentialsUnavailableHeader, strconv.Itoa(len(failed)))
 	if req.format == formatText {
 		var b strings.Builder
 		for _, e := range entries {
@@ -63,11 +76,52 @@ func (s *Server) credentialed(w http.ResponseWriter, r *http.Request, req *reque
 		writeBody(w, "text/plain; charset=utf-8", []byte(b.String()))
 		return
 	}
-	if single {
-		b, _ := json.Marshal(entries[0]) // strings, bools and a string map cannot fail
+	// The same encoding as the list without credentials, over the entries as they are,
+	// and the proxies left out.
+	b := NewSnapshot(entries).appendJSON(nil, &filter{anyHealth: true})
+	b = append(b[:len(b)-len("}\n")], `,"credentialsUnavailable":`...)
+	b = strconv.AppendInt(b, int64(len(failed)), 10)
+	if len(failed) > 0 {
+		errs, _ := json.Marshal(failed) // strings cannot fail
+		b = append(append(b, `,"credentialErrors":`...), errs...)
+	}
+	writeBody(w, "application/json", append(b, "}\n"...))
+}
+
+// pickCredentialed answers a pick with ?credentials=true: the proxy the key picks among
+// those whose credentials can be read. One whose credentials cannot be read is passed
+// over as an unhealthy one would be, and the key goes to the next proxy in its rendezvous
+// order (counted in X-Credentials-Unavailable and the metric); when none is left, the
+// answer is 503 naming the proxies passed over and why.
+func (s *Server) pickCredentialed(w http.ResponseWriter, r *http.Request, req *request, snap *Snapshot) {
+	var failed []string
+	skip := map[*item]bool{}
+	for {
+		it := snap.pick(req.key, &req.filter, skip)
+		if it == nil {
+			credentialsUnavailable.WithLabelValues(endpointPick).Add(float64(len(failed)))
+			msg := "no healthy proxy matches the request"
+			if len(failed) > 0 {
+				msg += fmt.Sprintf(" with readable credentials (%d left out: %s)", len(failed), strings.Join(failed, "; "))
+			}
+			w.Header().Set(credentialsUnavailableHeader, strconv.Itoa(len(failed)))
+			writeError(w, &apiError{status: http.StatusServiceUnavailable, Message: msg})
+			return
+		}
+		e, aerr := s.withCredentials(r.Context(), it.Entry)
+		if aerr != nil {
+			failed = append(failed, aerr.Message)
+			skip[it] = true
+			continue
+		}
+		credentialsUnavailable.WithLabelValues(endpointPick).Add(float64(len(failed)))
+		w.Header().Set(credentialsUnavailableHeader, strconv.Itoa(len(failed)))
+		if req.format == formatText {
+			writeBody(w, "text/plain; charset=utf-8", []byte(e.URL+"\n"))
+			return
+		}
+		b, _ := json.Marshal(e) // strings, bools and a string map cannot fail
 		writeBody(w, "application/json", append(b, '\n'))
 		return
 	}
-	// The same encoding as the list without credentials, over the entries as they are.
-	writeBody(w, "application/json", NewSnapshot(entries).appendJSON(nil, &filter{anyHealth: true}))
 }

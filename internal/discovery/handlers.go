@@ -36,7 +36,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.credentials {
-		s.credentialed(w, r, req, snap.matching(&req.filter), false)
+		s.credentialed(w, r, req, snap.matching(&req.filter))
 		return
 	}
 	if req.filter.empty() { // the common request: precomputed at snapshot time
@@ -79,13 +79,13 @@ func (s *Server) pick(w http.ResponseWriter, r *http.Request) {
 	if snap == nil {
 		return
 	}
-	it := snap.pick(req.key, &req.filter)
-	if it == nil {
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, Message: "no healthy proxy matches the request"})
+	if req.credentials {
+		s.pickCredentialed(w, r, req, snap)
 		return
 	}
-	if req.credentials {
-		s.credentialed(w, r, req, []*item{it}, true)
+	it := snap.pick(req.key, &req.filter, nil)
+	if it == nil {
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, Message: "no healthy proxy matches the request"})
 		return
 	}
 	if req.format == formatText {

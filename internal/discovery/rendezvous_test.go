@@ -20,7 +20,7 @@ func pool(n int, skip string) *Snapshot {
 func assignments(s *Snapshot, keys int) []string {
 	out := make([]string, keys)
 	for i := range out {
-		out[i] = s.pick(fmt.Sprintf("session-%d", i), &filter{}).Name
+		out[i] = s.pick(fmt.Sprintf("session-%d", i), &filter{}, nil).Name
 	}
 	return out
 }
@@ -81,11 +81,11 @@ func TestRendezvousIndependentOfOrder(t *testing.T) {
 	b := NewSnapshot([]Entry{{Name: "z", Namespace: "m", Healthy: true}, {Name: "y", Namespace: "n", Healthy: true}, {Name: "x", Namespace: "n", Healthy: true}})
 	for i := 0; i < 1000; i++ {
 		k := fmt.Sprint(i)
-		if pa, pb := a.pick(k, &filter{}), b.pick(k, &filter{}); pa.Name != pb.Name {
+		if pa, pb := a.pick(k, &filter{}, nil), b.pick(k, &filter{}, nil); pa.Name != pb.Name {
 			t.Fatalf("key %s: %s vs %s depending on input order", k, pa.Name, pb.Name)
 		}
 	}
-	if NewSnapshot(nil).pick("k", &filter{}) != nil {
+	if NewSnapshot(nil).pick("k", &filter{}, nil) != nil {
 		t.Error("empty snapshot picked something")
 	}
 }

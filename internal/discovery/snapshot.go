@@ -148,13 +148,13 @@ func (s *Snapshot) matching(f *filter) []*item {
 
 // pick returns the proxy that wins key among the items f matches (rendezvous hashing),
 // or nil when none matches. Ties go to the earlier item, so the answer is deterministic.
-func (s *Snapshot) pick(key string, f *filter) *item {
+func (s *Snapshot) pick(key string, f *filter, skip map[*item]bool) *item {
 	k := hashString(key)
 	var best *item
 	var bestScore uint64
 	for i := range s.items {
 		it := &s.items[i]
-		if !f.match(it) {
+		if !f.match(it) || skip[it] {
 			continue
 		}
 		if sc := score(k, it.seed); best == nil || sc > bestScore {

@@ -30,6 +30,9 @@ func (s *staticSource) Snapshot(context.Context) (*Snapshot, error) { return s.s
 type listBody struct {
 	Count   int     `json:"count"`
 	Proxies []Entry `json:"proxies"`
+	// With ?credentials=true only.
+	CredentialsUnavailable *int     `json:"credentialsUnavailable"`
+	CredentialErrors       []string `json:"credentialErrors"`
 }
 
 func get(t *testing.T, h http.Handler, target string, hdr ...string) (*http.Response, string) {

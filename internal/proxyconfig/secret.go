@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -20,19 +21,34 @@ const (
 )
 
 // Errors of SecretCredentials, for the reconciler to tell "wait for the user" from a
-// failed API read (which it retries): ErrSecretMissing and ErrSecretKeyMissing, and
-// ErrBadCredentials from Credentials.Validate.
+// failed API read (which it retries): ErrSecretMissing, ErrSecretNotOptedIn and
+// ErrSecretKeyMissing, and ErrBadCredentials from Credentials.Validate.
 var (
 	ErrSecretMissing    = errors.New("basic-auth secret missing")
+	ErrSecretNotOptedIn = errors.New("basic-auth secret not opted in")
 	ErrSecretKeyMissing = errors.New("basic-auth secret incomplete")
 )
 
+// OptedIn reports whether a Secret carries v1alpha1.CredentialsLabel set to "true", the
+// user's consent to the operator reading it. The operator reads no other Secret.
+func OptedIn(sec metav1.Object) bool {
+	return sec.GetLabels()[v1alpha1.CredentialsLabel] == "true"
+}
+
 // SecretCredentials reads a Proxy's credentials from the Secret spec.proxy.basicAuth.secretRef
-// names, in the Proxy's namespace, with the keys username and password. Its Credentials
-// method is a CredentialsFunc. It only reads: a Secret without a password is the user's
-// to fill, and the Proxy waits for it.
+// names, in the Proxy's namespace, with the keys username and password, provided the
+// Secret is opted in (OptedIn). Its Credentials method is a CredentialsFunc. It only
+// reads: a Secret without a password is the user's to fill, and the Proxy waits for it.
 type SecretCredentials struct {
+	// Reader reads the Secret. The manager passes its cache, which holds only opted-in
+	// Secrets, so the data of any other Secret never reaches the operator; with a Reader
+	// that sees every Secret, one without the label is refused all the same.
 	Reader client.Reader
+	// Metadata, when set, is asked for the Secret's metadata alone (a
+	// PartialObjectMetadata read, never the data) when Reader does not find it, to tell
+	// a Secret that does not exist from one without the label, which a cache restricted
+	// to labelled Secrets cannot. Without it, either is ErrSecretMissing.
+	Metadata client.Reader
 }
 
 var _ CredentialsFunc = SecretCredentials{}.Credentials
@@ -50,9 +66,12 @@ func (s SecretCredentials) Credentials(ctx context.Context, px *v1alpha1.Proxy) 
 	var sec corev1.Secret
 	if err := s.Reader.Get(ctx, key, &sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("%w: secret %s (spec.proxy.basicAuth.secretRef) does not exist", ErrSecretMissing, key)
+			return nil, s.notFound(ctx, key)
 		}
 		return nil, fmt.Errorf("reading secret %s (spec.proxy.basicAuth.secretRef): %w", key, err)
+	}
+	if !OptedIn(&sec) {
+		return nil, notOptedIn(key)
 	}
 	c, err := credentialsOf(&sec, fmt.Sprintf("secret %s (spec.proxy.basicAuth.secretRef)", key))
 	if err != nil {
@@ -68,4 +87,32 @@ func (s SecretCredentials) Credentials(ctx context.Context, px *v1alpha1.Proxy) 
 		return nil, fmt.Errorf("secret %s (spec.proxy.basicAuth.secretRef): %w", key, err)
 	}
 	return c, nil
+}
+
+// notFound is the error for a Secret Reader did not find: missing, or (as Metadata
+// says) present without the label, or labelled a moment ago and not in the cache yet,
+// which is retried as a failed read.
+func (s SecretCredentials) notFound(ctx context.Context, key client.ObjectKey) error {
+	missing := fmt.Errorf("%w: secret %s (spec.proxy.basicAuth.secretRef) does not exist", ErrSecretMissing, key)
+	if s.Metadata == nil {
+		return missing
+	}
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	switch err := s.Metadata.Get(ctx, key, meta); {
+	case apierrors.IsNotFound(err):
+		return missing
+	case err != nil:
+		return fmt.Errorf("reading the metadata of secret %s (spec.proxy.basicAuth.secretRef): %w", key, err)
+	case !OptedIn(meta):
+		return notOptedIn(key)
+	default:
+		return fmt.Errorf("secret %s (spec.proxy.basicAuth.secretRef) carries the label %s but is not in the operator's cache yet", key, v1alpha1.CredentialsLabel)
+	}
+}
+
+func notOptedIn(key client.ObjectKey) error {
+	return fmt.Errorf("%w: secret %s (spec.proxy.basicAuth.secretRef) lacks the label %s: \"true\", without which the operator does not read it; "+
+		"add it if this Secret is meant for the proxy: kubectl label secret -n %s %s %s=true",
+		ErrSecretNotOptedIn, key, v1alpha1.CredentialsLabel, key.Namespace, key.Name, v1alpha1.CredentialsLabel)
 }

@@ -25,7 +25,8 @@ func SnapshotName(px *v1alpha1.Proxy) string {
 // reads them. Its Credentials method is the CredentialsFunc of the health probe and
 // discovery.
 type SnapshotCredentials struct {
-	Reader client.Reader
+	Reader   client.Reader
+	Metadata client.Reader // as SecretCredentials.Metadata
 }
 
 var _ CredentialsFunc = SnapshotCredentials{}.Credentials
