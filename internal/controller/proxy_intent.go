@@ -127,17 +127,25 @@ func (r *ProxyReconciler) judgeBuild(ctx context.Context, s *scope, want hashes,
 	pool := controllingPool(px)
 	if st.RenderedHash == "" {
 		// Built before the intent hash was recorded: status.specHash holds what is now the
-		// rendered hash. Unchanged, the instance is what this version builds: adopt it.
-		if st.SpecHash != want.rendered {
-			return "spec changed", nil
-		}
-		st.SpecHash, st.RenderedHash, st.ObservedReplace = want.intent, want.rendered, px.Annotations[v1alpha1.ReplaceAnnotation]
+		// rendered hash, of that version's rendering. It is adopted whether it matches this
+		// version's rendering or not: a mismatch cannot be told from a rendering this
+		// version changed, and replacing on a guess would replace every such instance at
+		// once. A mismatch shows ConfigOutdated (RenderingChanged) below, and rolls like
+		// any rendering change: a pool surge-first, a standalone Proxy on the annotation.
+		built := st.SpecHash
+		st.SpecHash, st.RenderedHash, st.ObservedReplace = want.intent, built, px.Annotations[v1alpha1.ReplaceAnnotation]
 		if err := r.syncSnapshot(ctx, s, creds); err != nil {
 			return "", err
 		}
-		s.event(corev1.EventTypeNormal, v1alpha1.ReasonAdopted, actionReconcile,
-			"instance %s, built by an earlier operator version, is kept as it is: it matches the spec (spec hash %s, rendered hash %s)",
-			px.InstanceName(), want.intent, want.rendered)
+		if built == want.rendered {
+			s.event(corev1.EventTypeNormal, v1alpha1.ReasonAdopted, actionReconcile,
+				"instance %s, built by an earlier operator version, is kept as it is: it matches the spec (spec hash %s, rendered hash %s)",
+				px.InstanceName(), want.intent, want.rendered)
+		} else {
+			s.event(corev1.EventTypeNormal, v1alpha1.ReasonAdopted, actionReconcile,
+				"instance %s, built by an earlier operator version from another rendering (hash %s; this version's is %s), is kept as it is and shown ConfigOutdated",
+				px.InstanceName(), built, want.rendered)
+		}
 	}
 	if st.SpecHash != want.intent {
 		if pool != "" && r.onlyCredentialsChanged(ctx, s) {

@@ -37,8 +37,7 @@ func (r *ProxyReconciler) syncSnapshot(ctx context.Context, s *scope, creds *pro
 	want := proxyconfig.SnapshotData(*creds)
 	sec := &corev1.Secret{}
 	err := r.Client.Get(ctx, key, sec)
-	switch {
-	case apierrors.IsNotFound(err):
+	for attempt := 0; attempt < 2 && apierrors.IsNotFound(err); attempt++ {
 		sec = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
 				Labels: map[string]string{v1alpha1.CredentialsLabel: "true"}},
@@ -48,13 +47,23 @@ func (r *ProxyReconciler) syncSnapshot(ctx context.Context, s *scope, creds *pro
 		if err := controllerutil.SetControllerReference(px, sec, r.Scheme); err != nil {
 			return fmt.Errorf("owning credentials snapshot %s: %w", key, err)
 		}
-		if err := r.Client.Create(ctx, sec); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("creating credentials snapshot %s: it appeared meanwhile; trying again: %w", key, err)
-			}
+		err = r.Client.Create(ctx, sec)
+		if err == nil {
+			s.log.V(1).Info("credentials snapshot created", "secret", key.Name)
+			px.Status.CredentialsSecret = key.Name
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating credentials snapshot %s: %w", key, err)
 		}
-		s.log.V(1).Info("credentials snapshot created", "secret", key.Name)
+		// Made meanwhile (by a reconcile of this Proxy that read an older copy, or by
+		// someone else): read it fresh, past the cache, and check it like one found.
+		sec = &corev1.Secret{}
+		err = r.freshReader().Get(ctx, key, sec)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("creating credentials snapshot %s: it exists and does not, by turns; trying again", key)
 	case err != nil:
 		return fmt.Errorf("reading credentials snapshot %s: %w", key, err)
 	case !metav1.IsControlledBy(sec, px):
@@ -108,4 +117,12 @@ func sameData(a, b map[string][]byte) bool {
 		}
 	}
 	return true
+}
+
+// freshReader reads past the manager's cache: APIReader, or Client when that is nil.
+func (r *ProxyReconciler) freshReader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
 }

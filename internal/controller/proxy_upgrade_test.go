@@ -309,17 +309,23 @@ func TestLegacyProxyAdopted(t *testing.T) {
 	}
 	e.waitEvent(name, v1alpha1.ReasonAdopted, "is kept as it is")
 
-	// An old-style hash that does not match: the spec changed meanwhile.
+	// An old-style hash that does not match: an earlier version's other rendering (or a
+	// change made while no operator ran, which cannot be told from it). Kept, and shown
+	// ConfigOutdated, never replaced on the guess.
 	legacy("0123456789abcdef")
 	if _, err := e.reconcileNow(name); err != nil {
 		t.Fatal(err)
 	}
-	e.waitProxy(name, "replaced", func(p *v1alpha1.Proxy) bool {
-		return p.Status.Phase == v1alpha1.PhaseRunning && p.Status.RenderedHash == built.Status.RenderedHash
+	got = e.waitProxy(name, "adopted as outdated", func(p *v1alpha1.Proxy) bool {
+		return p.Status.RenderedHash == "0123456789abcdef" && p.Status.CredentialsSecret != ""
 	})
-	if n := e.fake.CountOf(providertest.OpDelete); n != 1 {
-		t.Errorf("ops %v: want the mismatching legacy instance replaced once", e.ops())
+	if n := e.fake.CountOf(providertest.OpDelete); n != 0 || got.Status.ProviderID != built.Status.ProviderID {
+		t.Errorf("ops %v: the mismatching legacy instance was replaced", e.ops())
 	}
+	if c := configOutdated(got); c.Reason != v1alpha1.ReasonRenderingChanged || c.Status != metav1.ConditionTrue {
+		t.Errorf("ConfigOutdated %+v after adopting another rendering, want True RenderingChanged", c)
+	}
+	e.waitEvent(name, v1alpha1.ReasonAdopted, "from another rendering")
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,6 +48,10 @@ type ProxyPoolReconciler struct {
 	Zones map[string][]string
 	// Clock is the source of time for availability and rotation (the real clock when nil).
 	Clock clock.PassiveClock
+
+	// deadlineReported holds, by pool UID, the progress time of the stall last reported
+	// with a ProgressDeadlineExceeded Event.
+	deadlineReported sync.Map
 }
 
 // +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxypools,verbs=get;list;watch;update;patch

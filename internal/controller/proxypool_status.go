@@ -243,12 +243,20 @@ func childProblem(px *v1alpha1.Proxy) string {
 
 // reportDeadline records one Warning event when the pool starts exceeding its progress
 // deadline.
+// The status read from the cache may not show the condition written a pass ago yet, so
+// the stall last reported (the progress time it dates from) is remembered per pool too.
 func (r *ProxyPoolReconciler) reportDeadline(s *poolScope) {
+	uid := s.pool.UID
 	if !s.deadlineExceeded() {
+		r.deadlineReported.Delete(uid)
 		return
 	}
 	if c := meta.FindStatusCondition(s.base.Status.Conditions, v1alpha1.PoolConditionProgressing); c != nil &&
 		c.Reason == v1alpha1.PoolReasonProgressDeadlineExceeded {
+		return
+	}
+	since := s.progressAt.UTC().Format(time.RFC3339Nano)
+	if prev, loaded := r.deadlineReported.Swap(uid, since); loaded && prev == since {
 		return
 	}
 	r.event(s.pool, corev1.EventTypeWarning, EventProgressDeadlineExceeded, actionReconcile, "%s", s.deadlineMessage())
