@@ -93,12 +93,46 @@ type poolSample struct {
 	err           error
 }
 
-// poolSampler reads the pool and its children every second.
-type poolSampler struct {
+// everySecond calls take every second, from start until close, and keeps what it
+// returns; close takes one more, the state things ended in.
+type everySecond[T any] struct {
 	mu      sync.Mutex
-	samples []poolSample
+	samples []T
 	stop    chan struct{}
 	done    chan struct{}
+}
+
+func sampleEverySecond[T any](take func() T) *everySecond[T] {
+	e := &everySecond[T]{stop: make(chan struct{}), done: make(chan struct{})}
+	keep := func() {
+		v := take()
+		e.mu.Lock()
+		e.samples = append(e.samples, v)
+		e.mu.Unlock()
+	}
+	go func() {
+		defer close(e.done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			keep()
+			select {
+			case <-e.stop:
+				keep()
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return e
+}
+
+func (e *everySecond[T]) close() []T {
+	close(e.stop)
+	<-e.done
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.samples
 }
 
 // TestPoolRotation: a ProxyPool of 2 on the local libvirt host, whose children share the
@@ -196,7 +230,7 @@ func TestPoolRotation(t *testing.T) {
 		orig[px.UID] = true
 	}
 	sampler := p.sample(orig)
-	traffic := crawler.run()
+	traffic := sampleEverySecond(crawler.take)
 	start := time.Now()
 	newPass := oldPass + "-rotated"
 	p.setPassword(ctx, sec, newPass)
@@ -260,11 +294,6 @@ func (p *poolStory) checkNewPassword(kids []v1alpha1.Proxy, user, oldPass, newPa
 // with their credentials and sends a request through each.
 type poolCrawler struct {
 	discovery, pool, target string
-
-	mu      sync.Mutex
-	samples []crawlSample
-	stop    chan struct{}
-	done    chan struct{}
 }
 
 // crawlSample is one round of the crawler: how many URLs discovery listed and how many
@@ -327,43 +356,11 @@ func (c *poolCrawler) take() crawlSample {
 	return s
 }
 
-// run samples every second until close.
-func (c *poolCrawler) run() *poolCrawler {
-	c.stop, c.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(c.done)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			s := c.take()
-			c.mu.Lock()
-			c.samples = append(c.samples, s)
-			c.mu.Unlock()
-			select {
-			case <-c.stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return c
-}
-
-func (c *poolCrawler) close() []crawlSample {
-	close(c.stop)
-	<-c.done
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.samples
-}
-
 // reportCrawls logs each change the crawler saw and returns how many samples had fewer
 // than 2 working proxies and the longest run of them.
 func (p *poolStory) reportCrawls(samples []crawlSample) (int, time.Duration) {
 	var (
-		below     int
-		longest   time.Duration
-		runStart  time.Time
+		runs      shortRuns
 		prev      string
 		maxListed int
 	)
@@ -380,22 +377,41 @@ func (p *poolStory) reportCrawls(samples []crawlSample) (int, time.Duration) {
 			prev = line
 		}
 		maxListed = max(maxListed, s.listed)
-		switch {
-		case s.working < 2 && runStart.IsZero():
-			runStart = s.at
-			below++
-		case s.working < 2:
-			below++
-		case !runStart.IsZero():
-			longest = max(longest, s.at.Sub(runStart))
-			runStart = time.Time{}
-		}
-	}
-	if !runStart.IsZero() {
-		longest = max(longest, samples[len(samples)-1].at.Sub(runStart)+time.Second)
+		runs.add(s.at, s.working < 2)
 	}
 	p.t.Logf("crawler: at most %d proxies listed at once", maxListed)
-	return below, longest
+	return runs.below, runs.longest()
+}
+
+// shortRuns counts the samples that fell short and measures the longest run of them:
+// from its first sample to the next sample that did not fall short (or a second past
+// the last sample, when the run lasted to the end).
+type shortRuns struct {
+	below       int
+	longestRun  time.Duration
+	runStart    time.Time
+	lastSampled time.Time
+}
+
+func (r *shortRuns) add(at time.Time, short bool) {
+	switch {
+	case short && r.runStart.IsZero():
+		r.runStart = at
+		r.below++
+	case short:
+		r.below++
+	case !r.runStart.IsZero():
+		r.longestRun = max(r.longestRun, at.Sub(r.runStart))
+		r.runStart = time.Time{}
+	}
+	r.lastSampled = at
+}
+
+func (r *shortRuns) longest() time.Duration {
+	if !r.runStart.IsZero() {
+		return max(r.longestRun, r.lastSampled.Sub(r.runStart)+time.Second)
+	}
+	return r.longestRun
 }
 
 // poolStory holds what the steps of the pool test use.
@@ -516,9 +532,8 @@ func (p *poolStory) waitSettled(what string, gone map[types.UID]bool) []v1alpha1
 
 // sample starts reading the pool every second; originals are the children the rotation
 // replaces.
-func (p *poolStory) sample(originals map[types.UID]bool) *poolSampler {
-	s := &poolSampler{stop: make(chan struct{}), done: make(chan struct{})}
-	take := func() {
+func (p *poolStory) sample(originals map[types.UID]bool) *everySecond[poolSample] {
+	return sampleEverySecond(func() poolSample {
 		smp := poolSample{at: time.Now()}
 		kids, err := p.children()
 		smp.err = err
@@ -537,33 +552,8 @@ func (p *poolStory) sample(originals map[types.UID]bool) *poolSampler {
 		} else if smp.err == nil {
 			smp.err = err
 		}
-		s.mu.Lock()
-		s.samples = append(s.samples, smp)
-		s.mu.Unlock()
-	}
-	go func() {
-		defer close(s.done)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			take()
-			select {
-			case <-s.stop:
-				take() // the state the rotation ended in
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return s
-}
-
-func (s *poolSampler) close() []poolSample {
-	close(s.stop)
-	<-s.done
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.samples
+		return smp
+	})
 }
 
 // report logs each change the samples show and returns how many samples had fewer than
@@ -571,9 +561,7 @@ func (s *poolSampler) close() []poolSample {
 // to the next sample that had 2).
 func (p *poolStory) report(samples []poolSample, took time.Duration) (int, time.Duration) {
 	var (
-		below       int
-		longest     time.Duration
-		runStart    time.Time
+		runs        shortRuns
 		prev        string
 		maxChildren int
 		minStatus   int32 = 2
@@ -590,22 +578,10 @@ func (p *poolStory) report(samples []poolSample, took time.Duration) (int, time.
 			p.t.Logf("  %s: %s", s.at.Format("15:04:05"), line)
 			prev = line
 		}
-		switch {
-		case s.ready < 2 && runStart.IsZero():
-			runStart = s.at
-			below++
-		case s.ready < 2:
-			below++
-		case !runStart.IsZero():
-			longest = max(longest, s.at.Sub(runStart))
-			runStart = time.Time{}
-		}
-	}
-	if !runStart.IsZero() {
-		longest = max(longest, samples[len(samples)-1].at.Sub(runStart)+time.Second)
+		runs.add(s.at, s.ready < 2)
 	}
 	p.t.Logf("pool rotation: %s, at most %d children at once, status.readyReplicas never below %d", took.Round(time.Second), maxChildren, minStatus)
-	return below, longest
+	return runs.below, runs.longest()
 }
 
 // deleteAll deletes the pool and its children (envtest runs no garbage collector, which
