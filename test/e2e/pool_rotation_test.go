@@ -208,10 +208,11 @@ func TestPoolRotation(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
+	// stringData is write-only: the created object comes back without it.
+	user, oldPass := sec.StringData["username"], sec.StringData["password"]
 	if err := c.Create(ctx, sec); err != nil {
 		t.Fatalf("creating the sample's Secret: %v", err)
 	}
-	oldPass := sec.StringData["password"]
 	mgr.start()
 	if err := c.Create(ctx, pool); err != nil {
 		t.Fatalf("creating ProxyPool %s: %v", key, err)
@@ -253,7 +254,7 @@ func TestPoolRotation(t *testing.T) {
 	if cbelow > 0 {
 		t.Errorf("fewer than 2 proxies carried a request at %d of %d outside samples (longest %s)", cbelow, len(crawls), clongest)
 	}
-	p.checkNewPassword(final, sec.StringData["username"], oldPass, newPass, whoURL)
+	p.checkNewPassword(final, user, oldPass, newPass, whoURL)
 
 	p.deleteAll(ctx)
 }
@@ -270,7 +271,6 @@ func (p *poolStory) setPassword(ctx context.Context, sec *corev1.Secret, passwor
 	if err := p.c.Patch(ctx, &live, patch); err != nil {
 		p.t.Fatalf("changing the password of Secret %s: %v", sec.Name, err)
 	}
-	sec.StringData["password"] = password
 }
 
 // checkNewPassword checks that each of the new children demands the new password: a
