@@ -25,7 +25,8 @@ func TestCredentialsFromSnapshotAndRealMode(t *testing.T) {
 	c := shared.Client(t)
 	secret := func(name string, cr proxyconfig.Credentials, owner *v1alpha1.Proxy) {
 		t.Helper()
-		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: proxyconfig.SnapshotData(cr)}
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels: map[string]string{v1alpha1.CredentialsLabel: "true"}}, Data: proxyconfig.SnapshotData(cr)}
 		if owner != nil {
 			sec.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Proxy",
 				Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}
