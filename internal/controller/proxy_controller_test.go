@@ -265,7 +265,7 @@ func TestPreemptedInstanceReported(t *testing.T) {
 	first := e.waitPhase("spot", v1alpha1.PhaseRunning)
 	before := testutil.ToFloat64(preemptionsTotal.WithLabelValues(testProvider, "beelink"))
 	e.fake.RemoveInstance(first.Status.ProviderID)
-	e.fake.NextGetErr(provider.Preempted(errors.New("Spot VM proxy-x in zone beelink was preempted at 2026-01-01T00:00:00Z")))
+	e.fake.NextGetErr(provider.Preempted(errors.New("spot VM proxy-x in zone beelink was preempted at 2026-01-01T00:00:00Z")))
 	e.waitEvent("spot", v1alpha1.ReasonPreempted, "was preempted at 2026-01-01T00:00:00Z; building its successor")
 	waitFor(t, waitLong, "a second create", func() (bool, error) { return e.fake.CountOf(providertest.OpCreate) == 2, nil })
 	got := e.waitPhase("spot", v1alpha1.PhaseRunning)

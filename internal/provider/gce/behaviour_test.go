@@ -450,7 +450,7 @@ func TestSpotPreemptionIsReported(t *testing.T) {
 	e.fake.Preempt(testZone, "proxy-00000000000000a4")
 	_, err = e.p.Get(t.Context(), inst.ProviderID)
 	if provider.Class(err) != provider.ErrNotFound || !errors.Is(err, provider.ErrPreempted) ||
-		!strings.Contains(fmt.Sprint(err), "Spot VM proxy-00000000000000a4 in zone "+testZone+" was preempted by GCE at ") {
+		!strings.Contains(fmt.Sprint(err), "spot VM proxy-00000000000000a4 in zone "+testZone+" was preempted by GCE at ") {
 		t.Errorf("get of a preempted Spot VM: %v", err)
 	}
 	if err := e.p.Delete(t.Context(), other.ProviderID); err != nil {

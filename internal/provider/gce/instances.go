@@ -87,7 +87,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	if isNotFound(err) && p.cfg.Spot {
 		if at, ok := p.preemptedAt(ctx, c, zone, name); ok {
 			return provider.Instance{}, provider.Preempted(fmt.Errorf(
-				"Spot VM %s in zone %s was preempted by GCE at %s (it is gone: instanceTerminationAction DELETE)", name, zone, at.Format(time.RFC3339)))
+				"spot VM %s in zone %s was preempted by GCE at %s (it is gone: instanceTerminationAction DELETE)", name, zone, at.Format(time.RFC3339)))
 		}
 	}
 	if err != nil {
