@@ -7,8 +7,9 @@
 #
 # What is in it: systemd, linux-image-amd64 (the -cloud kernel has no AHCI driver, so a SATA
 # seed cdrom would go unseen), cloud-init reading only a NoCloud seed, qemu-guest-agent
-# started as soon as its port appears, and tinyproxy listening on 3128 for loopback only
-# until the seed's user-data configures it. DHCP via systemd-networkd; no resolver.
+# started as soon as its port appears, tinyproxy listening on 3128 for loopback only
+# until the seed's user-data configures it, and nftables (with the kernel modules the
+# rendered egress fence loads). DHCP via systemd-networkd; no resolver.
 #
 # How it is made, with neither loop devices nor mounts: mmdebstrap (minbase) fills a
 # directory; mkfs.ext4 -d turns it into the root filesystem; a FAT ESP filled with mtools
@@ -30,7 +31,7 @@ SUITE=bookworm
 ESP_MIB=64
 ROOT_SLACK_MIB=256
 CMDLINE="root=LABEL=epo-root ro console=ttyS0,115200 quiet systemd.show_status=auto"
-INCLUDE=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,zstd,cloud-init,cloud-guest-utils,qemu-guest-agent,tinyproxy,systemd-boot-efi,iproute2,netbase
+INCLUDE=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,zstd,cloud-init,cloud-guest-utils,qemu-guest-agent,tinyproxy,nftables,systemd-boot-efi,iproute2,netbase
 TOOLS=(mmdebstrap dosfstools mtools fdisk e2fsprogs qemu-utils)
 
 CACHE_ROOT=${GUEST_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies-operator/guest-image}

@@ -165,6 +165,7 @@ type ProxyBasicAuth struct {
 
 // ProxyConfig is the proxy's own configuration, which the operator renders for a Managed
 // Proxy (tinyproxy, as cloud-init) and the health probe and discovery use.
+// +kubebuilder:validation:XValidation:rule="!has(self.allowedSourceRanges) || has(self.basicAuth) || (has(self.allowOpenProxy) && self.allowOpenProxy) || !self.allowedSourceRanges.exists(r, isCIDR(r) && cidr(r).prefixLength() == 0)",fieldPath=".allowedSourceRanges",message="holds 0.0.0.0/0 or ::/0 without basicAuth: anyone could use the proxy. Add basicAuth (a Secret with the credentials), narrow the ranges to the crawlers' networks, or set allowOpenProxy: true to run an open proxy on purpose"
 type ProxyConfig struct {
 	// AllowedSourceRanges are the networks that may use the proxy: the crawlers and the
 	// operator's health probes must come from one of them. Required for a Managed Proxy.
@@ -176,6 +177,21 @@ type ProxyConfig struct {
 	// On an External Proxy it tells the operator which credentials the proxy expects.
 	// +optional
 	BasicAuth *ProxyBasicAuth `json:"basicAuth,omitempty"`
+	// AllowOpenProxy, when true, lets allowedSourceRanges hold 0.0.0.0/0 or ::/0 without
+	// basicAuth: a proxy anyone who reaches it may use. Without it the API server refuses
+	// such a Proxy.
+	// +optional
+	AllowOpenProxy bool `json:"allowOpenProxy,omitempty"`
+	// AllowedDestinations are networks the proxy may connect to although its guest fence
+	// refuses them: loopback, the private (RFC 1918), shared (100.64.0.0/10), link-local,
+	// unique-local and multicast ranges and the guest's own subnets. Each one is a hole
+	// in the fence on purpose: an exception for a private range makes the proxy a way
+	// into that network for everyone who may use it. The metadata addresses stay refused.
+	// Only a Managed Proxy has the fence.
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=atomic
+	// +optional
+	AllowedDestinations []CIDR `json:"allowedDestinations,omitempty"`
 }
 
 // The cross-field rules of ProxySpec about provider and address sit on Proxy.spec, not

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"path/filepath"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -62,14 +65,39 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	if err != nil {
 		return err
 	}
+	tlsConfig, err := discoveryTLS(mgr, h.DiscoveryCertDir)
+	if err != nil {
+		return err
+	}
 	srv, err := discovery.New(src, discovery.Options{
 		Addr:        h.DiscoveryBindAddress,
 		TokenFile:   h.DiscoveryTokenFile,
 		Credentials: creds,
+		TLS:         tlsConfig,
 		Log:         ctrl.Log.WithName("discovery"),
 	})
 	if err != nil {
 		return err
 	}
 	return addDiscovery(mgr, srv, h.DiscoveryBindAddress)
+}
+
+// discoveryTLS is the discovery API's TLS configuration for the tls.crt and tls.key in
+// dir, nil when dir is empty. The files are read at once, so a missing or broken pair
+// stops the manager at start with its path; a certwatcher (added to mgr, on every
+// replica) reloads them when they change, as the metrics server does with its own.
+// HTTP/1.1 only, as on the metrics endpoint.
+func discoveryTLS(mgr ctrl.Manager, dir string) (*tls.Config, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	crt, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	w, err := certwatcher.New(crt, key)
+	if err != nil {
+		return nil, fmt.Errorf("--discovery-cert-dir %s: %w", dir, err)
+	}
+	if err := mgr.Add(w); err != nil {
+		return nil, fmt.Errorf("adding the discovery certificate watcher: %w", err)
+	}
+	return &tls.Config{GetCertificate: w.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}, nil
 }

@@ -65,6 +65,7 @@ type healthOptions struct {
 	GCGrace               time.Duration
 	DiscoveryBindAddress  string
 	DiscoveryTokenFile    string
+	DiscoveryCertDir      string
 	BootPollInterval      time.Duration // the reconciler's Get of a booting instance, the engine's probes until Ready
 }
 
@@ -89,6 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.health.GCGrace, "gc-grace", 10*time.Minute, "An instance younger than this (by its creation time) is never collected.")
 	fs.StringVar(&o.health.DiscoveryBindAddress, "discovery-bind-address", ":8082", "Address of the discovery API (0 disables it).")
 	fs.StringVar(&o.health.DiscoveryTokenFile, "discovery-token-file", "", "File holding the bearer token the discovery API requires (re-read every 30s); empty: no auth.")
+	fs.StringVar(&o.health.DiscoveryCertDir, "discovery-cert-dir", "", "Directory holding tls.crt and tls.key: the discovery API serves HTTPS with them, reloaded when they change; empty: plain HTTP.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (0 disables it).")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the API server authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview); false: plain HTTP to anyone.")
 	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint; empty: a self-signed certificate made at start.")

@@ -79,9 +79,12 @@ EOF
 in_root passwd -l root >/dev/null
 
 # Keep only the modules a q35 guest with virtio and SATA devices uses (with what they
-# depend on): udev then has little to load under TCG, and the initramfs stays small.
+# depend on): udev then has little to load under TCG, and the initramfs stays small. The
+# nf_tables ones are what the rendered egress fence (internal/proxyconfig/fence.go) loads:
+# its sets and meta, payload and tcp matches are in nf_tables itself, reject and fib not.
 want="virtio_pci virtio_blk virtio_scsi virtio_net virtio_console virtio_rng ahci sd_mod
-  sr_mod isofs vfat nls_utf8 nls_cp437 nls_ascii ext4 crc32c_generic efivarfs af_packet autofs4"
+  sr_mod isofs vfat nls_utf8 nls_cp437 nls_ascii ext4 crc32c_generic efivarfs af_packet autofs4
+  nf_tables nfnetlink nft_reject_inet nft_fib_inet"
 for kdir in "$root"/usr/lib/modules/*; do
   kver=$(basename "$kdir")
   keep=$(mktemp)

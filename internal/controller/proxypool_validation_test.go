@@ -69,6 +69,16 @@ func testPoolValidation(t *testing.T, env *testenv.Env) {
 		}, ""},
 		{"empty spread entry", func(s *v1alpha1.ProxyPoolSpec) { s.Spread = []v1alpha1.PoolSpreadEntry{{Weight: 2}} }, "a spread entry must set provider, zone or both"},
 		{"zero weight", func(s *v1alpha1.ProxyPoolSpec) { s.Spread = []v1alpha1.PoolSpreadEntry{{Zone: "a", Weight: -1}} }, "weight in body should be greater than or equal to 1"},
+		{"template open to anyone without basic auth", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Template.Spec.Proxy = &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"::/0"}}
+		}, "spec.template.spec.proxy.allowedSourceRanges: Invalid value: holds 0.0.0.0/0 or ::/0 without basicAuth"},
+		{"template open to anyone on purpose", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Template.Spec.Proxy = &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"0.0.0.0/0"}, AllowOpenProxy: true}
+		}, ""},
+		{"template open to anyone with basic auth", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Template.Spec.Proxy = &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"0.0.0.0/0"},
+				BasicAuth: &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: "crawl-proxy-auth"}}}
+		}, ""},
 		{"bad service name", func(s *v1alpha1.ProxyPoolSpec) { s.Service = &v1alpha1.PoolService{Name: "Proxies_1"} }, "spec.service.name"},
 		{"zero progress deadline", func(s *v1alpha1.ProxyPoolSpec) { s.ProgressDeadlineSeconds = ptr.To[int32](0) },
 			"spec.progressDeadlineSeconds must be a positive number of seconds"},

@@ -5,6 +5,7 @@ package discovery
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -34,7 +35,10 @@ type Options struct {
 	// Credentials reads a Proxy's credentials for ?credentials=true, which is served only
 	// with TokenFile set. Nil: a Proxy with spec.proxy.basicAuth cannot be served so.
 	Credentials proxyconfig.CredentialsFunc
-	Log         logr.Logger
+	// TLS, when set, makes the server speak HTTPS with it (its GetCertificate may hand out
+	// a certificate reloaded from disk); nil: plain HTTP.
+	TLS *tls.Config
+	Log logr.Logger
 }
 
 // Server is the discovery API. It is a manager Runnable that runs on every replica.
@@ -62,6 +66,9 @@ func New(src Source, opts Options) (*Server, error) {
 			opts.Log.Info("WARNING: the discovery token file does not exist; every listing is refused until it does", "path", opts.TokenFile)
 		}
 		s.auth = a
+		if opts.TLS == nil && opts.Credentials != nil {
+			opts.Log.Info("WARNING: the discovery API serves ?credentials=true, proxy passwords, and takes its bearer token over plain HTTP: anyone on the path can read both; serve it over TLS (--discovery-cert-dir)")
+		}
 	}
 	s.mux.Handle("/v1/proxies", s.protect(http.HandlerFunc(s.list)))
 	s.mux.Handle("/v1/proxies/pick", s.protect(http.HandlerFunc(s.pick)))
@@ -116,7 +123,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		defer c()
 		_ = srv.Shutdown(sctx)
 	}()
-	s.opts.Log.Info("discovery api listening", "address", ln.Addr().String(), "auth", s.auth != nil)
+	if s.opts.TLS != nil {
+		ln = tls.NewListener(ln, s.opts.TLS)
+	}
+	s.opts.Log.Info("discovery api listening", "address", ln.Addr().String(), "auth", s.auth != nil, "tls", s.opts.TLS != nil)
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("discovery api on %s: %w", ln.Addr(), err)
 	}

@@ -11,23 +11,37 @@ import (
 	"mime/multipart"
 	"net/mail"
 	"net/textproto"
+	"path"
 	"strings"
 	"unicode/utf8"
 )
 
-// CloudConfig renders the #cloud-config document that configures tinyproxy:
+// CloudConfig renders the #cloud-config document that configures tinyproxy behind the
+// guest egress fence (fence.go), so that tinyproxy starts once, with the rendered
+// configuration, after the fence is loaded, or not at all:
 //
-//   - write_files: tinyproxy's configuration, to StagedConfPath (root:root, mode 0600,
-//     since it may hold the password), in cloud-init's first stage;
-//   - runcmd, in its final stage: install tinyproxy with apt-get only when the image
-//     lacks it (cloud-init's packages: would run the package manager on every image,
-//     and on one without a reachable mirror that costs minutes of failing apt-get
-//     update); put the file in place as root:tinyproxy mode 0640 (the group comes with
-//     the package, so this waits for the install); restart tinyproxy;
-//   - merge_how: when combined with the user's cloud-config, lists (write_files, runcmd)
-//     are appended to the user's and the user's other keys are kept.
+//   - bootcmd, first in cloud-init's init stage: the systemd drop-in for tinyproxy.service
+//     (TinyproxyDropInPath: After=cloud-init.service, ExecStartPre the fence script) and a
+//     daemon-reload. It cannot be a write_files entry: write_files runs after bootcmd, and
+//     systemd reads tinyproxy.service when the boot begins, so without the reload the
+//     drop-in would take effect only on the next boot;
+//   - write_files, in the same stage: tinyproxy's configuration at TinyproxyConfPath
+//     (root:root 0600, since it may hold the password; tinyproxy reads it as root before
+//     it drops to its user), the nftables ruleset and the fence script. cloud-init's init
+//     stage runs before sysinit.target, and tinyproxy.service after it, so on an image with
+//     tinyproxy and nftables (the test image, stock Debian and Ubuntu) tinyproxy's one
+//     start at boot already has all three: it never serves with the image's own
+//     configuration, and nothing waits for cloud-init's final stage;
+//   - runcmd, in the final stage: install nftables, then tinyproxy, with apt-get only when
+//     the image lacks them (cloud-init's packages: would run the package manager on every
+//     image, and on one without a reachable mirror that costs minutes of failing apt-get
+//     update), keeping the configuration written above; then start tinyproxy, which does
+//     nothing when it runs already and fails, leaving it stopped, when the fence cannot be
+//     loaded;
+//   - merge_how: when combined with the user's cloud-config, lists (bootcmd, write_files,
+//     runcmd) are appended to the user's and the user's other keys are kept.
 func CloudConfig(c Config) ([]byte, error) {
-	conf, err := tinyproxyConf(c)
+	conf, allowed, err := tinyproxyConf(c)
 	if err != nil {
 		return nil, err
 	}
@@ -39,32 +53,46 @@ merge_how:
     settings: [append]
   - name: dict
     settings: [no_replace, recurse_list]
-write_files:
-  - path: ` + StagedConfPath + `
-    owner: root:root
-    permissions: "0600"
-    content: |
+bootcmd:
+  - |
+    mkdir -p ` + path.Dir(TinyproxyDropInPath) + `
+    cat >` + TinyproxyDropInPath + ` <<'EOF'
 `)
-	for _, line := range strings.SplitAfter(strings.TrimSuffix(conf, "\n"), "\n") {
-		b.WriteString("      " + line)
+	indent(&b, "    ", tinyproxyDropIn)
+	b.WriteString(`    EOF
+    systemctl daemon-reload
+write_files:
+`)
+	for _, f := range []struct{ path, perm, content string }{
+		{TinyproxyConfPath, "0600", conf},
+		{FenceRulesetPath, "0644", fenceRuleset(allowed)},
+		{FenceScriptPath, "0755", fenceScript},
+	} {
+		b.WriteString("  - path: " + f.path + "\n    owner: root:root\n    permissions: \"" + f.perm + "\"\n    content: |\n")
+		indent(&b, "      ", f.content)
 	}
-	b.WriteString(`
-runcmd:
-  - [sh, -c, "` + installIfMissing + `"]
-  - [install, -o, root, -g, tinyproxy, -m, "0640", ` + StagedConfPath + `, ` + TinyproxyConfPath + `]
-  - [rm, -f, ` + StagedConfPath + `]
-  - [systemctl, restart, tinyproxy]
+	b.WriteString(`runcmd:
+  - [sh, -c, "` + installIfMissing("nft", "nftables") + `"]
+  - [sh, -c, "` + installIfMissing("tinyproxy", "tinyproxy") + `"]
+  - [systemctl, start, tinyproxy]
 `)
 	return b.Bytes(), nil
 }
 
-// StagedConfPath is where the rendered cloud-config first writes tinyproxy's
-// configuration, readable by root alone, until the tinyproxy group exists.
-const StagedConfPath = "/var/lib/egress-proxies-operator/tinyproxy.conf"
+// indent writes text's lines to b, each after prefix.
+func indent(b *bytes.Buffer, prefix, text string) {
+	for _, line := range strings.SplitAfter(strings.TrimSuffix(text, "\n"), "\n") {
+		b.WriteString(prefix + strings.TrimSuffix(line, "\n") + "\n")
+	}
+}
 
-// installIfMissing installs tinyproxy with apt-get on an image that lacks it; on one
-// that has it (the test image) it does nothing, so no package manager runs.
-const installIfMissing = "command -v tinyproxy >/dev/null 2>&1 || { apt-get update; DEBIAN_FRONTEND=noninteractive apt-get install -y tinyproxy; }"
+// installIfMissing installs pkg with apt-get on an image that lacks the command cmd; on
+// one that has it (the test image) it does nothing, so no package manager runs. dpkg keeps
+// a configuration file cloud-init has written already.
+func installIfMissing(cmd, pkg string) string {
+	return "command -v " + cmd + " >/dev/null 2>&1 || { apt-get update; DEBIAN_FRONTEND=noninteractive apt-get install -y " +
+		"-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold " + pkg + "; }"
+}
 
 // UserData is the instance's user-data for c and the user's own cloud-init (spec.cloudInit):
 // the rendered cloud-config alone when user is empty, otherwise a MIME multipart document

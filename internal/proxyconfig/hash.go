@@ -16,7 +16,7 @@ import (
 // instance is replaced as after any other spec change; yet the spec hash, which status
 // and the instance's labels show, offers no fast way to test guesses of the password.
 func SpecHashInput(c Config, user string) (string, error) {
-	if _, err := c.validate(); err != nil {
+	if _, _, err := c.validate(); err != nil {
 		return "", err
 	}
 	creds := c.Credentials

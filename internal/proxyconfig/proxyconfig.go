@@ -23,6 +23,9 @@ type Config struct {
 	Port int32
 	// AllowedSourceRanges are the networks tinyproxy serves (spec.proxy.allowedSourceRanges).
 	AllowedSourceRanges []string
+	// AllowedDestinations are the exceptions to the egress fence
+	// (spec.proxy.allowedDestinations).
+	AllowedDestinations []string
 	// Credentials, when not nil, make tinyproxy demand basic auth.
 	Credentials *Credentials
 }
@@ -40,6 +43,9 @@ func ConfigFor(px *v1alpha1.Proxy, creds *Credentials) Config {
 	if px.Spec.Proxy != nil {
 		for _, r := range px.Spec.Proxy.AllowedSourceRanges {
 			c.AllowedSourceRanges = append(c.AllowedSourceRanges, string(r))
+		}
+		for _, r := range px.Spec.Proxy.AllowedDestinations {
+			c.AllowedDestinations = append(c.AllowedDestinations, string(r))
 		}
 	}
 	return c
@@ -89,26 +95,38 @@ func credentialByte(b byte) bool {
 	return b == '-' || b == '.' || b == '_'
 }
 
-// validate checks c and returns its ranges as networks (host bits cleared).
-func (c Config) validate() ([]netip.Prefix, error) {
+// validate checks c and returns its source ranges and allowed destinations as networks
+// (host bits cleared).
+func (c Config) validate() (sources, destinations []netip.Prefix, err error) {
 	if c.Port < 1 || c.Port > 65535 {
-		return nil, fmt.Errorf("spec.port %d: want a port from 1 to 65535", c.Port)
+		return nil, nil, fmt.Errorf("spec.port %d: want a port from 1 to 65535", c.Port)
 	}
 	if len(c.AllowedSourceRanges) == 0 {
-		return nil, ErrNoSourceRanges
+		return nil, nil, ErrNoSourceRanges
 	}
-	nets := make([]netip.Prefix, 0, len(c.AllowedSourceRanges))
-	for i, r := range c.AllowedSourceRanges {
-		p, err := netip.ParsePrefix(r)
-		if err != nil {
-			return nil, fmt.Errorf("spec.proxy.allowedSourceRanges[%d] %q: want a network in CIDR notation such as 10.0.0.0/8: %w", i, r, err)
-		}
-		nets = append(nets, p.Masked())
+	if sources, err = networks("spec.proxy.allowedSourceRanges", c.AllowedSourceRanges); err != nil {
+		return nil, nil, err
+	}
+	if destinations, err = networks("spec.proxy.allowedDestinations", c.AllowedDestinations); err != nil {
+		return nil, nil, err
 	}
 	if c.Credentials != nil {
 		if err := c.Credentials.Validate(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+	}
+	return sources, destinations, nil
+}
+
+// networks parses field's CIDRs, host bits cleared.
+func networks(field string, cidrs []string) ([]netip.Prefix, error) {
+	nets := make([]netip.Prefix, 0, len(cidrs))
+	for i, r := range cidrs {
+		p, err := netip.ParsePrefix(r)
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d] %q: want a network in CIDR notation such as 10.0.0.0/8: %w", field, i, r, err)
+		}
+		nets = append(nets, p.Masked())
 	}
 	return nets, nil
 }

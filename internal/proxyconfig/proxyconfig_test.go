@@ -29,6 +29,7 @@ func TestCloudConfigGolden(t *testing.T) {
 	noAuth := sampleConfig()
 	noAuth.Credentials = nil
 	noAuth.Port = 8888
+	noAuth.AllowedDestinations = []string{"10.123.0.2/32", "fd00:1::/64"}
 	for name, c := range map[string]Config{
 		"cloud-config-basic-auth.golden": sampleConfig(),
 		"cloud-config-no-auth.golden":    noAuth,
@@ -41,10 +42,14 @@ func TestCloudConfigGolden(t *testing.T) {
 	}
 }
 
-// The rendered document is YAML cloud-init reads as meant: one deferred file with
-// tinyproxy's configuration, the package, the restart.
+// The rendered document is YAML cloud-init reads as meant: the drop-in and a reload in
+// bootcmd, tinyproxy's configuration, the fence's ruleset and script in write_files, and
+// in runcmd only the installs of what is missing and a start that does nothing when
+// tinyproxy runs already (no restart: one start, behind the fence).
 func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
-	doc, err := CloudConfig(sampleConfig())
+	c := sampleConfig()
+	c.AllowedDestinations = []string{"10.123.0.7/24", "fd00:1::/64"}
+	doc, err := CloudConfig(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +58,7 @@ func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
 	}
 	var cc struct {
 		Packages   []string `json:"packages"`
+		Bootcmd    []string `json:"bootcmd"`
 		WriteFiles []struct {
 			Path        string `json:"path"`
 			Owner       string `json:"owner"`
@@ -77,13 +83,25 @@ func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
 	if len(cc.Packages) != 0 {
 		t.Errorf("packages %v", cc.Packages)
 	}
-	if len(cc.WriteFiles) != 1 {
+	wantBoot := "mkdir -p /etc/systemd/system/tinyproxy.service.d\ncat >" + TinyproxyDropInPath + " <<'EOF'\n" +
+		tinyproxyDropIn + "EOF\nsystemctl daemon-reload\n"
+	if len(cc.Bootcmd) != 1 || cc.Bootcmd[0] != wantBoot {
+		t.Errorf("bootcmd %q, want [%q]", cc.Bootcmd, wantBoot)
+	}
+	for _, line := range []string{"After=cloud-init.service", "ExecStartPre=/bin/sh " + FenceScriptPath} {
+		if !strings.Contains(tinyproxyDropIn, "\n"+line+"\n") {
+			t.Errorf("the drop-in lacks %q:\n%s", line, tinyproxyDropIn)
+		}
+	}
+	if len(cc.WriteFiles) != 3 {
 		t.Fatalf("write_files %+v", cc.WriteFiles)
 	}
-	f := cc.WriteFiles[0]
-	if f.Path != StagedConfPath || f.Owner != "root:root" || f.Permissions != "0600" || f.Defer {
-		t.Errorf("file %+v", f)
+	for i, want := range []struct{ path, perm string }{{TinyproxyConfPath, "0600"}, {FenceRulesetPath, "0644"}, {FenceScriptPath, "0755"}} {
+		if f := cc.WriteFiles[i]; f.Path != want.path || f.Owner != "root:root" || f.Permissions != want.perm || f.Defer {
+			t.Errorf("write_files[%d] %s %s %s defer=%v, want %s root:root %s written at once", i, f.Path, f.Owner, f.Permissions, f.Defer, want.path, want.perm)
+		}
 	}
+	f := cc.WriteFiles[0]
 	for _, line := range []string{"Port 3128", "Allow 10.0.0.0/8", "Allow 192.168.1.0/24", "Allow 2001:db8::/32",
 		"BasicAuth crawler Xk9-q.Tr_22", "DisableViaHeader Yes", "ConnectPort 443", "User tinyproxy"} {
 		if !strings.Contains("\n"+f.Content, "\n"+line+"\n") {
@@ -93,11 +111,33 @@ func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
 	if strings.Count(f.Content, "ConnectPort") != 1 {
 		t.Errorf("CONNECT must be limited to 443 alone:\n%s", f.Content)
 	}
+	rules := cc.WriteFiles[1].Content
+	for _, want := range []string{
+		"elements = { 10.123.0.0/24 }", "elements = { fd00:1::/64 }", // the exceptions, as networks
+		`meta skuid "tinyproxy" jump proxy_user`,
+		"ip daddr @allowed4 accept", "ip daddr @fenced4 goto refuse", "ip6 daddr @fenced6 goto refuse",
+		"ip daddr @own4 goto refuse", "fib daddr type local goto refuse",
+	} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("the ruleset lacks %q:\n%s", want, rules)
+		}
+	}
+	// The metadata addresses are refused before any exception is looked at.
+	if m, a := strings.Index(rules, "@metadata4 goto refuse"), strings.Index(rules, "@allowed4 accept"); m < 0 || a < 0 || m > a {
+		t.Errorf("metadata refused at %d, exceptions at %d: the metadata rule must come first:\n%s", m, a, rules)
+	}
+	for _, n := range FencedNetworks {
+		if !strings.Contains(rules, " "+n+",") && !strings.Contains(rules, " "+n+" }") {
+			t.Errorf("the ruleset does not fence %s:\n%s", n, rules)
+		}
+	}
+	if cc.WriteFiles[2].Content != fenceScript {
+		t.Errorf("the fence script differs from fenceScript:\n%s", cc.WriteFiles[2].Content)
+	}
 	want := []string{
-		"sh -c " + installIfMissing,
-		"install -o root -g tinyproxy -m 0640 " + StagedConfPath + " " + TinyproxyConfPath,
-		"rm -f " + StagedConfPath,
-		"systemctl restart tinyproxy",
+		"sh -c " + installIfMissing("nft", "nftables"),
+		"sh -c " + installIfMissing("tinyproxy", "tinyproxy"),
+		"systemctl start tinyproxy",
 	}
 	if len(cc.Runcmd) != len(want) {
 		t.Fatalf("runcmd %v, want %d commands", cc.Runcmd, len(want))
@@ -106,6 +146,19 @@ func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
 		if got := strings.Join(cc.Runcmd[i], " "); got != w {
 			t.Errorf("runcmd[%d] %q, want %q", i, got, w)
 		}
+	}
+}
+
+// Without exceptions the allowed sets are empty, not missing: the rules name them.
+func TestFenceWithoutExceptions(t *testing.T) {
+	rules := fenceRuleset(nil)
+	for _, set := range []string{"allowed4", "allowed6", "own4", "own6", "resolvers4", "resolvers6"} {
+		if !strings.Contains(rules, "\tset "+set+" {") {
+			t.Errorf("set %s missing:\n%s", set, rules)
+		}
+	}
+	if strings.Count(rules, "elements = ") != 4 { // metadata4, metadata6, fenced4, fenced6
+		t.Errorf("want elements in the metadata and fenced sets alone:\n%s", rules)
 	}
 }
 
@@ -244,14 +297,15 @@ func TestUserDataUTF8(t *testing.T) {
 func TestConfigFor(t *testing.T) {
 	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "crawl"}, Spec: v1alpha1.ProxySpec{
 		Port:  3129,
-		Proxy: &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"10.1.2.3/8", "192.0.2.7/32"}},
+		Proxy: &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"10.1.2.3/8", "192.0.2.7/32"}, AllowedDestinations: []v1alpha1.CIDR{"10.123.0.2/32"}},
 	}}
 	creds := &Credentials{Username: "u", Password: "p"}
 	c := ConfigFor(px, creds)
-	if c.Port != 3129 || strings.Join(c.AllowedSourceRanges, ",") != "10.1.2.3/8,192.0.2.7/32" || c.Credentials != creds {
+	if c.Port != 3129 || strings.Join(c.AllowedSourceRanges, ",") != "10.1.2.3/8,192.0.2.7/32" || c.Credentials != creds ||
+		strings.Join(c.AllowedDestinations, ",") != "10.123.0.2/32" {
 		t.Fatalf("%+v", c)
 	}
-	conf, err := tinyproxyConf(c)
+	conf, _, err := tinyproxyConf(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,6 +329,8 @@ func TestRenderErrors(t *testing.T) {
 		{"a range without prefix", func(c *Config) { c.AllowedSourceRanges = []string{"10.0.0.0/8", "10.0.0.1"} }, "", nil,
 			`spec.proxy.allowedSourceRanges[1] "10.0.0.1": want a network in CIDR notation`},
 		{"a zone", func(c *Config) { c.AllowedSourceRanges = []string{"fe80::%eth0/64"} }, "", nil, "spec.proxy.allowedSourceRanges[0]"},
+		{"a destination without prefix", func(c *Config) { c.AllowedDestinations = []string{"10.123.0.2"} }, "", nil,
+			`spec.proxy.allowedDestinations[0] "10.123.0.2": want a network in CIDR notation`},
 		{"empty username", func(c *Config) { c.Credentials.Username = "" }, "", ErrBadCredentials, "username is empty"},
 		{"empty password", func(c *Config) { c.Credentials.Password = "" }, "", ErrBadCredentials, "password is empty"},
 		{"space in password", func(c *Config) { c.Credentials.Password = "two words" }, "", ErrBadCredentials,

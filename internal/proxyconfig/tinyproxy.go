@@ -2,6 +2,7 @@ package proxyconfig
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 )
@@ -20,16 +21,17 @@ func SetRenderingVariant(variant string) (restore func()) {
 	return func() { renderingVariant.Store(prev) }
 }
 
-// TinyproxyConfPath is where the rendered cloud-config writes tinyproxy's configuration.
+// TinyproxyConfPath is where the rendered cloud-config writes tinyproxy's configuration
+// (root:root 0600: tinyproxy reads it as root, before it drops to its user).
 const TinyproxyConfPath = "/etc/tinyproxy/tinyproxy.conf"
 
-// tinyproxyConf is tinyproxy.conf for c, which must be valid. Loopback is always allowed
+// tinyproxyConf is tinyproxy.conf for c, and c's allowed destinations; c must be valid. Loopback is always allowed
 // (a check from the guest itself); the Via header is off so the target sees no proxy;
 // CONNECT goes to port 443 only, so the proxy cannot tunnel to mail or SSH servers.
-func tinyproxyConf(c Config) (string, error) {
-	nets, err := c.validate()
+func tinyproxyConf(c Config) (string, []netip.Prefix, error) {
+	nets, allowed, err := c.validate()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	var b strings.Builder
 	b.WriteString("# Rendered by egress-proxies-operator from the Proxy's spec; edits are lost on the next instance.\n")
@@ -56,5 +58,5 @@ Allow ::1
 	if c.Credentials != nil {
 		fmt.Fprintf(&b, "BasicAuth %s %s\n", c.Credentials.Username, c.Credentials.Password)
 	}
-	return b.String(), nil
+	return b.String(), allowed, nil
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -145,7 +146,7 @@ func TestDeployedOperator(t *testing.T) {
 
 	var ready *v1alpha1.Proxy
 	sw.step("the sample Proxy Ready with a real guest VM (image fetched, guest booted under "+e.domainType+")", func() {
-		e.mustRun(t, e.kubectl, "apply", "-n", proxyNS, "-f", "config/samples/proxy_kvm2.yaml")
+		e.mustRun(t, e.kubectl, "apply", "-n", proxyNS, "-f", sampleAllowing(t, probeAddr))
 		ready = waitProxy(t, c, "Ready and healthy (probed through the guest's proxy)", readyDeadline, isReady)
 		if who.from(ready.Status.IP) == 0 {
 			t.Fatalf("Ready, but the probe target never saw the guest's address %s", ready.Status.IP)
@@ -201,6 +202,32 @@ func TestDeployedOperator(t *testing.T) {
 		installed = false
 		checkRemoved(t, c)
 	})
+}
+
+// sampleAllowing writes config/samples/proxy_kvm2.yaml with the probe target's address
+// (host:port) added to spec.proxy.allowedDestinations, as a user whose probe target is on
+// a private network must: the guest's egress fence refuses it otherwise. It returns the
+// file's path.
+func sampleAllowing(t *testing.T, probeAddr string) string {
+	t.Helper()
+	host, _, err := net.SplitHostPort(probeAddr)
+	if err != nil {
+		t.Fatalf("probe target %q: %v", probeAddr, err)
+	}
+	data, err := os.ReadFile(filepath.Join(repoRoot, "config", "samples", "proxy_kvm2.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ranges = "    allowedSourceRanges: [10.123.0.0/24]\n"
+	if !strings.Contains(string(data), ranges) {
+		t.Fatalf("config/samples/proxy_kvm2.yaml no longer has the line %q the test adds allowedDestinations after", ranges)
+	}
+	out := strings.Replace(string(data), ranges, ranges+"    allowedDestinations: ["+host+"/32]\n", 1)
+	p := filepath.Join(t.TempDir(), "proxy_kvm2.yaml")
+	if err := os.WriteFile(p, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // writeOverlay writes the two files the test overlay names: the providers config for the

@@ -86,10 +86,14 @@ func TestProxyLifecycle(t *testing.T) {
 
 	images := newImageServer(t, h.GuestImage, durationEnv("E2E_IMAGE_SECONDS", 15*time.Second))
 	imageURL := serve(t, h.BridgeIP, images) + "/guest.qcow2"
+	// The probe target is on a private address of the bridge, which the guest's egress
+	// fence refuses unless the Proxy allows it (allowedDestinations), as a user with an
+	// in-cluster probe target would.
+	edge := newEdge(t, h)
 	who := &whoami{}
-	whoURL := serve(t, h.BridgeIP, who)
+	whoURL := edge.serve(t, edge.allowed, who)
 	// The target of the test's own requests watching for the guest's proxy to answer.
-	answersURL := serve(t, h.BridgeIP, &whoami{}) + "/answers"
+	answersURL := edge.serve(t, edge.allowed, &whoami{}) + "/answers"
 	sum, err := os.ReadFile(h.GuestImage + ".sha256")
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +119,8 @@ func TestProxyLifecycle(t *testing.T) {
 	// timeout skips clean-ups) is cleaned up by the next one.
 	ns := "e2e"
 	px, sec := sampleProxy(t, h, ns)
+	px.Spec.Proxy.AllowedDestinations = []v1alpha1.CIDR{v1alpha1.CIDR(edge.allowed + "/32")}
+	px.Spec.CloudInit = edge.routeCloudInit()
 	s := &story{t: t, c: c, host: host, mgr: mgr, key: client.ObjectKeyFromObject(px), vm: px.InstanceName()}
 	host.removeInstance(s.vm)
 	host.removeBaseImage(imageKey)
@@ -149,6 +155,9 @@ func TestProxyLifecycle(t *testing.T) {
 	ip, readyAt := s.checkServing(px, who, discovery, whoURL)
 	first.ready, first.answered = readyAt, answers.close()
 	s.checkAuth(px, sec, discovery, whoURL)
+	fenced := newFenceTargets(s, h, edge)
+	s.checkFence(&url.URL{Scheme: "http", Host: fmt.Sprintf("%s:%d", ip, px.Spec.Port), User: creds}, fenced)
+	s.checkOneStart()
 	s.checkProviderHealth()
 	uuid := s.uuid()
 	seen := watch.get(uuid)
@@ -163,6 +172,8 @@ func TestProxyLifecycle(t *testing.T) {
 	t.Logf("first IP %s, after replacement %s", ip, s.mustProxy().Status.IP)
 
 	s.deleteLeavesNothing(ctx, discovery)
+
+	s.checkFailClosed(ctx, px)
 }
 
 func (s *story) mustProxy() *v1alpha1.Proxy {

@@ -74,6 +74,9 @@ func samplePool(t *testing.T, h hostEnv, namespace string) (*v1alpha1.ProxyPool,
 		t.Fatalf("%s: the template does not name the Secret %s in spec.proxy.basicAuth", poolSamplePath, sec.Name)
 	}
 	tmpl.Proxy.AllowedSourceRanges = []v1alpha1.CIDR{v1alpha1.CIDR(h.BridgeSubnet)}
+	// The probe target is the host's bridge address, a private one the guest's egress
+	// fence refuses unless it is allowed, as a user with an in-cluster probe target would.
+	tmpl.Proxy.AllowedDestinations = []v1alpha1.CIDR{v1alpha1.CIDR(h.BridgeIP + "/32")}
 	tmpl.Placement.Image = imageKey
 	replicas := int32(2)
 	pool.Namespace, pool.Spec.Replicas = namespace, &replicas

@@ -24,6 +24,12 @@ func serve(t *testing.T, host string, h http.Handler) string {
 	if err != nil {
 		t.Fatalf("listening on %s: %v", host, err)
 	}
+	return serveOn(t, ln, h)
+}
+
+// serveOn runs h on ln until the test ends and returns the base URL.
+func serveOn(t *testing.T, ln net.Listener, h http.Handler) string {
+	t.Helper()
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()

@@ -1,0 +1,199 @@
+package proxyconfig
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// The guest egress fence: nftables rules, loaded before tinyproxy starts, that refuse
+// every connection the proxy's user (tinyproxy) makes to a network that is not the
+// internet's: loopback, "this network" (0.0.0.0/8), RFC 1918, shared address space
+// (100.64.0.0/10), link-local, unique-local, multicast and reserved ranges, the metadata
+// addresses, the guest's own addresses and subnets, for IPv4 and IPv6. tinyproxy resolves
+// the names it is asked for, so a crawler's own checks cannot stand in for this.
+//
+// spec.proxy.allowedDestinations open exceptions, except for the metadata addresses,
+// which stay refused. DNS (port 53) to the resolvers in the guest's /etc/resolv.conf
+// stays open: tinyproxy resolves names as that user.
+const (
+	// FenceRulesetPath is the nftables ruleset the rendered cloud-config writes.
+	FenceRulesetPath = "/etc/egress-proxies-operator/fence.nft"
+	// FenceScriptPath loads the ruleset and adds the guest's subnets and resolvers: the
+	// ExecStartPre of tinyproxy.service, so tinyproxy does not start without the fence.
+	FenceScriptPath = "/etc/egress-proxies-operator/fence.sh"
+	// TinyproxyDropInPath is the systemd drop-in that puts FenceScriptPath before tinyproxy.
+	TinyproxyDropInPath = "/etc/systemd/system/tinyproxy.service.d/50-egress-fence.conf"
+	// FenceTable is the nftables table of the fence.
+	FenceTable = "inet egress_proxies_operator"
+	// proxyUser is the user tinyproxy runs as (its configuration's User line).
+	proxyUser = "tinyproxy"
+)
+
+// Refused to the proxy's user whatever spec.proxy.allowedDestinations say.
+var metadataAddrs = []string{
+	"169.254.169.254", // GCE, AWS, Azure, OpenStack
+	"100.100.100.200", // Alibaba Cloud
+	"fd00:ec2::254",   // AWS over IPv6
+}
+
+// FencedNetworks are the networks the fence refuses unless allowedDestinations open them
+// (the guest's own subnets and addresses come on top, found when tinyproxy starts).
+var FencedNetworks = []string{
+	"0.0.0.0/8",      // "this network": 0.0.0.0 reaches the guest itself
+	"10.0.0.0/8",     // RFC 1918
+	"100.64.0.0/10",  // shared address space (CGNAT)
+	"127.0.0.0/8",    // loopback
+	"169.254.0.0/16", // link-local, and the metadata servers
+	"172.16.0.0/12",  // RFC 1918
+	"192.168.0.0/16", // RFC 1918
+	"224.0.0.0/4",    // multicast
+	"240.0.0.0/4",    // reserved, and the broadcast address
+	"::/128",         // unspecified
+	"::1/128",        // loopback
+	"::ffff:0:0/96",  // IPv4-mapped: reaches the IPv4 networks above
+	"64:ff9b::/96",   // NAT64: may reach private IPv4 networks through a translator
+	"64:ff9b:1::/48", // local-use NAT64
+	"fc00::/7",       // unique-local
+	"fe80::/10",      // link-local
+	"fec0::/10",      // site-local (deprecated)
+	"ff00::/8",       // multicast
+}
+
+// fenceRuleset is the nftables ruleset for the allowed destinations (networks, host bits
+// cleared). Loading it replaces the table atomically; the script then fills own4/own6
+// and resolvers4/resolvers6.
+//
+// Only a TCP connection's first packet (SYN without ACK) is judged: the proxy's
+// answers to its clients, who are on private networks as often as not, pass. UDP and
+// everything else from the proxy's user is judged per packet (tinyproxy sends UDP only
+// to resolve names). A refused TCP connection gets a reset (tinyproxy answers its client
+// 500 "Unable to connect"), anything else an ICMP administratively-prohibited.
+func fenceRuleset(allowed []netip.Prefix) string {
+	var v4, v6 []string
+	for _, p := range allowed {
+		if p.Addr().Is4() {
+			v4 = append(v4, p.String())
+		} else {
+			v6 = append(v6, p.String())
+		}
+	}
+	var fenced4, fenced6 []string
+	for _, n := range FencedNetworks {
+		if strings.Contains(n, ":") {
+			fenced6 = append(fenced6, n)
+		} else {
+			fenced4 = append(fenced4, n)
+		}
+	}
+	var meta4, meta6 []string
+	for _, a := range metadataAddrs {
+		if strings.Contains(a, ":") {
+			meta6 = append(meta6, a)
+		} else {
+			meta4 = append(meta4, a)
+		}
+	}
+	set := func(name, typ string, interval bool, elems []string) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "\tset %s {\n\t\ttype %s\n", name, typ)
+		if interval {
+			b.WriteString("\t\tflags interval\n\t\tauto-merge\n")
+		}
+		if len(elems) > 0 {
+			fmt.Fprintf(&b, "\t\telements = { %s }\n", strings.Join(elems, ", "))
+		}
+		b.WriteString("\t}\n")
+		return b.String()
+	}
+	var b strings.Builder
+	b.WriteString("# Rendered by egress-proxies-operator from the Proxy's spec.proxy: the connections the\n")
+	b.WriteString("# proxy's user may not make. Loaded by " + FenceScriptPath + " before tinyproxy starts.\n")
+	b.WriteString("table " + FenceTable + "\ndelete table " + FenceTable + "\n")
+	b.WriteString("table " + FenceTable + " {\n")
+	b.WriteString(set("metadata4", "ipv4_addr", false, meta4))
+	b.WriteString(set("metadata6", "ipv6_addr", false, meta6))
+	b.WriteString(set("resolvers4", "ipv4_addr", false, nil))
+	b.WriteString(set("resolvers6", "ipv6_addr", false, nil))
+	b.WriteString(set("allowed4", "ipv4_addr", true, v4))
+	b.WriteString(set("allowed6", "ipv6_addr", true, v6))
+	b.WriteString(set("fenced4", "ipv4_addr", true, fenced4))
+	b.WriteString(set("fenced6", "ipv6_addr", true, fenced6))
+	b.WriteString(set("own4", "ipv4_addr", true, nil))
+	b.WriteString(set("own6", "ipv6_addr", true, nil))
+	b.WriteString(`	chain output {
+		type filter hook output priority filter; policy accept;
+		meta skuid "` + proxyUser + `" jump proxy_user
+	}
+	chain proxy_user {
+		tcp flags & (syn | ack) != syn accept
+		meta l4proto { tcp, udp } th dport 53 ip daddr @resolvers4 accept
+		meta l4proto { tcp, udp } th dport 53 ip6 daddr @resolvers6 accept
+		ip daddr @metadata4 goto refuse
+		ip6 daddr @metadata6 goto refuse
+		ip daddr @allowed4 accept
+		ip6 daddr @allowed6 accept
+		fib daddr type local goto refuse
+		ip daddr @fenced4 goto refuse
+		ip6 daddr @fenced6 goto refuse
+		ip daddr @own4 goto refuse
+		ip6 daddr @own6 goto refuse
+	}
+	chain refuse {
+		meta l4proto tcp reject with tcp reset
+		reject with icmpx admin-prohibited
+	}
+}
+`)
+	return b.String()
+}
+
+// fenceScript is FenceScriptPath: tinyproxy.service's ExecStartPre. It waits (up to 60 s)
+// for the guest's first global address, loads the ruleset, adds the guest's on-link
+// subnets and its resolvers, and checks the table is there. Any failure stops tinyproxy
+// from starting. Subnets the guest gets later are not added until tinyproxy restarts
+// (they are private ranges in most networks, and so refused anyway).
+const fenceScript = `#!/bin/sh
+# Rendered by egress-proxies-operator: the egress fence, loaded before tinyproxy starts
+# (ExecStartPre of tinyproxy.service); tinyproxy does not start when this fails.
+set -eu
+table="` + FenceTable + `"
+i=0
+while [ -z "$(ip -o addr show scope global)" ]; do
+  i=$((i + 1))
+  if [ "$i" -gt 120 ]; then
+    echo "egress fence: the guest has no global address after 60 s; tinyproxy stays stopped" >&2
+    exit 1
+  fi
+  sleep 0.5
+done
+nft -f ` + FenceRulesetPath + `
+addr='^[0-9A-Fa-f:.]+(/[0-9]+)?$'
+for net in $(ip -o -4 route show table main scope link | awk -v re="$addr" '$1 ~ re { print $1 }'); do
+  nft add element $table own4 "{ $net }"
+done
+for net in $(ip -o -6 route show table main proto kernel | awk -v re="$addr" '$1 ~ re { print $1 }'); do
+  nft add element $table own6 "{ $net }"
+done
+if [ -r /etc/resolv.conf ]; then
+  for ns in $(awk '$1 == "nameserver" { print $2 }' /etc/resolv.conf); do
+    case $ns in
+      *%*) ;;
+      *:*) nft add element $table resolvers6 "{ $ns }" ;;
+      *) nft add element $table resolvers4 "{ $ns }" ;;
+    esac
+  done
+fi
+nft list table $table >/dev/null
+echo "egress fence loaded: $(nft list set $table own4 | tr -s ' \n\t' ' ')"
+`
+
+// tinyproxyDropIn is TinyproxyDropInPath: tinyproxy starts after cloud-init has written
+// its configuration and the fence, and only once the fence is loaded.
+const tinyproxyDropIn = `# Rendered by egress-proxies-operator: tinyproxy starts behind the egress fence, after
+# cloud-init has written its configuration, or not at all.
+[Unit]
+After=cloud-init.service
+[Service]
+ExecStartPre=/bin/sh ` + FenceScriptPath + `
+`

@@ -1,0 +1,228 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// fenceTargets are the servers the fence check asks the guest's proxy for.
+type fenceTargets struct {
+	host, private, internet          *whoami
+	hostURL, privateURL, internetURL string
+}
+
+func newFenceTargets(s *story, h hostEnv, e *edge) *fenceTargets {
+	ft := &fenceTargets{host: &whoami{}, private: &whoami{}, internet: &whoami{}}
+	ft.hostURL = serve(s.t, h.BridgeIP, ft.host)
+	ft.privateURL = e.serve(s.t, e.refused, ft.private)
+	ft.internetURL = e.serve(s.t, internetAddr, ft.internet)
+	return ft
+}
+
+// checkFence checks the guest's egress fence through its proxy (proxyURL, with the
+// credentials): the host (the bridge's gateway) and a second private address on the
+// bridge are refused (tinyproxy answers 500, its connection having been reset by the
+// fence, and the targets see nothing), while the internet stand-in answers from the
+// guest's address. checkServing has shown the address in allowedDestinations works.
+func (s *story) checkFence(proxyURL *url.URL, ft *fenceTargets) {
+	t := s.t
+	ip := s.mustProxy().Status.IP
+	through := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}}
+	for _, tc := range []struct {
+		name string
+		url  string
+		who  *whoami
+	}{
+		{"the host (the bridge's gateway)", ft.hostURL, ft.host},
+		{"a second private address on the bridge", ft.privateURL, ft.private},
+	} {
+		start := time.Now()
+		resp, err := through.Get(tc.url + "/fenced")
+		if err != nil {
+			t.Errorf("a request to %s (%s) through the proxy: %v, want tinyproxy's answer that it could not connect", tc.name, tc.url, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), "Unable to connect") {
+			t.Errorf("a request to %s (%s) through the proxy: %s %q, want 500 Unable to connect (the fence refused the connection)",
+				tc.name, tc.url, resp.Status, firstLine(body))
+		}
+		if n := tc.who.from(ip); n != 0 {
+			t.Errorf("%s (%s) saw %d requests from the guest's address %s: the fence let them through", tc.name, tc.url, n, ip)
+		}
+		t.Logf("fence: a request to %s (%s) through the proxy was refused: %s in %s (tinyproxy's error page: %q)",
+			tc.name, tc.url, resp.Status, time.Since(start).Round(time.Millisecond), firstLine(body))
+	}
+	// The route to the stand-in comes from the test's cloud-init, by networkd: long in
+	// place by now, yet waited for rather than assumed.
+	var body string
+	s.waitFor("a request through the proxy to the internet stand-in "+ft.internetURL+" to answer", shortDeadline, time.Second, func() (bool, error) {
+		var err error
+		body, err = get(through, ft.internetURL+"/internet")
+		return err == nil, err
+	})
+	if !strings.Contains(body, `"`+ip+`"`) || ft.internet.from(ip) == 0 {
+		t.Fatalf("the internet stand-in answered %q; want the request to come from the guest's address %s", body, ip)
+	}
+	t.Logf("fence: a request through the proxy to the internet stand-in %s was answered from %s", ft.internetURL, ip)
+}
+
+func firstLine(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); strings.Contains(l, "Unable") || strings.HasPrefix(l, "<title>") {
+			return l
+		}
+	}
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// checkFailClosed creates a second Proxy whose guest cannot load the fence: its
+// cloud-init removes nft before the rendered configuration runs, and the install in
+// runcmd fails (the bridge has no route to a package mirror). It waits until the guest's
+// cloud-init has finished (asked through the guest agent), checks tinyproxy is not
+// running, and that the Proxy never became Ready while the operator probed it at least
+// twice more, then deletes it. One more guest boot: about as long as the first create's
+// boot (1-3 min under TCG at this machine's load).
+func (s *story) checkFailClosed(ctx context.Context, template *v1alpha1.Proxy) {
+	t := s.t
+	px := &v1alpha1.Proxy{}
+	px.Namespace, px.Name = template.Namespace, "e2e-no-fence"
+	px.Spec = *template.Spec.DeepCopy()
+	px.Spec.CloudInit = "#cloud-config\nbootcmd:\n  - [rm, -f, /usr/sbin/nft, /sbin/nft]\n"
+	ns := &story{t: t, c: s.c, host: s.host, mgr: s.mgr, key: client.ObjectKeyFromObject(px), vm: px.InstanceName()}
+	ns.host.removeInstance(ns.vm)
+	t.Cleanup(func() { ns.host.removeInstance(ns.vm) })
+	start := time.Now()
+	if err := s.c.Create(ctx, px); err != nil {
+		t.Fatalf("creating Proxy %s: %v", ns.key, err)
+	}
+	everReady := func(p *v1alpha1.Proxy) {
+		if isReady(p) || p.Status.Healthy {
+			t.Fatalf("Proxy %s, whose guest could not load the egress fence, became Ready:\n%s", ns.key, ns.describe())
+		}
+	}
+	ns.waitProxy("phase Running with an IP (the guest without nft)", bootDeadline, func(p *v1alpha1.Proxy) bool {
+		everReady(p)
+		return isRunning(p)
+	})
+	var status string
+	ns.waitFor("the guest's cloud-init to finish (cloud-init status, through the guest agent)", bootDeadline, 3*time.Second, func() (bool, error) {
+		px, err := ns.proxy()
+		if err != nil {
+			return false, err
+		}
+		everReady(px)
+		out, code, err := ns.host.guestExec(ns.vm, "/usr/bin/cloud-init", "status")
+		status = strings.TrimSpace(out)
+		return err == nil && (strings.Contains(status, "status: done") || strings.Contains(status, "status: error")), fmt.Errorf("exit %d %q: %v", code, status, err)
+	})
+	active, _, err := ns.host.guestExec(ns.vm, "/usr/bin/systemctl", "is-active", "tinyproxy")
+	if err != nil {
+		t.Fatalf("asking the guest whether tinyproxy runs: %v", err)
+	}
+	if a := strings.TrimSpace(active); a == "active" || a == "activating" {
+		t.Fatalf("tinyproxy is %s on the guest that could not load the fence (cloud-init: %s)", a, status)
+	}
+	journal, _, _ := ns.host.guestExec(ns.vm, "/usr/bin/journalctl", "-u", "tinyproxy", "-o", "cat", "--no-pager", "-n", "5")
+	before := ns.mustProxy().Status.ConsecutiveProbeFailures
+	ns.waitFor("two more failed probes of the guest without the fence", shortDeadline, time.Second, func() (bool, error) {
+		px, err := ns.proxy()
+		if err != nil {
+			return false, err
+		}
+		everReady(px)
+		return px.Status.ConsecutiveProbeFailures >= before+2, nil
+	})
+	last := ns.mustProxy()
+	c := meta.FindStatusCondition(last.Status.Conditions, v1alpha1.ConditionHealthy)
+	if c == nil || c.Status != "False" {
+		t.Errorf("Healthy condition %+v, want False", c)
+	} else {
+		t.Logf("fail-closed: the guest without nft is %s after %s: cloud-init %q, tinyproxy %s, %d failed probes, Healthy=False %s: %s; tinyproxy's journal: %q",
+			last.Status.Phase, time.Since(start).Round(time.Second), status, strings.TrimSpace(active),
+			last.Status.ConsecutiveProbeFailures, c.Reason, c.Message, strings.TrimSpace(journal))
+	}
+	if err := s.c.Delete(ctx, last); err != nil {
+		t.Fatalf("deleting Proxy %s: %v", ns.key, err)
+	}
+	ns.waitFor("Proxy "+ns.key.String()+" to be gone", shortDeadline, time.Second, func() (bool, error) {
+		_, err := ns.proxy()
+		return client.IgnoreNotFound(err) == nil && err != nil, nil
+	})
+}
+
+// guestExec runs path with args on domain vm through the QEMU guest agent and returns its
+// output (stdout, then stderr) and exit code once it has exited.
+func (lh *libvirtHost) guestExec(vm, path string, args ...string) (string, int, error) {
+	req, _ := json.Marshal(map[string]any{"execute": "guest-exec", "arguments": map[string]any{"path": path, "arg": args, "capture-output": true}})
+	out, err := lh.virsh(fmt.Sprintf("qemu-agent-command %s '%s'", vm, req))
+	if err != nil {
+		return "", -1, err
+	}
+	var started struct {
+		Return struct {
+			PID int `json:"pid"`
+		} `json:"return"`
+	}
+	if err := json.Unmarshal([]byte(out), &started); err != nil {
+		return "", -1, fmt.Errorf("guest-exec %s on %s: %q: %w", path, vm, out, err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err := lh.virsh(fmt.Sprintf(`qemu-agent-command %s '{"execute":"guest-exec-status","arguments":{"pid":%d}}'`, vm, started.Return.PID))
+		if err != nil {
+			return "", -1, err
+		}
+		var res struct {
+			Return struct {
+				Exited   bool   `json:"exited"`
+				ExitCode int    `json:"exitcode"`
+				Out      string `json:"out-data"`
+				Err      string `json:"err-data"`
+			} `json:"return"`
+		}
+		if err := json.Unmarshal([]byte(st), &res); err != nil {
+			return "", -1, fmt.Errorf("guest-exec-status of %s on %s: %q: %w", path, vm, st, err)
+		}
+		if res.Return.Exited {
+			o, _ := base64.StdEncoding.DecodeString(res.Return.Out)
+			e, _ := base64.StdEncoding.DecodeString(res.Return.Err)
+			return string(o) + string(e), res.Return.ExitCode, nil
+		}
+		if time.Now().After(deadline) {
+			return "", -1, fmt.Errorf("%s on %s has not exited after a minute", path, vm)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// checkOneStart checks that tinyproxy started once on the guest: at boot, behind the
+// fence, with the rendered configuration, never with the image's own and never restarted.
+func (s *story) checkOneStart() {
+	out, _, err := s.host.guestExec(s.vm, "/usr/bin/journalctl", "-b", "-u", "tinyproxy.service", "-o", "cat", "--no-pager")
+	if err != nil {
+		s.t.Fatalf("reading tinyproxy's journal on the guest: %v", err)
+	}
+	starts := strings.Count(out, "Starting tinyproxy.service")
+	if starts != 1 {
+		s.t.Errorf("tinyproxy.service started %d times on the guest, want once; its journal:\n%s", starts, out)
+	}
+	s.t.Logf("tinyproxy.service started once on the guest; its journal:\n%s", strings.TrimSpace(out))
+}
