@@ -149,13 +149,14 @@ func fenceRuleset(allowed []netip.Prefix) string {
 }
 
 // fenceScript is FenceScriptPath: tinyproxy.service's ExecStartPre. It waits (up to 60 s)
-// for the guest's first global address, loads the ruleset, adds the guest's on-link
-// subnets and its resolvers, and checks the table is there. Any failure stops tinyproxy
-// from starting. Subnets the guest gets later are not added until tinyproxy restarts
+// for the guest's first global address, then loads the ruleset, the guest's on-link
+// subnets and its resolvers in one nft batch. Any failure stops tinyproxy from starting. Subnets the guest gets later are not added until tinyproxy restarts
 // (they are private ranges in most networks, and so refused anyway).
 const fenceScript = `#!/bin/sh
 # Rendered by egress-proxies-operator: the egress fence, loaded before tinyproxy starts
-# (ExecStartPre of tinyproxy.service); tinyproxy does not start when this fails.
+# (ExecStartPre of tinyproxy.service); tinyproxy does not start when this fails. One nft
+# call loads the ruleset with the guest's subnets and resolvers as one atomic batch: the
+# table is there whole or not at all (and nft is slow to start on an emulated guest).
 set -eu
 table="` + FenceTable + `"
 i=0
@@ -167,25 +168,18 @@ while [ -z "$(ip -o addr show scope global)" ]; do
   fi
   sleep 0.5
 done
-nft -f ` + FenceRulesetPath + `
+batch=/run/egress-proxies-operator-fence.nft
 addr='^[0-9A-Fa-f:.]+(/[0-9]+)?$'
-for net in $(ip -o -4 route show table main scope link | awk -v re="$addr" '$1 ~ re { print $1 }'); do
-  nft add element $table own4 "{ $net }"
-done
-for net in $(ip -o -6 route show table main proto kernel | awk -v re="$addr" '$1 ~ re { print $1 }'); do
-  nft add element $table own6 "{ $net }"
-done
-if [ -r /etc/resolv.conf ]; then
-  for ns in $(awk '$1 == "nameserver" { print $2 }' /etc/resolv.conf); do
-    case $ns in
-      *%*) ;;
-      *:*) nft add element $table resolvers6 "{ $ns }" ;;
-      *) nft add element $table resolvers4 "{ $ns }" ;;
-    esac
-  done
-fi
-nft list table $table >/dev/null
-echo "egress fence loaded: $(nft list set $table own4 | tr -s ' \n\t' ' ')"
+{
+  cat ` + FenceRulesetPath + `
+  ip -o -4 route show table main scope link | awk -v re="$addr" -v t="$table" '$1 ~ re { print "add element " t " own4 { " $1 " }" }'
+  ip -o -6 route show table main proto kernel | awk -v re="$addr" -v t="$table" '$1 ~ re { print "add element " t " own6 { " $1 " }" }'
+  if [ -r /etc/resolv.conf ]; then
+    awk -v t="$table" '$1 == "nameserver" && $2 !~ /%/ { print "add element " t " resolvers" ($2 ~ /:/ ? "6" : "4") " { " $2 " }" }' /etc/resolv.conf
+  fi
+} >"$batch"
+nft -f "$batch"
+echo "egress fence loaded: $(grep -c '^add element' "$batch") subnets and resolvers besides the fixed ranges"
 `
 
 // tinyproxyDropIn is TinyproxyDropInPath: tinyproxy starts after cloud-init has written
@@ -196,4 +190,6 @@ const tinyproxyDropIn = `# Rendered by egress-proxies-operator: tinyproxy starts
 After=cloud-init.service
 [Service]
 ExecStartPre=/bin/sh ` + FenceScriptPath + `
+# nft takes tens of seconds on a busy emulated guest: more than the default 90 s in all.
+TimeoutStartSec=5min
 `
