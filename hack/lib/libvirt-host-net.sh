@@ -44,9 +44,11 @@ unhook() {
 
 # Guests may talk to the host's bridge address (and its DHCP server) and to nothing else:
 # nothing is forwarded to or from the bridge, and the host sends nothing from the bridge
-# subnet out of any other interface.
+# subnet out of any other interface. Frames between two ports of the bridge (a guest and a
+# test's network namespace) stay on it: once br_netfilter is loaded (a kubelet loads it)
+# they pass through FORWARD too, in and out of the bridge, and must not be dropped there.
 ensure_guard_rules() {
-  chain iptables "$GUARD" "-j DROP"
+  chain iptables "$GUARD" "-i $BRIDGE -o $BRIDGE -j ACCEPT" "-j DROP"
   chain iptables "$GUARD-IN" "-p udp --dport 67 -j RETURN" "-d $BRIDGE_IP -j RETURN" "-j DROP"
   chain iptables "$HOSTOUT" "-o $BRIDGE -j RETURN" "-o lo -j RETURN" "-j DROP"
   hook iptables FORWARD -i "$BRIDGE" -j "$GUARD"

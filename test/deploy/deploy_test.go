@@ -205,9 +205,9 @@ func TestDeployedOperator(t *testing.T) {
 }
 
 // sampleAllowing writes config/samples/proxy_kvm2.yaml with the probe target's address
-// (host:port) added to spec.proxy.allowedDestinations, as a user whose probe target is on
-// a private network must: the guest's egress fence refuses it otherwise. It returns the
-// file's path.
+// (host:port) as spec.proxy.allowedDestinations in place of the demo's, as a user whose
+// probe target is on a private network must: the guest's egress fence refuses it
+// otherwise. It returns the file's path.
 func sampleAllowing(t *testing.T, probeAddr string) string {
 	t.Helper()
 	host, _, err := net.SplitHostPort(probeAddr)
@@ -218,11 +218,11 @@ func sampleAllowing(t *testing.T, probeAddr string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const ranges = "    allowedSourceRanges: [10.123.0.0/24]\n"
-	if !strings.Contains(string(data), ranges) {
-		t.Fatalf("config/samples/proxy_kvm2.yaml no longer has the line %q the test adds allowedDestinations after", ranges)
+	const allowed = "    allowedDestinations: [10.123.0.1/32]\n"
+	if !strings.Contains(string(data), allowed) {
+		t.Fatalf("config/samples/proxy_kvm2.yaml no longer has the line %q the test replaces", allowed)
 	}
-	out := strings.Replace(string(data), ranges, ranges+"    allowedDestinations: ["+host+"/32]\n", 1)
+	out := strings.Replace(string(data), allowed, "    allowedDestinations: ["+host+"/32]\n", 1)
 	p := filepath.Join(t.TempDir(), "proxy_kvm2.yaml")
 	if err := os.WriteFile(p, []byte(out), 0o644); err != nil {
 		t.Fatal(err)

@@ -111,14 +111,17 @@ func (e *edge) serve(t *testing.T, addr string, h http.Handler) string {
 }
 
 // routeCloudInit is the user cloud-init of the test's Proxy: a route to the internet
-// stand-in through the edge namespace, given to systemd-networkd (the test image's
-// network manager), which adds it once DHCP has configured the link.
+// stand-in through the edge namespace. bootcmd runs after systemd-networkd (the test
+// image's network manager) has configured the link from DHCP, and a reload does not
+// apply a new drop-in to a configured link, so the route is also added at once; the
+// drop-in keeps it when networkd configures the link again (a renewal, a restart).
 func (e *edge) routeCloudInit() string {
 	return fmt.Sprintf(`#cloud-config
 bootcmd:
   - |
     mkdir -p /etc/systemd/network/80-dhcp.network.d
-    printf '[Route]\nDestination=%s/32\nGateway=%s\n' >/etc/systemd/network/80-dhcp.network.d/90-e2e-internet.conf
-    networkctl reload || true # networkd reads the file when it starts
+    printf '[Route]\nDestination=%[1]s/32\nGateway=%[2]s\n' >/etc/systemd/network/80-dhcp.network.d/90-e2e-internet.conf
+    networkctl reload || true
+    ip route replace %[1]s/32 via %[2]s
 `, internetAddr, e.allowed)
 }
