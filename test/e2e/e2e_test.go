@@ -64,17 +64,29 @@ type timings struct {
 
 func (tm timings) log(t *testing.T) {
 	t.Helper()
-	boot := tm.agentAddress.Sub(tm.domStart)
-	toRunning := tm.running.Sub(tm.from)
 	t.Logf("TIMING %s: ->Running %s, ->Ready %s; guest boot (domain start -> agent address) %s; "+
 		"operator before the domain started %s; agent address -> Running %s; Running -> Ready %s",
-		tm.label, toRunning.Round(time.Second), tm.ready.Sub(tm.from).Round(time.Second), boot.Round(time.Second),
-		tm.domStart.Sub(tm.from).Round(time.Second), tm.running.Sub(tm.agentAddress).Round(100*time.Millisecond),
-		tm.ready.Sub(tm.running).Round(100*time.Millisecond))
+		tm.label, span(tm.from, tm.running, time.Second), span(tm.from, tm.ready, time.Second),
+		span(tm.domStart, tm.agentAddress, time.Second), span(tm.from, tm.domStart, time.Second),
+		span(tm.agentAddress, tm.running, 100*time.Millisecond), span(tm.running, tm.ready, 100*time.Millisecond))
 	if !tm.answered.IsZero() {
 		t.Logf("TIMING %s: Running -> the guest's proxy answers %s (the guest); the proxy answers -> Ready %s (the operator's probe)",
-			tm.label, tm.answered.Sub(tm.running).Round(100*time.Millisecond), tm.ready.Sub(tm.answered).Round(100*time.Millisecond))
+			tm.label, span(tm.running, tm.answered, 100*time.Millisecond), span(tm.answered, tm.ready, 100*time.Millisecond))
 	}
+}
+
+// span is to - from, rounded, or says which end was not seen: a moment never recorded
+// must not print as a duration (a zero time subtracted is some 292 years).
+func span(from, to time.Time, round time.Duration) string {
+	switch {
+	case from.IsZero() && to.IsZero():
+		return "not measured (neither end seen)"
+	case from.IsZero():
+		return "not measured (start not seen)"
+	case to.IsZero():
+		return "not measured (end not seen)"
+	}
+	return to.Sub(from).Round(round).String()
 }
 
 func TestProxyLifecycle(t *testing.T) {
