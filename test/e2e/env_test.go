@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -156,14 +157,30 @@ func (m *manager) start() {
 	fmt.Fprintf(f, "===== manager start #%d at %s =====\n", m.starts, time.Now().Format(time.RFC3339))
 	cmd := exec.Command(m.bin, m.args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	// Should the test binary die without its clean-ups (a go test timeout), so does the manager.
+	// Should the test binary die without its clean-ups (a go test timeout), so does the
+	// manager. The kernel sends Pdeathsig when the thread that started the child ends, not
+	// the process, and Go ends a thread whenever a goroutine locked to it returns (the
+	// edge namespace's listeners do so on purpose), which may be the thread the manager
+	// was started from. So the manager is started from a goroutine locked to its thread
+	// until the manager exits, and that thread outlives it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	started := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		goruntime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		if err := cmd.Start(); err != nil {
+			started <- err
+			f.Close()
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
 		f.Close()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
 		m.t.Fatalf("starting the manager: %v", err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); f.Close(); close(exited) }()
 	m.cmd, m.exited = cmd, exited
 }
 
