@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,6 +121,12 @@ func TestProviderHealthMonitor(t *testing.T) {
 	if st.Ready != "2/2" || len(st.Targets) != 2 || !st.Targets[1].Ready || !st.LastChecked.Time.Equal(now) {
 		t.Errorf("second round: %+v", st)
 	}
+	if len(st.Targets[0].Details) != 0 || st.Targets[1].Message != "" {
+		t.Errorf("second round: fields the monitor no longer reports are still there: %+v", st.Targets)
+	}
+	if owners := statusManagers(getPH(t, ctx, "ph-home")); len(owners) != 1 || owners[0] != "providerhealth" {
+		t.Errorf("status written by %v, want the providerhealth field manager alone", owners)
+	}
 	if got := testutil.ToFloat64(providerTargetUp.WithLabelValues("ph-home", "hv-a")); got != 1 {
 		t.Errorf("hv-a gauge %v after recovery", got)
 	}
@@ -220,4 +227,15 @@ func TestProviderHealthOfRemovedProviderDeleted(t *testing.T) {
 	if err := shared.Client(t).Delete(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "ph-removed-1"}}); err != nil {
 		t.Error(err)
 	}
+}
+
+// statusManagers are the field managers that own fields of obj's status.
+func statusManagers(obj client.Object) []string {
+	var owners []string
+	for _, mf := range obj.GetManagedFields() {
+		if mf.Subresource == "status" && mf.FieldsV1 != nil && strings.Contains(mf.FieldsV1.GetRawString(), `"f:status"`) {
+			owners = append(owners, mf.Manager)
+		}
+	}
+	return owners
 }
