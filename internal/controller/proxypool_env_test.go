@@ -243,7 +243,7 @@ func (e *poolEnv) waitSettled(name string, replicas int32) *v1alpha1.ProxyPool {
 		return st.ObservedGeneration == p.Generation && st.Replicas == replicas && st.AvailableReplicas == replicas &&
 			st.UpToDateReplicas == replicas && len(kids) == int(replicas)
 	})
-	if owners := statusManagers(pool); len(owners) != 1 || owners[0] != "proxypool-controller" {
+	if owners := testenv.StatusManagers(pool); len(owners) != 1 || owners["proxypool-controller"] == "" {
 		e.t.Errorf("pool %s: status written by %v, want the proxypool-controller field manager alone", name, owners)
 	}
 	return pool
