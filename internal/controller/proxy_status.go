@@ -175,7 +175,8 @@ func stale(started, fresh *v1alpha1.ProxyStatus) bool {
 
 // layOwned copies onto dst each field the reconciler owns that want changed relative to
 // old (the status the reconciler's changes started from, not an intermediate re-read),
-// leaving the health engine's fields (healthy, Healthy, probe data) as dst has them.
+// leaving the health engine's fields (healthy, Healthy, probe data) as dst has them. The
+// reconciler's conditions are Provisioned, ConfigOutdated and Preempted.
 func layOwned(dst, old, want *v1alpha1.ProxyStatus) {
 	if want.Phase != old.Phase && !(want.Phase == v1alpha1.PhaseRunning && dst.Phase == v1alpha1.PhaseReady) {
 		dst.Phase = want.Phase
@@ -202,7 +203,7 @@ func layOwned(dst, old, want *v1alpha1.ProxyStatus) {
 		dst.Message = want.Message
 	}
 	dst.ObservedGeneration = want.ObservedGeneration
-	for _, typ := range []string{v1alpha1.ConditionProvisioned, v1alpha1.ConditionConfigOutdated} {
+	for _, typ := range []string{v1alpha1.ConditionProvisioned, v1alpha1.ConditionConfigOutdated, v1alpha1.ConditionPreempted} {
 		wc := meta.FindStatusCondition(want.Conditions, typ)
 		oc := meta.FindStatusCondition(old.Conditions, typ)
 		switch {
