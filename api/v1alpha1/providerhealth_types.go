@@ -39,7 +39,9 @@ type ProviderHealthStatus struct {
 	// LastChecked is when the last round of checks finished.
 	// +optional
 	LastChecked *metav1.Time `json:"lastChecked,omitempty"`
-	// Targets, in the order of the providers config.
+	// Targets, in the order of the providers config. The monitor is the only writer and
+	// replaces the list whole on every round.
+	// +listType=atomic
 	// +optional
 	Targets []ProviderTargetStatus `json:"targets,omitempty"`
 }

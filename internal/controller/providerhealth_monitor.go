@@ -22,6 +22,7 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
 )
 
 // Defaults of the provider health monitor.
@@ -199,7 +200,7 @@ func statusFor(statuses []provider.TargetStatus, now time.Time) v1alpha1.Provide
 }
 
 // publish writes st to the ProviderHealth named name, creating the object if missing.
-// The monitor is the object's only writer, so an update of a fresh copy does not conflict.
+// The monitor applies the whole status as the providerhealth field manager, its only writer.
 func (m *ProviderHealthMonitor) publish(ctx context.Context, name string, st v1alpha1.ProviderHealthStatus) error {
 	reader := m.reader()
 	ph := &v1alpha1.ProviderHealth{}
@@ -214,9 +215,8 @@ func (m *ProviderHealthMonitor) publish(ctx context.Context, name string, st v1a
 	if err != nil {
 		return fmt.Errorf("getting or creating providerhealth %s: %w", name, err)
 	}
-	ph.Status = st
-	if err := m.Client.Status().Update(ctx, ph); err != nil {
-		return fmt.Errorf("updating status of providerhealth %s: %w", name, err)
+	if err := statusapply.Status(ctx, m.Client, ph, &st, statusapply.ProviderHealth); err != nil {
+		return fmt.Errorf("applying status of providerhealth %s: %w", name, err)
 	}
 	return nil
 }

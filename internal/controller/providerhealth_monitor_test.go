@@ -19,6 +19,7 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
 // slowCheck is a provider whose Check waits for the context, as a hung host does.
@@ -119,6 +120,12 @@ func TestProviderHealthMonitor(t *testing.T) {
 	st = getPH(t, ctx, "ph-home").Status
 	if st.Ready != "2/2" || len(st.Targets) != 2 || !st.Targets[1].Ready || !st.LastChecked.Time.Equal(now) {
 		t.Errorf("second round: %+v", st)
+	}
+	if len(st.Targets[0].Details) != 0 || st.Targets[1].Message != "" {
+		t.Errorf("second round: fields the monitor no longer reports are still there: %+v", st.Targets)
+	}
+	if owners := testenv.StatusManagers(getPH(t, ctx, "ph-home")); len(owners) != 1 || owners["providerhealth"] == "" {
+		t.Errorf("status written by %v, want the providerhealth field manager alone", owners)
 	}
 	if got := testutil.ToFloat64(providerTargetUp.WithLabelValues("ph-home", "hv-a")); got != 1 {
 		t.Errorf("hv-a gauge %v after recovery", got)

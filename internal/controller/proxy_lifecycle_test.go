@@ -19,6 +19,7 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
 func TestDeletionRemovesInstanceBeforeFinalizer(t *testing.T) {
@@ -29,6 +30,9 @@ func TestDeletionRemovesInstanceBeforeFinalizer(t *testing.T) {
 	px := e.create(e.newProxy("bye"))
 	got := e.waitPhase("bye", v1alpha1.PhaseRunning)
 	id := got.Status.ProviderID
+	if f := testenv.StatusManagers(got)["proxy-controller"]; !strings.Contains(f, `"f:providerID"`) || !strings.Contains(f, `"f:phase"`) {
+		t.Errorf("status managers %v: the reconciler's fields are not the proxy-controller field manager's", testenv.StatusManagers(got))
+	}
 
 	// While Delete fails, the Proxy stays, Deleting, with its finalizer and its instance.
 	deleteFails.Store(true)

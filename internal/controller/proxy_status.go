@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
 )
 
 // Event reasons beyond the condition reasons in api/v1alpha1.
@@ -101,7 +102,8 @@ func (s *scope) event(typ, reason, action, format string, args ...any) {
 	s.r.Recorder.Eventf(s.px, nil, typ, reason, action, format, args...)
 }
 
-// patchStatus writes the reconciler's status fields. The write carries the version read,
+// patchStatus writes the reconciler's status fields, under the proxy-controller field
+// manager so that managedFields show them as its own. The write carries the version read,
 // so it cannot overwrite what the health engine wrote meanwhile; on a conflict the
 // reconciler's changes (relative to s.orig, however many conflicts in a row) are laid
 // onto a fresh copy, which replaces the contents of s.px, and written again.
@@ -117,7 +119,8 @@ func (r *ProxyReconciler) patchStatus(ctx context.Context, s *scope) error {
 			s.orig = s.px.Status.DeepCopy()
 			return nil
 		}
-		err := r.Client.Status().Patch(ctx, s.px, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}))
+		err := r.Client.Status().Patch(ctx, s.px, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}),
+			client.FieldOwner(statusapply.ProxyController))
 		if err == nil {
 			s.written(s.px)
 			return nil
@@ -172,7 +175,8 @@ func stale(started, fresh *v1alpha1.ProxyStatus) bool {
 
 // layOwned copies onto dst each field the reconciler owns that want changed relative to
 // old (the status the reconciler's changes started from, not an intermediate re-read),
-// leaving the health engine's fields (healthy, Healthy, probe data) as dst has them.
+// leaving the health engine's fields (healthy, Healthy, probe data) as dst has them. The
+// reconciler's conditions are Provisioned, ConfigOutdated and Preempted.
 func layOwned(dst, old, want *v1alpha1.ProxyStatus) {
 	if want.Phase != old.Phase && !(want.Phase == v1alpha1.PhaseRunning && dst.Phase == v1alpha1.PhaseReady) {
 		dst.Phase = want.Phase
@@ -199,7 +203,7 @@ func layOwned(dst, old, want *v1alpha1.ProxyStatus) {
 		dst.Message = want.Message
 	}
 	dst.ObservedGeneration = want.ObservedGeneration
-	for _, typ := range []string{v1alpha1.ConditionProvisioned, v1alpha1.ConditionConfigOutdated} {
+	for _, typ := range []string{v1alpha1.ConditionProvisioned, v1alpha1.ConditionConfigOutdated, v1alpha1.ConditionPreempted} {
 		wc := meta.FindStatusCondition(want.Conditions, typ)
 		oc := meta.FindStatusCondition(old.Conditions, typ)
 		switch {

@@ -238,11 +238,15 @@ func (e *poolEnv) waitPool(name, what string, cond func(*v1alpha1.ProxyPool, []v
 // waitSettled waits for replicas children, all up to date and available, and no others.
 func (e *poolEnv) waitSettled(name string, replicas int32) *v1alpha1.ProxyPool {
 	e.t.Helper()
-	return e.waitPool(name, fmt.Sprintf("%d children up to date and available", replicas), func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+	pool := e.waitPool(name, fmt.Sprintf("%d children up to date and available", replicas), func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
 		st := p.Status
 		return st.ObservedGeneration == p.Generation && st.Replicas == replicas && st.AvailableReplicas == replicas &&
 			st.UpToDateReplicas == replicas && len(kids) == int(replicas)
 	})
+	if owners := testenv.StatusManagers(pool); len(owners) != 1 || owners["proxypool-controller"] == "" {
+		e.t.Errorf("pool %s: status written by %v, want the proxypool-controller field manager alone", name, owners)
+	}
+	return pool
 }
 
 func describe(kids []v1alpha1.Proxy) string {

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
 )
 
 // poolCounts are the figures of the pool's status.
@@ -53,7 +53,8 @@ func (s *poolScope) counts() poolCounts {
 	return n
 }
 
-// patchPoolStatus writes the status from what this reconcile saw and did.
+// patchPoolStatus writes the status from what this reconcile saw and did. The pool
+// reconciler is the status's only writer: it applies all of it as proxypool-controller.
 func (r *ProxyPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope) error {
 	pool := s.pool
 	n := s.counts()
@@ -68,8 +69,8 @@ func (r *ProxyPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope)
 	if equality.Semantic.DeepEqual(s.base.Status, pool.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(s.base)); err != nil {
-		return fmt.Errorf("patching status of proxy pool %s/%s: %w", pool.Namespace, pool.Name, err)
+	if err := statusapply.Status(ctx, r.Client, pool, pool.Status.DeepCopy(), statusapply.ProxyPoolController); err != nil {
+		return fmt.Errorf("applying status of proxy pool %s/%s: %w", pool.Namespace, pool.Name, err)
 	}
 	return nil
 }

@@ -61,3 +61,19 @@ func TestLayOwned(t *testing.T) {
 		})
 	}
 }
+
+// The Preempted condition the reconciler set is the reconciler's to lay onto a fresh copy
+// like Provisioned: a conflict on the write that records a preemption must not lose it.
+func TestLayOwnedKeepsPreempted(t *testing.T) {
+	old := v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, Healthy: true}
+	want := v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseProvisioning, Conditions: []metav1.Condition{{
+		Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted, Message: "preempted"}}}
+	fresh := v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, Healthy: true, ConsecutiveProbeFailures: 1}
+	layOwned(&fresh, &old, &want)
+	if c := meta.FindStatusCondition(fresh.Conditions, v1alpha1.ConditionPreempted); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("conditions %+v after laying the reconciler's changes, want Preempted=True", fresh.Conditions)
+	}
+	if fresh.ConsecutiveProbeFailures != 1 {
+		t.Errorf("the health engine's failure count was lost: %+v", fresh)
+	}
+}

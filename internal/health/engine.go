@@ -25,6 +25,7 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
 )
 
 // Defaults of Options.
@@ -331,7 +332,8 @@ func (e *Engine) retire(ctx context.Context, px *v1alpha1.Proxy) {
 	px.Status.ConsecutiveProbeFailures = 0
 	setHealthy(px, metav1.ConditionFalse, ReasonNotProbed,
 		fmt.Sprintf("not probed while the proxy is %s; probing resumes when it runs again", px.Status.Phase))
-	err := e.client.Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	err := e.client.Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}),
+		client.FieldOwner(statusapply.ProxyHealth))
 	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 		e.log.Error(err, "clearing the health of a proxy that is not running", "proxy", client.ObjectKeyFromObject(px))
 	}
@@ -391,7 +393,8 @@ func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int,
 		if why == "" {
 			return attempt - 1, false, nil
 		}
-		err := e.client.Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		err := e.client.Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}),
+			client.FieldOwner(statusapply.ProxyHealth))
 		switch {
 		case err == nil:
 			statusWrites.WithLabelValues(why).Inc()

@@ -15,6 +15,7 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health/healthtest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
 type health struct {
@@ -47,6 +48,9 @@ func TestEngineTransitionsWithoutFlapping(t *testing.T) {
 	px := e.get("m")
 	if got := observe(px); got != (health{v1alpha1.PhaseReady, true, metav1.ConditionTrue, 0}) {
 		t.Fatalf("after a good probe: %+v", got)
+	}
+	if f := testenv.StatusManagers(px)["proxy-health"]; !strings.Contains(f, `"f:healthy"`) || !strings.Contains(f, `"f:lastProbeTime"`) {
+		t.Errorf("status managers %v: the probe result is not the proxy-health field manager's", testenv.StatusManagers(px))
 	}
 	if px.Status.EgressIP != "127.0.0.3" {
 		t.Errorf("egressIP %q, want the proxy's outgoing address 127.0.0.3", px.Status.EgressIP)

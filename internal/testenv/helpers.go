@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -77,4 +79,16 @@ func StartManager(t testing.TB, ctx context.Context, mgr ctrl.Manager) {
 			t.Errorf("manager: %v", err)
 		}
 	})
+}
+
+// StatusManagers are the field managers that own fields of obj's status subresource,
+// each with the raw set of fields it owns (managedFields' fieldsV1).
+func StatusManagers(obj client.Object) map[string]string {
+	owners := map[string]string{}
+	for _, mf := range obj.GetManagedFields() {
+		if mf.Subresource == "status" && mf.FieldsV1 != nil && strings.Contains(mf.FieldsV1.GetRawString(), `"f:status"`) {
+			owners[mf.Manager] = mf.FieldsV1.GetRawString()
+		}
+	}
+	return owners
 }
