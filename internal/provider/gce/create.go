@@ -188,7 +188,8 @@ func (p *Provider) awaitRunning(ctx context.Context, c *clients, zone string, in
 	defer cancel()
 	name := inst.GetName()
 	started := false
-	for polls := 0; ; polls++ {
+	poll := p.pollBackoff()
+	for {
 		out := p.instance(zone, inst)
 		switch inst.GetStatus() {
 		case "RUNNING":
@@ -206,7 +207,7 @@ func (p *Provider) awaitRunning(ctx context.Context, c *clients, zone string, in
 		case "STOPPING", "SUSPENDING", "PENDING_STOP", "DEPROVISIONING":
 			return provider.Instance{}, provider.Errorf(provider.ErrTransient, "instance %s in zone %s is %s", name, zone, inst.GetStatus())
 		}
-		if err := sleep(ctx, p.backoff(polls)); err != nil {
+		if err := sleep(ctx, poll.Step()); err != nil {
 			return provider.Instance{}, provider.Transient(fmt.Errorf("waiting for instance %s in zone %s to run (status %s): %w", name, zone, inst.GetStatus(), err))
 		}
 		var err error
@@ -238,8 +239,8 @@ var errOperationFailed = errors.New("operation failed")
 // httpErrorStatusCode, and its back-off starts at a second.
 func (p *Provider) wait(ctx context.Context, op *compute.Operation, method string, t target, what string) error {
 	t.operation = op.Name()
-	for polls := 0; !op.Done(); polls++ {
-		if err := sleep(ctx, p.backoff(polls)); err != nil {
+	for poll := p.pollBackoff(); !op.Done(); {
+		if err := sleep(ctx, poll.Step()); err != nil {
 			return provider.Transient(fmt.Errorf("%s: waiting for operation %s: %w", what, op.Name(), err))
 		}
 		err := p.call(ctx, method, t, func(ctx context.Context) error { return op.Poll(ctx) })
