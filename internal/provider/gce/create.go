@@ -110,7 +110,23 @@ func notNotFound(err error) error {
 // insert creates the instance (and its firewall rule first, when the provider manages
 // rules) and waits for the operation.
 func (p *Provider) insert(ctx context.Context, c *clients, pl plan, req provider.CreateRequest) error {
-	if p.cfg.ManagesFirewallRules() {
+	shared := ""
+	switch {
+	case p.cfg.ManagesFirewallRules() && req.Pool.UID != "":
+		ranges, err := p.firewallRanges(req, req.Name)
+		if err != nil {
+			return err
+		}
+		shared = p.poolRule(req, ranges)
+		// Held from the rule's check to the insert's end: the rule is not deleted under
+		// the child that is about to need it.
+		l := p.poolRuleLock(shared)
+		l.RLock()
+		defer l.RUnlock()
+		if err := p.ensurePoolRule(ctx, c, req, shared, ranges); err != nil {
+			return err
+		}
+	case p.cfg.ManagesFirewallRules():
 		if err := p.ensureFirewall(ctx, c, req); err != nil {
 			return err
 		}
@@ -122,7 +138,7 @@ func (p *Provider) insert(ctx context.Context, c *clients, pl plan, req provider
 	err := p.call(ctx, "instances.insert", target{zone: pl.zone, instance: req.Name}, func(ctx context.Context) (err error) {
 		op, err = c.instances.Insert(ctx, &computepb.InsertInstanceRequest{
 			Project: p.cfg.Project, Zone: pl.zone, RequestId: proto.String(rid),
-			InstanceResource: p.instanceResource(pl, req),
+			InstanceResource: p.instanceResource(pl, req, shared),
 		})
 		return err
 	})
@@ -136,8 +152,9 @@ func (p *Provider) insert(ctx context.Context, c *clients, pl plan, req provider
 	return err
 }
 
-// instanceResource is the instance Create inserts.
-func (p *Provider) instanceResource(pl plan, req provider.CreateRequest) *computepb.Instance {
+// instanceResource is the instance Create inserts; shared is the pool's shared firewall
+// rule admitting it, if any, whose tag and label it carries instead of its own name's tag.
+func (p *Provider) instanceResource(pl plan, req provider.CreateRequest, shared string) *computepb.Instance {
 	nic := &computepb.NetworkInterface{Network: proto.String(p.cfg.Network)}
 	if p.cfg.Subnetwork != "" {
 		nic.Subnetwork = proto.String(p.cfg.Subnetwork)
@@ -168,7 +185,11 @@ func (p *Provider) instanceResource(pl plan, req provider.CreateRequest) *comput
 		}},
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
 	}
-	if p.cfg.Firewall != nil {
+	switch {
+	case shared != "":
+		inst.Tags = &computepb.Tags{Items: []string{p.cfg.Firewall.TargetTag, shared}}
+		inst.Labels[LabelPoolRule] = shared
+	case p.cfg.Firewall != nil:
 		inst.Tags = &computepb.Tags{Items: []string{p.cfg.Firewall.TargetTag, req.Name}}
 	}
 	if p.cfg.Spot {

@@ -98,16 +98,15 @@ func (p *Provider) leftoverRules(ctx context.Context, c *clients, have map[strin
 	return out, nil
 }
 
-// ensureFirewall makes the rule admitting the proxy port to the instance (target tag
-// req.Name) from the request's allowed sources, or the config's.
-func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.CreateRequest) error {
-	name := req.Name
+// firewallRanges are the sources the rule of req admits: the request's, else the
+// config's; none, or a mix of IPv4 and IPv6, is permanent, naming the rule name.
+func (p *Provider) firewallRanges(req provider.CreateRequest, name string) ([]string, error) {
 	ranges := req.SourceRanges
 	if len(ranges) == 0 {
 		ranges = p.cfg.Firewall.SourceRanges
 	}
 	if len(ranges) == 0 {
-		return provider.Errorf(provider.ErrPermanent,
+		return nil, provider.Errorf(provider.ErrPermanent,
 			"firewall rule %s: no source ranges (set spec.proxy.allowedSourceRanges or gce.firewall.sourceRanges)", name)
 	}
 	if msg := provider.MixedFamilies(ranges); msg != "" {
@@ -115,10 +114,21 @@ func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.
 		if len(req.SourceRanges) == 0 {
 			from = "gce.firewall.sourceRanges"
 		}
-		return provider.Errorf(provider.ErrPermanent, "firewall rule %s: %s %s", name, from, msg)
+		return nil, provider.Errorf(provider.ErrPermanent, "firewall rule %s: %s %s", name, from, msg)
+	}
+	return ranges, nil
+}
+
+// ensureFirewall makes the rule admitting the proxy port to the instance (target tag
+// req.Name) from the request's allowed sources, or the config's.
+func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.CreateRequest) error {
+	name := req.Name
+	ranges, err := p.firewallRanges(req, name)
+	if err != nil {
+		return err
 	}
 	var fw *computepb.Firewall
-	err := p.call(ctx, "firewalls.get", target{firewall: name}, func(ctx context.Context) (err error) {
+	err = p.call(ctx, "firewalls.get", target{firewall: name}, func(ctx context.Context) (err error) {
 		fw, err = c.firewalls.Get(ctx, &computepb.GetFirewallRequest{Project: p.cfg.Project, Firewall: name})
 		return err
 	})
@@ -138,29 +148,39 @@ func (p *Provider) ensureFirewall(ctx context.Context, c *clients, req provider.
 	}
 	key := "firewall/" + name
 	rid := requestID(p.failures(key), "firewall", p.cfg.Project, name, req.UID, req.SpecHash)
+	err = p.insertRule(ctx, c, key, rid, &computepb.Firewall{
+		Name: proto.String(name), Network: proto.String(p.cfg.Network), Description: proto.String(p.firewallDescription(req.Placement.Zone, req.UID)),
+		Direction: proto.String("INGRESS"), SourceRanges: ranges, TargetTags: []string{name},
+		Allowed: []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{fmt.Sprint(req.Port)}}},
+	})
+	if errors.Is(err, errAlreadyExists) {
+		return nil
+	}
+	return err
+}
+
+// insertRule inserts fw with requestId rid and waits for the operation; the operation
+// reaching DONE counts for key. A rule of that name made meanwhile is errAlreadyExists.
+func (p *Provider) insertRule(ctx context.Context, c *clients, key, rid string, fw *computepb.Firewall) error {
+	name := fw.GetName()
 	what := "inserting firewall rule " + name
 	var op *compute.Operation
-	err = p.call(ctx, "firewalls.insert", target{firewall: name}, func(ctx context.Context) (err error) {
-		op, err = c.firewalls.Insert(ctx, &computepb.InsertFirewallRequest{Project: p.cfg.Project, RequestId: proto.String(rid),
-			FirewallResource: &computepb.Firewall{
-				Name: proto.String(name), Network: proto.String(p.cfg.Network), Description: proto.String(p.firewallDescription(req.Placement.Zone, req.UID)),
-				Direction: proto.String("INGRESS"), SourceRanges: ranges, TargetTags: []string{name},
-				Allowed: []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{fmt.Sprint(req.Port)}}},
-			}})
+	err := p.call(ctx, "firewalls.insert", target{firewall: name}, func(ctx context.Context) (err error) {
+		op, err = c.firewalls.Insert(ctx, &computepb.InsertFirewallRequest{Project: p.cfg.Project, RequestId: proto.String(rid), FirewallResource: fw})
 		return err
 	})
 	if err != nil {
 		if err := classify(err, what); !errors.Is(err, errAlreadyExists) {
 			return referenceMissing(err)
 		}
-		return nil
+		return errAlreadyExists
 	}
 	err = p.wait(ctx, op, "globalOperations.get", target{firewall: name}, what)
 	if err == nil || errors.Is(err, errOperationFailed) {
 		p.opFinished(key)
 	}
 	if errors.Is(err, errAlreadyExists) {
-		return nil
+		return errAlreadyExists
 	}
 	return notNotFound(err)
 }

@@ -48,6 +48,8 @@ type Provider struct {
 	// next call derives a fresh requestId instead of getting the finished one replayed
 	// (a failed insert, or a Spot VM preempted after its insert succeeded).
 	failedOps map[string]int
+	// ruleLocks guard the shared firewall rules of pools, by name (poolRuleLock).
+	ruleLocks map[string]*sync.RWMutex
 }
 
 var _ provider.Provider = (*Provider)(nil)

@@ -138,7 +138,8 @@ func (p *Provider) preemptedAt(ctx context.Context, c *clients, zone, name strin
 }
 
 // Delete removes the instance providerID names (its boot disk goes with it) and, when
-// the provider manages firewalls, its rule. Gone, or not this install's, is success.
+// the provider manages firewalls, its rule, or for a pool child the pool's shared rule
+// when no other instance is admitted by it. Gone, or not this install's, is success.
 func (p *Provider) Delete(ctx context.Context, id string) error {
 	zone, name, err := p.parseProviderID(id)
 	if project, ok := otherProject(id, p.cfg.Project); ok {
@@ -155,7 +156,17 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	if isPoolRule(name) {
+		// A shared rule listed as left over (orphan GC): deleted only if still unused.
+		if !p.cfg.ManagesFirewallRules() {
+			return nil
+		}
+		return p.releasePoolRule(ctx, c, name, "", func(users []string) error {
+			return provider.Errorf(provider.ErrTransient, "firewall rule %s is in use again (by instance %s): left in place", name, strings.Join(users, ", "))
+		})
+	}
 	inst, err := p.getInstance(ctx, c, zone, name)
+	var shared string
 	switch {
 	case isNotFound(err):
 	case err != nil:
@@ -167,9 +178,17 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 		if err := p.deleteInstance(ctx, c, zone, inst); err != nil {
 			return err
 		}
+		shared = inst.GetLabels()[LabelPoolRule]
 	}
-	if p.cfg.ManagesFirewallRules() {
-		return p.deleteFirewall(ctx, c, name)
+	if !p.cfg.ManagesFirewallRules() {
+		return nil
+	}
+	if err := p.deleteFirewall(ctx, c, name); err != nil {
+		return err
+	}
+	if shared != "" && isPoolRule(shared) {
+		// The last child of its pool admitted by the rule takes it along.
+		return p.releasePoolRule(ctx, c, shared, name, func([]string) error { return nil })
 	}
 	return nil
 }
@@ -217,8 +236,11 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 		return nil, err
 	}
 	var out []provider.Instance
+	// The shared rules some listed instance is admitted by: in use, not left over.
+	inUse := map[string]bool{}
 	err = p.call(ctx, "instances.aggregatedList", target{}, func(ctx context.Context) error {
 		out = nil
+		clear(inUse)
 		it := c.instances.AggregatedList(ctx, &computepb.AggregatedListInstancesRequest{
 			Project: p.cfg.Project, Filter: proto.String(p.listFilter()),
 		})
@@ -234,6 +256,9 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 			for _, inst := range pair.Value.GetInstances() {
 				if p.owner(inst) == ownedHere {
 					out = append(out, p.instance(zone, inst))
+					if rule := inst.GetLabels()[LabelPoolRule]; rule != "" {
+						inUse[rule] = true
+					}
 				}
 			}
 		}
@@ -244,7 +269,7 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	if !p.cfg.ManagesFirewallRules() {
 		return out, nil
 	}
-	have := make(map[string]bool, len(out))
+	have := inUse
 	for _, in := range out {
 		have[in.Name] = true
 	}

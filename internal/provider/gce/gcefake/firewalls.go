@@ -36,6 +36,18 @@ func (s *Server) PutFirewall(fw *computepb.Firewall) {
 	s.firewalls[fw.GetName()] = fw
 }
 
+// FirewallNames are the names of the firewall rules, sorted.
+func (s *Server) FirewallNames() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := make([]string, 0, len(s.firewalls))
+	for n := range s.firewalls {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
 // Firewalls is the number of firewall rules.
 func (s *Server) Firewalls() int {
 	s.mu.Lock()
@@ -168,4 +180,67 @@ func (s *Server) deleteFirewall(w http.ResponseWriter, r *http.Request) {
 		done = func() { delete(s.firewalls, name) }
 	}
 	writeProto(w, s.newOperation("delete", "", s.link("global/firewalls/"+name), rid, fail, done))
+}
+
+// patchFirewall merges the body into the named rule, as GCE's PATCH does: the fields the
+// body sets replace the rule's (a list as a whole); name and network cannot change, and
+// the result must still hold one address family.
+func (s *Server) patchFirewall(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fail, ok := s.start(w, r, FirewallsPatch, body)
+	if !ok {
+		return
+	}
+	name, rid := r.PathValue("name"), r.URL.Query().Get("requestId")
+	if !checkRequestID(w, rid) || s.replay(w, rid) {
+		return
+	}
+	cur, exists := s.firewalls[name]
+	if !exists {
+		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/global/firewalls/%s' was not found", s.project, name))
+		return
+	}
+	patch := &computepb.Firewall{}
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(body, patch); err != nil {
+		writeError(w, http.StatusBadRequest, "parseError", fmt.Sprintf("Invalid JSON payload received. %v", err))
+		return
+	}
+	if patch.Name != nil && patch.GetName() != name || patch.Network != nil && lastPart(patch.GetNetwork()) != lastPart(cur.GetNetwork()) {
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource': the name and network of firewall rule %s cannot be changed", name))
+		return
+	}
+	next := proto.CloneOf(cur)
+	if patch.Description != nil {
+		next.Description = patch.Description
+	}
+	if patch.Disabled != nil {
+		next.Disabled = patch.Disabled
+	}
+	if patch.Direction != nil {
+		next.Direction = patch.Direction
+	}
+	if len(patch.SourceRanges) > 0 {
+		next.SourceRanges = patch.SourceRanges
+	}
+	if len(patch.TargetTags) > 0 {
+		next.TargetTags = patch.TargetTags
+	}
+	if len(patch.Allowed) > 0 {
+		next.Allowed = patch.Allowed
+	}
+	if msg := mixedFamilies(next.GetSourceRanges()); msg != "" {
+		writeError(w, http.StatusBadRequest, "invalid", msg)
+		return
+	}
+	var done func()
+	if fail == nil {
+		done = func() {
+			if s.firewalls[name] == cur {
+				s.firewalls[name] = next
+			}
+		}
+	}
+	writeProto(w, s.newOperation("patch", "", s.link("global/firewalls/"+name), rid, fail, done))
 }

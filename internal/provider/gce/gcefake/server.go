@@ -39,6 +39,7 @@ const (
 	FirewallsList           = "firewalls.list"
 	FirewallsInsert         = "firewalls.insert"
 	FirewallsDelete         = "firewalls.delete"
+	FirewallsPatch          = "firewalls.patch"
 )
 
 // Failure is an injected error. With Code set the call fails synchronously with that
@@ -146,6 +147,7 @@ func New(project string, zones ...string) *Server {
 	mux.HandleFunc("GET "+p+"global/firewalls", s.listFirewalls)
 	mux.HandleFunc("POST "+p+"global/firewalls", s.insertFirewall)
 	mux.HandleFunc("DELETE "+p+"global/firewalls/{name}", s.deleteFirewall)
+	mux.HandleFunc("PATCH "+p+"global/firewalls/{name}", s.patchFirewall)
 	mux.HandleFunc("POST /token", s.token)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("the fake serves no %s %s", r.Method, r.URL.Path))
