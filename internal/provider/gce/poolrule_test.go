@@ -2,9 +2,9 @@ package gce
 
 import (
 	"errors"
+	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -254,27 +254,69 @@ func TestPoolRuleLeftOverIsCollected(t *testing.T) {
 	}
 }
 
-// TestPoolRuleNotDeletedUnderAnInsert: the last child's Delete and a sibling's Create
-// running at once never leave the sibling's instance without its rule.
+// pausedInserts holds every instances.insert request until release is closed or a
+// second has passed, after telling reached.
+type pausedInserts struct {
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (p *pausedInserts) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/instances") {
+		p.reached <- struct{}{}
+		select {
+		case <-p.release:
+		case <-time.After(time.Second):
+		}
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestPoolRuleNotDeletedUnderAnInsert: the last child's Delete, counting while a
+// sibling's Create has checked the shared rule and is inserting, waits for the insert
+// and keeps the rule; it never leaves the sibling's instance without its rule.
 func TestPoolRuleNotDeletedUnderAnInsert(t *testing.T) {
-	for round := range 20 {
-		e := newEnv(t, withFirewall)
-		first, err := e.p.Create(t.Context(), child("proxy-00000000000000a1", "uid-a1"))
+	e := newEnv(t, withFirewall)
+	first, err := e.p.Create(t.Context(), child("proxy-00000000000000a1", "uid-a1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(e.fake.URL)
+	withFirewall(cfg)
+	rt := &pausedInserts{reached: make(chan struct{}, 1), release: make(chan struct{})}
+	p, err := New(provider.ProviderConfig{Name: "gcp-test", Type: provider.TypeGCE, GCE: cfg}, e.logs.logger(1),
+		WithInstallID(testInstall), WithPollInterval(time.Millisecond, 5*time.Millisecond), WithBaseTransport(rt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	created := make(chan error, 1)
+	go func() { _, err := p.Create(t.Context(), child("proxy-00000000000000a2", "uid-a2")); created <- err }()
+	select {
+	case <-rt.reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("waited 30s for the sibling's insert")
+	}
+	deleted := make(chan error, 1)
+	go func() { deleted <- p.Delete(t.Context(), first.ProviderID) }()
+	select {
+	case err := <-deleted:
+		// Without the lock the Delete counts no sibling and deletes the rule meanwhile.
+		close(rt.release)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		var derr, cerr error
-		wg.Add(2)
-		go func() { defer wg.Done(); derr = e.p.Delete(t.Context(), first.ProviderID) }()
-		go func() { defer wg.Done(); _, cerr = e.p.Create(t.Context(), child("proxy-00000000000000a2", "uid-a2")) }()
-		wg.Wait()
-		if derr != nil || cerr != nil {
-			t.Fatalf("round %d: delete %v, create %v", round, derr, cerr)
+	case <-time.After(time.Second):
+		// Waiting on the insert, as it must: the insert goes on at its second.
+		if err := <-deleted; err != nil {
+			t.Fatal(err)
 		}
-		rule := e.fake.Instance(testZone, "proxy-00000000000000a2").GetLabels()[LabelPoolRule]
-		if e.fake.Firewall(rule) == nil {
-			t.Fatalf("round %d: the sibling runs without its shared rule %s", round, rule)
-		}
+	}
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	rule := e.fake.Instance(testZone, "proxy-00000000000000a2").GetLabels()[LabelPoolRule]
+	if rule == "" || e.fake.Firewall(rule) == nil {
+		t.Fatalf("the sibling runs without its shared rule %q", rule)
 	}
 }
