@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -68,24 +69,27 @@ type OrphanGC struct {
 func (g *OrphanGC) NeedLeaderElection() bool { return true }
 
 // Start sweeps every Interval until ctx ends. The first sweep runs one interval after
-// start, when the cache and the providers have settled.
+// start, when the cache and the providers have settled; later ones keep to the interval
+// from the start of the sweep before (a sweep longer than it is followed by the next at
+// once), as a ticker would.
 func (g *OrphanGC) Start(ctx context.Context) error {
 	interval := g.Interval
 	if interval <= 0 {
 		interval = DefaultGCInterval
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if _, err := g.Sweep(ctx); err != nil && ctx.Err() == nil {
-				g.Log.Error(err, "orphan gc sweep skipped")
-			}
-		}
+	first := time.NewTimer(interval)
+	defer first.Stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-first.C:
 	}
+	wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
+		if _, err := g.Sweep(ctx); err != nil && ctx.Err() == nil {
+			g.Log.Error(err, "orphan gc sweep skipped")
+		}
+	}, interval)
+	return nil
 }
 
 // SweepResult says what one sweep did, per provider.

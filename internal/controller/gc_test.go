@@ -181,3 +181,40 @@ func TestOrphanGCListingFailureSkipsOnlyThatProvider(t *testing.T) {
 		t.Errorf("next sweep deleted %v from bad", res.Deleted["bad"])
 	}
 }
+
+// Start sweeps first one interval after it starts, then every interval, until its
+// context ends, and then returns nil.
+func TestOrphanGCStartSweepsEveryInterval(t *testing.T) {
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	fake := providertest.NewFake()
+	orphan := fake.SetInstance(provider.Instance{Name: "proxy-o", UID: "gone", CreatedAt: time.Now().Add(-time.Hour)})
+	const interval = 200 * time.Millisecond
+	gc := &OrphanGC{Client: gcClient(t), Providers: map[string]provider.Provider{"gc-a": fake},
+		Interval: interval, Grace: time.Minute, Log: logr.Discard()}
+	started := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- gc.Start(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for fake.CountOf(providertest.OpList) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30s for three sweeps, saw %d listings", fake.CountOf(providertest.OpList))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if elapsed := time.Since(started); elapsed < 3*interval {
+		t.Errorf("three sweeps after %v, want the first one interval after start and one an interval after each (>= %v)", elapsed, 3*interval)
+	}
+	if _, ok := fake.Instance(orphan); ok {
+		t.Error("the sweeps Start ran left the orphan in place")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Start returned %v after its context ended, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Start did not return within 30s of its context ending")
+	}
+}

@@ -89,6 +89,7 @@ func (r *ProxyReconciler) provision(ctx context.Context, s *scope, p provider.Pr
 		Port:         px.Spec.Port,
 		SourceRanges: sourceRanges(px),
 		SpecHash:     specHash,
+		Pool:         poolOf(px),
 	}
 	prog := r.newProgress(ctx, s)
 	inst, err := p.Create(provider.WithProgress(ctx, prog.report), req)
@@ -296,4 +297,14 @@ func sourceRanges(px *v1alpha1.Proxy) []string {
 		out[i] = string(r)
 	}
 	return out
+}
+
+// poolOf names the ProxyPool that controls px, from its controller reference; zero for a
+// standalone Proxy.
+func poolOf(px *v1alpha1.Proxy) provider.PoolRef {
+	ref := metav1.GetControllerOf(px)
+	if ref == nil || ref.Kind != "ProxyPool" || !strings.HasPrefix(ref.APIVersion, v1alpha1.GroupVersion.Group+"/") {
+		return provider.PoolRef{}
+	}
+	return provider.PoolRef{Namespace: px.Namespace, Name: ref.Name, UID: string(ref.UID)}
 }

@@ -88,6 +88,16 @@ type CreateRequest struct {
 	// records it on the instance, so that a repeat Create finding an instance built from
 	// another spec replaces it instead of adopting it. Empty means unknown.
 	SpecHash string
+	// Pool is the ProxyPool the Proxy is a child of; zero for a standalone Proxy. A
+	// provider that writes firewall rules (gce) shares one rule among the children of a
+	// pool that admit the same sources on the same port.
+	Pool PoolRef
+}
+
+// PoolRef names a ProxyPool: its namespace, name and metadata.uid (the UID tells a pool
+// from an earlier one of the same name).
+type PoolRef struct {
+	Namespace, Name, UID string
 }
 
 // Instance states shared by providers.

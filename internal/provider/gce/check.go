@@ -99,7 +99,7 @@ func (p *Provider) Check(ctx context.Context) []provider.TargetStatus {
 		case projectErr != nil:
 			st.Reason, st.Message = checkReason(ctx, projectErr), fmt.Sprintf("project %s (firewall-rule quota): %v", p.cfg.Project, projectErr)
 		case rulesOK && rules < 1:
-			st.Reason, st.Message = reasonQuotaExhausted, fmt.Sprintf("project %s has no firewall-rule quota left (%s): each VM needs a rule", p.cfg.Project, st.Details["firewalls"])
+			st.Reason, st.Message = reasonQuotaExhausted, fmt.Sprintf("project %s has no firewall-rule quota left (%s): each standalone Proxy and each pool (per source ranges and port) needs a rule", p.cfg.Project, st.Details["firewalls"])
 		case !fits:
 			st.Reason, st.Message = reasonQuotaExhausted, fmt.Sprintf("region %s: no machine type fits the CPU quota left: %s", region, strings.Join(short, "; "))
 		case p.cfg.HasExternalIP() && addrOK && addrs < 1:

@@ -26,3 +26,27 @@ func TestContract(t *testing.T) {
 		}
 	})
 }
+
+// TestContractPoolChildren runs the suite for the children of one pool with managed
+// firewall rules: they share one rule, which goes with the last of them.
+func TestContractPoolChildren(t *testing.T) {
+	providertest.RunContract(t, func(t *testing.T) providertest.ContractEnv {
+		e := newEnv(t, withFirewall)
+		t.Cleanup(func() {
+			if n := e.fake.Firewalls(); n > 1 {
+				t.Errorf("%d firewall rules for the children of one pool, want at most one", n)
+			}
+		})
+		return providertest.ContractEnv{
+			Provider: e.p,
+			Request: provider.CreateRequest{
+				Placement: provider.Placement{Zone: testZone, MachineType: "small", Image: "ubuntu-2404"},
+				CloudInit: []byte(testUserData), Port: 3128, Pool: testPool,
+			},
+			MissingID:   providerID(testProject, testZone, "proxy-0000000000000000"),
+			MalformedID: "gce://" + testProject + "/proxy-0000000000000000",
+			Targets:     []string{testZone, testZone2},
+			Timeout:     30 * time.Second,
+		}
+	})
+}

@@ -110,7 +110,23 @@ func notNotFound(err error) error {
 // insert creates the instance (and its firewall rule first, when the provider manages
 // rules) and waits for the operation.
 func (p *Provider) insert(ctx context.Context, c *clients, pl plan, req provider.CreateRequest) error {
-	if p.cfg.ManagesFirewallRules() {
+	shared := ""
+	switch {
+	case p.cfg.ManagesFirewallRules() && req.Pool.UID != "":
+		ranges, err := p.firewallRanges(req, req.Name)
+		if err != nil {
+			return err
+		}
+		shared = p.poolRule(req, ranges)
+		// Held from the rule's check to the insert's end: the rule is not deleted under
+		// the child that is about to need it.
+		l := p.poolRuleLock(shared)
+		l.RLock()
+		defer l.RUnlock()
+		if err := p.ensurePoolRule(ctx, c, req, shared, ranges); err != nil {
+			return err
+		}
+	case p.cfg.ManagesFirewallRules():
 		if err := p.ensureFirewall(ctx, c, req); err != nil {
 			return err
 		}
@@ -122,7 +138,7 @@ func (p *Provider) insert(ctx context.Context, c *clients, pl plan, req provider
 	err := p.call(ctx, "instances.insert", target{zone: pl.zone, instance: req.Name}, func(ctx context.Context) (err error) {
 		op, err = c.instances.Insert(ctx, &computepb.InsertInstanceRequest{
 			Project: p.cfg.Project, Zone: pl.zone, RequestId: proto.String(rid),
-			InstanceResource: p.instanceResource(pl, req),
+			InstanceResource: p.instanceResource(pl, req, shared),
 		})
 		return err
 	})
@@ -136,8 +152,9 @@ func (p *Provider) insert(ctx context.Context, c *clients, pl plan, req provider
 	return err
 }
 
-// instanceResource is the instance Create inserts.
-func (p *Provider) instanceResource(pl plan, req provider.CreateRequest) *computepb.Instance {
+// instanceResource is the instance Create inserts; shared is the pool's shared firewall
+// rule admitting it, if any, whose tag and label it carries instead of its own name's tag.
+func (p *Provider) instanceResource(pl plan, req provider.CreateRequest, shared string) *computepb.Instance {
 	nic := &computepb.NetworkInterface{Network: proto.String(p.cfg.Network)}
 	if p.cfg.Subnetwork != "" {
 		nic.Subnetwork = proto.String(p.cfg.Subnetwork)
@@ -168,7 +185,11 @@ func (p *Provider) instanceResource(pl plan, req provider.CreateRequest) *comput
 		}},
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
 	}
-	if p.cfg.Firewall != nil {
+	switch {
+	case shared != "":
+		inst.Tags = &computepb.Tags{Items: []string{p.cfg.Firewall.TargetTag, shared}}
+		inst.Labels[LabelPoolRule] = shared
+	case p.cfg.Firewall != nil:
 		inst.Tags = &computepb.Tags{Items: []string{p.cfg.Firewall.TargetTag, req.Name}}
 	}
 	if p.cfg.Spot {
@@ -188,7 +209,8 @@ func (p *Provider) awaitRunning(ctx context.Context, c *clients, zone string, in
 	defer cancel()
 	name := inst.GetName()
 	started := false
-	for polls := 0; ; polls++ {
+	poll := p.pollBackoff()
+	for {
 		out := p.instance(zone, inst)
 		switch inst.GetStatus() {
 		case "RUNNING":
@@ -206,7 +228,7 @@ func (p *Provider) awaitRunning(ctx context.Context, c *clients, zone string, in
 		case "STOPPING", "SUSPENDING", "PENDING_STOP", "DEPROVISIONING":
 			return provider.Instance{}, provider.Errorf(provider.ErrTransient, "instance %s in zone %s is %s", name, zone, inst.GetStatus())
 		}
-		if err := sleep(ctx, p.backoff(polls)); err != nil {
+		if err := sleep(ctx, poll.Step()); err != nil {
 			return provider.Instance{}, provider.Transient(fmt.Errorf("waiting for instance %s in zone %s to run (status %s): %w", name, zone, inst.GetStatus(), err))
 		}
 		var err error
@@ -238,8 +260,8 @@ var errOperationFailed = errors.New("operation failed")
 // httpErrorStatusCode, and its back-off starts at a second.
 func (p *Provider) wait(ctx context.Context, op *compute.Operation, method string, t target, what string) error {
 	t.operation = op.Name()
-	for polls := 0; !op.Done(); polls++ {
-		if err := sleep(ctx, p.backoff(polls)); err != nil {
+	for poll := p.pollBackoff(); !op.Done(); {
+		if err := sleep(ctx, poll.Step()); err != nil {
 			return provider.Transient(fmt.Errorf("%s: waiting for operation %s: %w", what, op.Name(), err))
 		}
 		err := p.call(ctx, method, t, func(ctx context.Context) error { return op.Poll(ctx) })

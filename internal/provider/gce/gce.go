@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"google.golang.org/api/option"
 	httptransport "google.golang.org/api/transport/http"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
@@ -46,6 +48,8 @@ type Provider struct {
 	// next call derives a fresh requestId instead of getting the finished one replayed
 	// (a failed insert, or a Spot VM preempted after its insert succeeded).
 	failedOps map[string]int
+	// ruleLocks guard the shared firewall rules of pools, by name (poolRuleLock).
+	ruleLocks map[string]*sync.RWMutex
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -219,13 +223,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// backoff returns the wait after n polls: pollInitial doubling up to pollMax.
-func (p *Provider) backoff(n int) time.Duration {
-	d := p.pollInitial
-	for i := 0; i < n && d < p.pollMax; i++ {
-		d *= 2
-	}
-	return min(d, p.pollMax)
+// pollBackoff is the wait between polls of an operation or of an instance that is still
+// starting: pollInitial doubling up to pollMax, then pollMax for as long as the poll goes
+// on (the caller's context bounds it).
+func (p *Provider) pollBackoff() *wait.Backoff {
+	return &wait.Backoff{Duration: min(p.pollInitial, p.pollMax), Factor: 2, Cap: p.pollMax, Steps: math.MaxInt32}
 }
 
 // NeverAnsweredHint says why a gce Proxy may never answer its probe though its VM runs

@@ -444,3 +444,42 @@ func TestMachineTypeSizes(t *testing.T) {
 		t.Errorf("unknown type: %v", err)
 	}
 }
+
+// TestFirewallPatch: a patch replaces the fields it sets (a list whole) once its
+// operation is done; like GCE, the fake refuses one renaming the rule or moving it to
+// another network, or mixing address families, and one of a rule it lacks is 404.
+func TestFirewallPatch(t *testing.T) {
+	s, _, fc := clients(t)
+	s.PutFirewall(&computepb.Firewall{Name: proto.String("rule-p"), Network: proto.String("global/networks/default"),
+		SourceRanges: []string{"192.0.2.0/24"}, TargetTags: []string{"t"}, Description: proto.String("d")})
+	op, err := fc.Patch(t.Context(), &computepb.PatchFirewallRequest{Project: project, Firewall: "rule-p",
+		FirewallResource: &computepb.Firewall{SourceRanges: []string{"198.51.100.0/24", "203.0.113.0/24"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	fw := s.Firewall("rule-p")
+	if got := fw.GetSourceRanges(); len(got) != 2 || got[0] != "198.51.100.0/24" || fw.GetDescription() != "d" || fw.GetTargetTags()[0] != "t" {
+		t.Errorf("after the patch: %v", fw)
+	}
+	for _, c := range []struct {
+		name string
+		body *computepb.Firewall
+		code int
+	}{
+		{"rule-p", &computepb.Firewall{Name: proto.String("rule-q")}, 400},
+		{"rule-p", &computepb.Firewall{Network: proto.String("global/networks/other")}, 400},
+		{"rule-p", &computepb.Firewall{SourceRanges: []string{"192.0.2.0/24", "2001:db8::/32"}}, 400},
+		{"rule-missing", &computepb.Firewall{SourceRanges: []string{"192.0.2.0/24"}}, 404},
+	} {
+		_, err := fc.Patch(t.Context(), &computepb.PatchFirewallRequest{Project: project, Firewall: c.name, FirewallResource: c.body})
+		if err == nil || apiErr(t, err).Code != c.code {
+			t.Errorf("patch %s with %v: %v, want %d", c.name, c.body, err, c.code)
+		}
+	}
+	if got := s.Firewall("rule-p").GetSourceRanges(); got[0] != "198.51.100.0/24" {
+		t.Errorf("a refused patch changed the rule: %v", got)
+	}
+}
