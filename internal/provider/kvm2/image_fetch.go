@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 )
 
 // fetchImage downloads img into a new base volume in pool on host h and writes its marker
@@ -137,18 +138,18 @@ func checkImageResponse(resp *http.Response, src string) error {
 
 // uploadImage streams body, length bytes, into vol on a connection dialled for the
 // transfer and closed after it, and returns the sha256 of what was read. A body that fails
-// or ends early is reported here, not through the stream: see sourceReader.
+// or ends early is reported here, not through the stream: see imagecache.SourceReader.
 func (p *Provider) uploadImage(ctx context.Context, log logr.Logger, h provider.KVMHost, img image, vol libvirt.StorageVol, body io.Reader, length int64) (string, error) {
 	fb, closeFn, err := p.hosts.dialFresh(ctx, h.Name)
 	if err != nil {
 		return "", err
 	}
 	defer closeFn()
-	src := newSourceReader(body)
+	src := imagecache.NewSourceReader(body)
 	stop := p.reportProgress(ctx, log, h, img, src, length)
 	uerr := fb.StorageVolUpload(vol, src, 0, uint64(length), 0)
 	stop()
-	n, digest, rerr := src.finish()
+	n, digest, rerr := src.Finish()
 	switch {
 	case rerr != nil:
 		// The source's error explains a failed upload better than the stream's.
@@ -189,7 +190,7 @@ func (p *Provider) writeMarker(b backend, h provider.KVMHost, pool libvirt.Stora
 // reportProgress reports the download of img to the caller (provider.ReportProgress) and at
 // V(1): once at the start, then at most every progressEvery while bytes arrive. The
 // returned stop ends the reports; none is made after it returns.
-func (p *Provider) reportProgress(ctx context.Context, log logr.Logger, h provider.KVMHost, img image, src *sourceReader, total int64) (stop func()) {
+func (p *Provider) reportProgress(ctx context.Context, log logr.Logger, h provider.KVMHost, img image, src *imagecache.SourceReader, total int64) (stop func()) {
 	report := func(done int64) {
 		msg := fmt.Sprintf("downloading base image %s to host %s: %s of %s (%d%%)",
 			img.Key, h.Name, mib(done), mib(total), done*100/total)
@@ -210,7 +211,7 @@ func (p *Provider) reportProgress(ctx context.Context, log logr.Logger, h provid
 				return
 			case <-t.C:
 			}
-			if done := src.done(); done != last {
+			if done := src.Done(); done != last {
 				last = done
 				report(done)
 			}

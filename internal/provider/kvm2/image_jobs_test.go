@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
@@ -210,7 +211,7 @@ func TestImageProgressReports(t *testing.T) {
 	last := func() provider.Progress { mu.Lock(); defer mu.Unlock(); return reports[len(reports)-1] }
 	h := must(e.p.hosts.host(e.host))
 	pr, pw := io.Pipe()
-	src := newSourceReader(pr)
+	src := imagecache.NewSourceReader(pr)
 	stop := e.p.reportProgress(ctx, e.p.log, h, e.img, src, testImageSize)
 	read := make(chan struct{})
 	go func() {
@@ -231,7 +232,7 @@ func TestImageProgressReports(t *testing.T) {
 	stop()
 	pw.Close()
 	<-read
-	src.finish()
+	src.Finish()
 	mu.Lock()
 	defer mu.Unlock()
 	first := reports[0]

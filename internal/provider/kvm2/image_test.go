@@ -2,16 +2,12 @@ package kvm2
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -288,22 +284,5 @@ func TestWithoutURL(t *testing.T) {
 	}
 	if strings.Contains(urlForUsers(raw), "s3cret") {
 		t.Errorf("urlForUsers keeps the password: %s", urlForUsers(raw))
-	}
-}
-
-func TestSourceReaderKeepsTheSourceError(t *testing.T) {
-	boom := errors.New("connection reset by mirror")
-	src := newSourceReader(io.MultiReader(strings.NewReader("0123456789"), iotest.ErrReader(boom)))
-	got, err := io.ReadAll(src)
-	if err != nil || string(got) != "0123456789" {
-		t.Fatalf("the reader handed to libvirt must end cleanly: %q, %v", got, err)
-	}
-	n, digest, kept := src.finish()
-	sum := sha256.Sum256([]byte("0123456789"))
-	if n != 10 || digest != hex.EncodeToString(sum[:]) || !errors.Is(kept, boom) {
-		t.Fatalf("finish = %d, %s, %v", n, digest, kept)
-	}
-	if m, err := src.Read(make([]byte, 4)); m != 0 || err != io.EOF {
-		t.Fatalf("a finished reader must read nothing: %d, %v", m, err)
 	}
 }

@@ -1,4 +1,7 @@
-package kvm2
+// Package imagecache holds the parts of the kvm2 provider's image cache that stand on their
+// own. SourceReader is the reader a base image is uploaded from: it counts and hashes the
+// bytes on their way from the image URL into StorageVolUpload.
+package imagecache
 
 import (
 	"crypto/sha256"
@@ -9,16 +12,16 @@ import (
 )
 
 const (
-	// fillSize is how much sourceReader gathers before handing data on, so the stream
+	// fillSize is how much SourceReader gathers before handing data on, so the stream
 	// carries few large packets rather than one per network read.
 	fillSize = 1 << 20
 	// hashDepth is how many chunks may wait for the hasher.
 	hashDepth = 3
 )
 
-// sourceReader is the reader handed to StorageVolUpload. It counts what passes and hashes
+// SourceReader is the reader handed to StorageVolUpload. It counts what passes and hashes
 // it with sha256, and it turns any error of the source into a clean end of stream, keeping
-// the error for finish: go-libvirt answers a reader error by aborting the stream, and the
+// the error for Finish: go-libvirt answers a reader error by aborting the stream, and the
 // call then reports the abort rather than the cause. The short upload that results is
 // caught by the length and digest checks.
 //
@@ -27,8 +30,8 @@ const (
 // hashDepth+1 chunk buffers exist at a time.
 //
 // go-libvirt may still be inside Read when StorageVolUpload returns (its sender outlives an
-// abandoned call), so the state is guarded and finish stops all further use of it.
-type sourceReader struct {
+// abandoned call), so the state is guarded and Finish stops all further use of it.
+type SourceReader struct {
 	r io.Reader
 
 	mu       sync.Mutex
@@ -36,15 +39,16 @@ type sourceReader struct {
 	err      error
 	finished bool
 
-	chunks chan []byte // to the hasher; closed by finish
+	chunks chan []byte // to the hasher; closed by Finish
 	free   chan []byte // buffers for chunks, back from the hasher
 	sum    chan string // the hasher's digest, once chunks is closed
 	once   sync.Once
 	digest string
 }
 
-func newSourceReader(r io.Reader) *sourceReader {
-	s := &sourceReader{r: r, chunks: make(chan []byte, hashDepth), free: make(chan []byte, hashDepth+1),
+// NewSourceReader starts the hasher of a reader over r; Finish ends it.
+func NewSourceReader(r io.Reader) *SourceReader {
+	s := &SourceReader{r: r, chunks: make(chan []byte, hashDepth), free: make(chan []byte, hashDepth+1),
 		sum: make(chan string, 1)}
 	for range hashDepth + 1 {
 		s.free <- nil // allocated on first use
@@ -53,7 +57,7 @@ func newSourceReader(r io.Reader) *sourceReader {
 	return s
 }
 
-func (s *sourceReader) hash() {
+func (s *SourceReader) hash() {
 	h := sha256.New()
 	for c := range s.chunks {
 		h.Write(c)
@@ -62,7 +66,7 @@ func (s *sourceReader) hash() {
 	s.sum <- hex.EncodeToString(h.Sum(nil))
 }
 
-func (s *sourceReader) Read(p []byte) (int, error) {
+func (s *SourceReader) Read(p []byte) (int, error) {
 	s.mu.Lock()
 	stop := s.finished || s.err != nil
 	s.mu.Unlock()
@@ -105,16 +109,16 @@ func fill(r io.Reader, p []byte) (int, error) {
 	return n, nil
 }
 
-// done is the number of bytes read so far.
-func (s *sourceReader) done() int64 {
+// Done is the number of bytes read so far.
+func (s *SourceReader) Done() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.n
 }
 
-// finish ends the reader and returns the bytes read, their sha256 and the source's error.
+// Finish ends the reader and returns the bytes read, their sha256 and the source's error.
 // It waits for the hasher, which then exits.
-func (s *sourceReader) finish() (int64, string, error) {
+func (s *SourceReader) Finish() (int64, string, error) {
 	s.mu.Lock()
 	if !s.finished {
 		s.finished = true
