@@ -117,6 +117,7 @@ lint: $(STATICCHECK) ## gofmt, go mod tidy, go vet and staticcheck under every b
 	done; \
 	gate shellcheck shellcheck $(SHELL_SCRIPTS); \
 	gate "helm lint" "$$(hack/helm.sh)" lint --strict $(CHART); \
+	gate "promtool check rules" promtool check rules config/prometheus/rules.yaml; \
 	if [ $${#failed[@]} -gt 0 ]; then echo "lint: failed: $${failed[*]}"; exit 1; fi; \
 	echo "lint: all gates passed"
 
