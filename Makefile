@@ -19,6 +19,9 @@ BUILD_TAGS := integration e2e deploy
 # The shell scripts shellcheck reads: everything under hack/ and .ci/ that runs in a shell.
 SHELL_SCRIPTS = $(sort $(wildcard hack/*.sh hack/lib/*.sh .ci/*))
 GO_TEST_FLAGS ?=
+# The project's version: the chart's version and appVersion (make chart-version).
+VERSION := $(shell cat VERSION)
+CHART := charts/egress-proxies-operator
 
 .PHONY: all
 all: build
@@ -66,13 +69,20 @@ $(STATICCHECK):
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/...;./internal/controller/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	@# The chart installs the same CRDs and the same manager rules.
+	rm -f $(CHART)/crds/*.yaml && cp config/crd/bases/*.yaml $(CHART)/crds/
+	cp config/rbac/role.yaml $(CHART)/files/role.yaml
+
+.PHONY: chart-version
+chart-version: ## Write VERSION into the chart's version and appVersion.
+	sed -i -e 's/^version: .*/version: $(VERSION)/' -e 's/^appVersion: .*/appVersion: "$(VERSION)"/' $(CHART)/Chart.yaml
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./api/..."
 
 # What controller-gen writes; hand-written files beside them are not checked here.
-GENERATED := config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go
+GENERATED := config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go $(CHART)/crds $(CHART)/files
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail when committed generated files are stale.
@@ -106,13 +116,17 @@ lint: $(STATICCHECK) ## gofmt, go mod tidy, go vet and staticcheck under every b
 	  gate "staticcheck$${tags:+ -tags=$$tags}" $(STATICCHECK) -tags="$$tags" ./...; \
 	done; \
 	gate shellcheck shellcheck $(SHELL_SCRIPTS); \
+	gate "helm lint" "$$(hack/helm.sh)" lint --strict $(CHART); \
+	gate "promtool check rules" promtool check rules config/prometheus/rules.yaml; \
 	if [ $${#failed[@]} -gt 0 ]; then echo "lint: failed: $${failed[*]}"; exit 1; fi; \
 	echo "lint: all gates passed"
 
 .PHONY: test-unit
 test-unit: envtest ## Unit and envtest tiers, with -race.
 	hack/deps.sh
-	EPO_REQUIRE_ENVTEST=1 KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) go test -race -count=1 $(GO_TEST_FLAGS) ./...
+	@# kubectl (its kustomize) and helm for the chart's test against config/default.
+	EPO_REQUIRE_ENVTEST=1 KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh kube-apiserver etcd kubectl) HELM=$$(hack/helm.sh) \
+	  go test -race -count=1 $(GO_TEST_FLAGS) ./...
 	hack/fuzz-smoke.sh
 
 .PHONY: test-integration-kvm2

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs the host tools the unit tests and `make lint` need, once. Idempotent: a tool
 # already on PATH is left alone. Today: isoinfo (Debian's genisoimage), an ISO reader
-# independent of the code that writes the kvm2 seed; and shellcheck, lint's gate over the
-# shell scripts.
+# independent of the code that writes the kvm2 seed; shellcheck, lint's gate over the
+# shell scripts; and promtool (Debian's prometheus package), which checks and tests the
+# alerting rules.
 set -euo pipefail
 
 missing=()
 command -v isoinfo >/dev/null 2>&1 || missing+=(genisoimage)
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 
@@ -24,3 +26,8 @@ echo "hack/deps.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 ||
   { "${sudo[@]}" apt-get update -q >&2 && "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; }
+# The package is wanted for promtool (and, in the deploy tier, a prometheus process of the
+# tier's own): the system service it enables would scrape nothing and hold port 9090.
+if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1; then
+  "${sudo[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi

@@ -49,7 +49,7 @@ type ProviderHealthStatus struct {
 // ProviderHealth is the health of one configured provider; it is named after the provider.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,shortName=ph
+// +kubebuilder:resource:scope=Cluster,shortName=ph,categories=egress
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`
 // +kubebuilder:printcolumn:name="Last Checked",type=date,JSONPath=`.status.lastChecked`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -301,13 +301,16 @@ type ProxyStatus struct {
 // Proxy is one egress HTTP proxy.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=px
+// +kubebuilder:resource:shortName=px,categories=egress
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.ip`
 // +kubebuilder:printcolumn:name="Healthy",type=boolean,JSONPath=`.status.healthy`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Egress IP",type=string,JSONPath=`.status.egressIP`,priority=1
+// +kubebuilder:printcolumn:name="VM Age",type=date,JSONPath=`.status.conditions[?(@.type=="Provisioned")].lastTransitionTime`,priority=1,description="Since the Provisioned condition last changed: the VM's age while it runs"
+// +kubebuilder:printcolumn:name="Latency (ms)",type=integer,JSONPath=`.status.probeLatencyMilliseconds`,priority=1,description="The last successful probe's latency through the proxy"
 type Proxy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
