@@ -97,4 +97,3 @@ func heartbeatReconciles(b *testing.B, e *poolEnv, n int32) float64 {
 	}
 	return quiet(e.ctx, count, 2*time.Second, time.Minute) - before
 }
-
