@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -19,7 +20,7 @@ import (
 // How child Proxies wake their pool. A pool of a thousand sees a thousand status writes
 // a minute from the health engine alone, and each pass lists every child live: so only a
 // change the pool reads wakes it (childPredicate), and the changes of one window
-// (childWindow) come to one pass (childHandler). A pass started after the window lists
+// (childWindow) come to one pass (ownedHandler). A pass started after the window lists
 // the children live, so it sees every change the window held.
 
 // childWindow is how long a child event waits for others of its pool before the pool
@@ -83,39 +84,39 @@ func childView(px *v1alpha1.Proxy) poolChildView {
 	return v
 }
 
-// childHandler enqueues a child's controlling pool childWindow after the event. The work
-// queue keeps one entry per pool and, for an entry already waiting, the earlier time, so
-// that every event of the window joins the first one's pass.
-type childHandler struct{ window time.Duration }
+// ownedHandler enqueues the pool that controls an object (a child Proxy, the pool's
+// Service or one of its EndpointSlices) window after the object's event. The work queue
+// keeps one entry per pool and, for an entry already waiting, the earlier time, so that
+// every event of the window joins the first one's pass; the pool's own writes to its
+// Service and EndpointSlices join the pass that follows the children's changes rather
+// than start one of their own.
+type ownedHandler[T client.Object] struct{ window time.Duration }
 
-var _ handler.TypedEventHandler[*v1alpha1.Proxy, reconcile.Request] = childHandler{}
+var _ handler.TypedEventHandler[*v1alpha1.Proxy, reconcile.Request] = ownedHandler[*v1alpha1.Proxy]{}
 
 type poolQueue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
-func (h childHandler) Create(_ context.Context, e event.TypedCreateEvent[*v1alpha1.Proxy], q poolQueue) {
+func (h ownedHandler[T]) Create(_ context.Context, e event.TypedCreateEvent[T], q poolQueue) {
 	h.add(e.Object, q)
 }
 
-func (h childHandler) Update(_ context.Context, e event.TypedUpdateEvent[*v1alpha1.Proxy], q poolQueue) {
+func (h ownedHandler[T]) Update(_ context.Context, e event.TypedUpdateEvent[T], q poolQueue) {
 	h.add(e.ObjectOld, q)
 	h.add(e.ObjectNew, q)
 }
 
-func (h childHandler) Delete(_ context.Context, e event.TypedDeleteEvent[*v1alpha1.Proxy], q poolQueue) {
+func (h ownedHandler[T]) Delete(_ context.Context, e event.TypedDeleteEvent[T], q poolQueue) {
 	h.add(e.Object, q)
 }
 
-func (h childHandler) Generic(_ context.Context, e event.TypedGenericEvent[*v1alpha1.Proxy], q poolQueue) {
+func (h ownedHandler[T]) Generic(_ context.Context, e event.TypedGenericEvent[T], q poolQueue) {
 	h.add(e.Object, q)
 }
 
-func (h childHandler) add(px *v1alpha1.Proxy, q poolQueue) {
-	if px == nil {
-		return
-	}
-	ref := metav1.GetControllerOf(px)
+func (h ownedHandler[T]) add(obj T, q poolQueue) {
+	ref := metav1.GetControllerOf(obj)
 	if ref == nil || ref.Kind != "ProxyPool" || ref.APIVersion != v1alpha1.GroupVersion.String() {
 		return
 	}
-	q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: px.Namespace, Name: ref.Name}}, h.window)
+	q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}}, h.window)
 }

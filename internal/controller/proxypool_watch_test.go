@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -130,7 +131,7 @@ func TestChildEventsCoalesce(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	q := poolQueueOn(clock)
 	defer q.ShutDown()
-	h := childHandler{window: childWindow}
+	h := ownedHandler[*v1alpha1.Proxy]{window: childWindow}
 	news := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "news"}}
 
 	// A burst: 1,000 children change within 200 ms.
@@ -143,6 +144,11 @@ func TestChildEventsCoalesce(t *testing.T) {
 			clock.Step(time.Millisecond)
 		}
 	}
+	// The pool's own write to one of its EndpointSlices, within the window, joins the pass.
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "news-3128-0", Namespace: "ns",
+		OwnerReferences: watchedChild("x").OwnerReferences}}
+	ownedHandler[*discoveryv1.EndpointSlice]{window: childWindow}.Update(ctx,
+		event.TypedUpdateEvent[*discoveryv1.EndpointSlice]{ObjectOld: slice, ObjectNew: slice}, q)
 	if q.Len() != 0 {
 		t.Fatalf("%d pool passes queued before the window is over, want 0", q.Len())
 	}
