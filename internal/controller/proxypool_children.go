@@ -425,26 +425,6 @@ func (r *ProxyPoolReconciler) newChild(s *poolScope, p placement) (*v1alpha1.Pro
 	return px, nil
 }
 
-// deletionCause says in a few words why a child is deleted.
-func deletionCause(c *poolChild, replicas int32, deadline time.Duration) string {
-	switch {
-	case c.cordoned:
-		return "cordoned"
-	case c.failed:
-		return "failed"
-	case c.stuck:
-		return fmt.Sprintf("stuck: not Ready within progressDeadlineSeconds (%d) of its birth", int64(deadline/time.Second))
-	case !c.upToDate:
-		return "made from an older template or placement"
-	case c.outdated:
-		return "its configuration is outdated (ConfigOutdated)"
-	case c.expired:
-		return "past its rotation deadline"
-	default:
-		return fmt.Sprintf("scaling down to %d replicas", replicas)
-	}
-}
-
 // nextDeadline is how long until the next child becomes available or reaches its
 // rotation deadline, when one will.
 func (s *poolScope) nextDeadline() (time.Duration, bool) {

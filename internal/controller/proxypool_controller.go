@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 )
@@ -95,8 +96,10 @@ func (r *ProxyPoolReconciler) poolsForSecret(ctx context.Context, sec client.Obj
 }
 
 // SetupWithManager registers the reconciler with mgr. A pool is reconciled when its spec
-// or annotations change (so `kubectl annotate` forces a pass), whenever a child, its
-// Service or its EndpointSlice changes, and when the Secret its template names changes.
+// or annotations change (so `kubectl annotate` forces a pass), when a child changes in a
+// way the pool reads (childPredicate), whenever its Service or its EndpointSlices change
+// (the changes of 250 ms to children, Service and slices come to one pass), and when the
+// Secret its template names changes.
 func (r *ProxyPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
@@ -109,10 +112,10 @@ func (r *ProxyPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ProxyPool{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Owns(&v1alpha1.Proxy{}).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &v1alpha1.Proxy{}, ownedHandler[*v1alpha1.Proxy]{window: childWindow}, childPredicate)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.poolsForSecret)).
-		Owns(&corev1.Service{}).
-		Owns(&discoveryv1.EndpointSlice{}).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{}, ownedHandler[*corev1.Service]{window: childWindow})).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &discoveryv1.EndpointSlice{}, ownedHandler[*discoveryv1.EndpointSlice]{window: childWindow})).
 		Named("proxypool").
 		Complete(r)
 }

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -56,9 +58,20 @@ func newPoolEnv(t testing.TB, env *testenv.Env) *poolEnv {
 // healthEvery; with proxyWorkers 0, neither (the pool reconciler alone).
 func newPoolEnvWith(t testing.TB, env *testenv.Env, proxyWorkers int, healthEvery time.Duration) *poolEnv {
 	t.Helper()
+	return newPoolEnvCounting(t, env, proxyWorkers, healthEvery, nil)
+}
+
+// newPoolEnvCounting is newPoolEnvWith whose manager's client and the pool's live reader
+// count, in requests (when not nil), every request they send to the API server.
+func newPoolEnvCounting(t testing.TB, env *testenv.Env, proxyWorkers int, healthEvery time.Duration, requests *atomic.Int64) *poolEnv {
+	t.Helper()
 	ctx := testenv.Context(t)
 	ns := env.Namespace(t, ctx, "pool")
-	mgr := env.NewManager(t, ns, nil)
+	var mutate func(*ctrl.Options)
+	if requests != nil {
+		mutate = func(o *ctrl.Options) { o.NewClient = countingNewClient(requests) }
+	}
+	mgr := env.NewManager(t, ns, mutate)
 	e := &poolEnv{t: t, ctx: ctx, env: env, c: env.Client, ns: ns, fake: providertest.NewFake(),
 		clock: clocktesting.NewFakeClock(time.Now()), unhealth: map[string]bool{}}
 	pr := &ProxyReconciler{
@@ -73,6 +86,13 @@ func newPoolEnvWith(t testing.TB, env *testenv.Env, proxyWorkers int, healthEver
 	r := &ProxyPoolReconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("proxypool-controller"),
 		Zones: poolZones, Clock: e.clock,
+	}
+	if requests != nil {
+		reader, err := client.New(countingConfig(mgr.GetConfig(), requests), client.Options{Scheme: mgr.GetScheme()})
+		if err != nil {
+			t.Fatalf("creating the counting live reader: %v", err)
+		}
+		r.APIReader = reader
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up the pool reconciler: %v", err)

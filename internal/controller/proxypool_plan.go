@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -15,9 +14,10 @@ import (
 )
 
 // The arithmetic of a ProxyPool, kept free of the API server so that table tests cover
-// it: fenceposts, which children need replacing, how many to create, which to delete,
-// rotation deadlines and the weighted spread. The rules follow cluster-api's
-// MachineDeployment and MachineSet (and so the Deployment controller's).
+// it: fenceposts, which children need replacing, how many to create and delete,
+// rotation deadlines and the weighted spread; the order children are deleted in is
+// proxypool_deletion_order.go's. The rules follow cluster-api's MachineDeployment and
+// MachineSet (and so the Deployment controller's).
 
 // resolveFenceposts turns maxSurge and maxUnavailable into counts for replicas: a
 // percentage of surge rounds up, of unavailability down; when both come to 0 (a small
@@ -204,50 +204,6 @@ func anyDeleting(children []poolChild) bool {
 		}
 	}
 	return false
-}
-
-// deletionPriority ranks a child for deletion, higher first: cordoned, then Failed, then
-// not Ready, then (for stale children) past the deadline or outdated, then the rest.
-func deletionPriority(c *poolChild) int {
-	switch {
-	case c.cordoned:
-		return 4
-	case c.broken():
-		return 3
-	case !c.ready:
-		return 2
-	case !c.available:
-		return 1
-	default:
-		return 0
-	}
-}
-
-// sortForDeletion orders children most deletable first: by deletionPriority, then by
-// order (Oldest: oldest first; Newest: newest first; Random: by a hash of the name and
-// seed, stable for one seed), then by name.
-func sortForDeletion(cs []*poolChild, order v1alpha1.PoolDeletionOrder, seed string) {
-	sort.SliceStable(cs, func(i, j int) bool {
-		a, b := cs[i], cs[j]
-		if pa, pb := deletionPriority(a), deletionPriority(b); pa != pb {
-			return pa > pb
-		}
-		switch order {
-		case v1alpha1.DeletionOrderNewest:
-			if !a.created.Equal(b.created) {
-				return a.created.After(b.created)
-			}
-		case v1alpha1.DeletionOrderRandom:
-			if ha, hb := unitHash(seed+"/"+a.name), unitHash(seed+"/"+b.name); ha != hb {
-				return ha < hb
-			}
-		default: // Oldest
-			if !a.created.Equal(b.created) {
-				return a.created.Before(b.created)
-			}
-		}
-		return a.name < b.name
-	})
 }
 
 // unitHash maps s onto [0, 1), the same way on every run and every replica.
