@@ -97,8 +97,8 @@ func firstLine(b []byte) string {
 // cloud-init removes nft before the rendered configuration runs, and the install in
 // runcmd fails (the bridge has no route to a package mirror). It waits until the guest's
 // cloud-init has finished (asked through the guest agent), checks tinyproxy is not
-// running, and that the Proxy never became Ready while the operator probed it at least
-// twice more, then deletes it. One more guest boot: about as long as the first create's
+// running, and that the Proxy, probed past the failure threshold, never became Ready, also
+// for three check intervals after that, then deletes it. One more guest boot: about as long as the first create's
 // boot (1-3 min under TCG at this machine's load).
 func (s *story) checkFailClosed(ctx context.Context, template *v1alpha1.Proxy) {
 	t := s.t
@@ -141,14 +141,27 @@ func (s *story) checkFailClosed(ctx context.Context, template *v1alpha1.Proxy) {
 		t.Fatalf("tinyproxy is %s on the guest that could not load the fence (cloud-init: %s)", a, status)
 	}
 	journal, _, _ := ns.host.guestExec(ns.vm, "/usr/bin/journalctl", "-u", "tinyproxy", "-o", "cat", "--no-pager", "-n", "5")
-	before := ns.mustProxy().Status.ConsecutiveProbeFailures
-	ns.waitFor("two more failed probes of the guest without the fence", shortDeadline, time.Second, func() (bool, error) {
+	// The health engine writes a failing Proxy's status once its failures reach the
+	// threshold (3, the default) and then only at heartbeats, so further probes are not
+	// seen in the status: the Proxy must be past the threshold, and then stay short of
+	// Ready for three more check intervals (5 s each here) after cloud-init finished.
+	const failureThreshold, checkInterval = 3, 5 * time.Second
+	ns.waitFor("the guest without the fence to be probed past the failure threshold", shortDeadline, time.Second, func() (bool, error) {
 		px, err := ns.proxy()
 		if err != nil {
 			return false, err
 		}
 		everReady(px)
-		return px.Status.ConsecutiveProbeFailures >= before+2, nil
+		return px.Status.ConsecutiveProbeFailures >= failureThreshold, nil
+	})
+	watchFrom := time.Now()
+	ns.waitFor("three check intervals without the guest without the fence becoming Ready", shortDeadline, time.Second, func() (bool, error) {
+		px, err := ns.proxy()
+		if err != nil {
+			return false, err
+		}
+		everReady(px)
+		return time.Since(watchFrom) >= 3*checkInterval, nil
 	})
 	last := ns.mustProxy()
 	c := meta.FindStatusCondition(last.Status.Conditions, v1alpha1.ConditionHealthy)
