@@ -24,8 +24,11 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "hack/deps.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 ||
-  { "${sudo[@]}" apt-get update -q >&2 && "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; }
+# Wait for another apt (unattended-upgrades, or a second tier installing at the same
+# time) to let go of the dpkg lock instead of failing at once.
+apt=("${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600)
+"${apt[@]}" install -y -q --no-install-recommends "${missing[@]}" >&2 ||
+  { "${apt[@]}" update -q >&2 && "${apt[@]}" install -y -q --no-install-recommends "${missing[@]}" >&2; }
 # The package is wanted for promtool (and, in the deploy tier, a prometheus process of the
 # tier's own): the system service it enables would scrape nothing and hold port 9090.
 if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1; then

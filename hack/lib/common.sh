@@ -72,8 +72,8 @@ ensure_packages() {
   local rc=0 aptlog
   aptlog=$(mktemp)
   {
-    apt-get update -qq &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    apt-get -o DPkg::Lock::Timeout=600 update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"
   } >"$aptlog" 2>&1 || rc=$?
   if [[ -n $saved ]]; then
     mv -f "$saved" "$policy"
