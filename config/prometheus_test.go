@@ -159,6 +159,11 @@ func TestPrometheusOperatorObjectsDecodeStrictly(t *testing.T) {
 	if ep.Scheme == nil || strings.ToLower(string(*ep.Scheme)) != "https" || ep.BearerTokenFile == "" {
 		t.Errorf("endpoint %+v: want HTTPS with the service account's bearer token", ep)
 	}
+	// The pool gauges' namespace label is the pool's: without honorLabels the prometheus-
+	// operator's own namespace label (the manager's) would push it to exported_namespace.
+	if !ep.HonorLabels {
+		t.Error("the ServiceMonitor does not honor the manager's labels: the pool gauges' namespace label would be renamed")
+	}
 	if bindPort(t, d.Spec.Template.Spec.Containers[0].Args, "metrics-bind-address") != 8443 {
 		t.Error("the manager's metrics port moved")
 	}

@@ -127,11 +127,13 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	pool := &v1alpha1.ProxyPool{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
 		if apierrors.IsNotFound(err) {
+			forgetPoolMetrics(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("getting proxy pool %s: %w", req.NamespacedName, err)
 	}
 	if !pool.DeletionTimestamp.IsZero() {
+		forgetPoolMetrics(req.NamespacedName)
 		// The children, the Service and the EndpointSlices carry the pool as controller
 		// owner: the cluster's garbage collector deletes them.
 		return ctrl.Result{}, nil

@@ -119,6 +119,7 @@ func testPoolNeverReady(t *testing.T, env *testenv.Env) {
 	e.clock.Step(61 * time.Second)
 	e.poke("mute")
 	c := e.waitProgressing("mute", metav1.ConditionFalse, v1alpha1.PoolReasonProgressDeadlineExceeded)
+	e.waitGauges("mute", "stalled past the deadline", gauges(2, 3, 2, 2, 1, 2, 1))
 	if !strings.Contains(c.Message, "never Ready: "+mute+" ("+probeErr+")") {
 		t.Errorf("Progressing message %q does not name %s and its probe error", c.Message, mute)
 	}
@@ -140,6 +141,7 @@ func testPoolNeverReady(t *testing.T, env *testenv.Env) {
 	if c := poolCondition(e.getPool("mute"), v1alpha1.PoolConditionProgressing); c.Reason != v1alpha1.PoolReasonComplete {
 		t.Errorf("Progressing %+v after the rollout, want Complete", c)
 	}
+	e.waitGauges("mute", "no longer stalled", gauges(2, 2, 2, 2, 2, 2, 0))
 }
 
 // Rotation leaves a booting child alone even past maxAge, while it is within
