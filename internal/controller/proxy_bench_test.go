@@ -2,6 +2,7 @@ package controller
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -12,10 +13,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -31,14 +35,50 @@ import (
 // one made by a pool of 1,000. Each reports its peak RSS since its own start (the high
 // water mark is reset first), and the API requests the manager's client and the pool's
 // live reader sent per Proxy made (for bare Proxies, the 1,000 creates are counted too).
-// BenchmarkProxyPoolThousand, run after BenchmarkThousandProxies in one process, reports
-// pool ÷ bare for the three.
+// BenchmarkPoolVersusBare (proxypool_bench_test.go) runs the two in alternating rounds
+// and reports pool ÷ bare.
 
-// benchBare holds BenchmarkThousandProxies' figures by worker count.
-var benchBare sync.Map // int -> benchFigures
+// roundFigures are what one round measured, from the first create until every Proxy is
+// Ready: wall time, the CPU time (user and system) of this process and of the API
+// server and etcd it runs, peak RSS of this process, API requests per Proxy, and the
+// 1-minute load average at the end.
+type roundFigures struct {
+	created, wall, cpu       time.Duration
+	rssMiB, requestsPerProxy float64
+	load1                    float64
+}
 
-type benchFigures struct {
-	seconds, rssMiB, requestsPerProxy float64
+// measure runs one round: makeAll creates n Proxies (directly or through a pool) and
+// returns when the creates are sent; allReady reports whether all n are Ready.
+func measure(b *testing.B, n int, requests *atomic.Int64, countCreates bool,
+	makeAll func(), allReady func() (bool, error)) roundFigures {
+	b.Helper()
+	cpu0 := cpuTime(b)
+	start := time.Now()
+	makeAll()
+	f := roundFigures{created: time.Since(start)}
+	waitFor(b, 30*time.Minute, fmt.Sprintf("%d proxies Ready", n), allReady)
+	f.wall, f.cpu = time.Since(start), cpuTime(b)-cpu0
+	req := requests.Load()
+	if countCreates {
+		req += int64(n)
+	}
+	f.requestsPerProxy = float64(req) / float64(n)
+	if kib, err := procStatusKiB("VmHWM"); err == nil {
+		f.rssMiB = float64(kib) / 1024
+	}
+	f.load1 = loadAverage()
+	return f
+}
+
+func (f roundFigures) report(b *testing.B, n int) {
+	b.ReportMetric(f.created.Seconds(), "s-to-create-all")
+	b.ReportMetric(f.wall.Seconds(), "s-to-all-ready")
+	b.ReportMetric(f.cpu.Seconds(), "cpu-s-to-all-ready")
+	b.ReportMetric(float64(n)/f.wall.Seconds(), "proxies/s")
+	b.ReportMetric(f.requestsPerProxy, "requests/proxy")
+	b.ReportMetric(f.rssMiB, "peak-RSS-MiB")
+	b.ReportMetric(f.load1, "loadavg-1m")
 }
 
 // BenchmarkThousandProxies creates 1,000 Proxies at once, with the default 3 Proxy workers and
@@ -46,48 +86,88 @@ type benchFigures struct {
 func BenchmarkThousandProxies(b *testing.B) {
 	env := testenv.StartT(b)
 	for _, workers := range []int{3, 10} {
-		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) { benchmarkProxies(b, env, 1000, workers) })
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				bareRound(b, env, 1000, workers).report(b, 1000)
+			}
+		})
 	}
 }
 
-func benchmarkProxies(b *testing.B, env *testenv.Env, n, workers int) {
-	for i := 0; i < b.N; i++ {
-		resetPeakRSS()
-		var requests atomic.Int64
-		e := newPoolEnvCounting(b, env, workers, 250*time.Millisecond, &requests)
-		tmpl := e.newPool("bench", int32(n)).Spec.Template
-		start := time.Now()
+// bareRound creates n Proxies at once, 16 creates at a time, in an environment of its
+// own (stopped when b ends), and measures until every one is Ready.
+func bareRound(b *testing.B, env *testenv.Env, n, workers int) roundFigures {
+	resetPeakRSS()
+	var requests atomic.Int64
+	e := newBenchEnv(b, env, workers, &requests)
+	tmpl := e.newPool("bench", int32(n)).Spec.Template
+	return measure(b, n, &requests, true, func() {
 		createConcurrently(b, e, n, 16, func(i int) *v1alpha1.Proxy {
 			return &v1alpha1.Proxy{
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("px-%04d", i), Namespace: e.ns, Labels: tmpl.Metadata.Labels},
 				Spec:       *tmpl.Spec.DeepCopy(),
 			}
 		})
-		created := time.Since(start)
-		waitFor(b, 10*time.Minute, fmt.Sprintf("%d proxies Ready", n), func() (bool, error) {
-			list := &v1alpha1.ProxyList{}
-			if err := e.c.List(e.ctx, list, client.InNamespace(e.ns)); err != nil {
-				return false, err
+	}, func() (bool, error) {
+		list := &v1alpha1.ProxyList{}
+		if err := e.c.List(e.ctx, list, client.InNamespace(e.ns)); err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, px := range list.Items {
+			if px.Status.Phase == v1alpha1.PhaseReady && px.Status.Healthy {
+				ready++
 			}
-			ready := 0
-			for _, px := range list.Items {
-				if px.Status.Phase == v1alpha1.PhaseReady && px.Status.Healthy {
-					ready++
+		}
+		return ready == n, fmt.Errorf("%d of %d Ready", ready, n)
+	})
+}
+
+// newBenchEnv is newPoolEnvCounting for a benchmark round; once the round's manager has
+// stopped, every Proxy and pool of the round is removed from the API server (finalizers
+// dropped first), so that a later round meets the same API server state.
+func newBenchEnv(b *testing.B, env *testenv.Env, workers int, requests *atomic.Int64) *poolEnv {
+	var ns string
+	b.Cleanup(func() { // registered first: runs after the manager's stop
+		if ns != "" {
+			clearNamespace(b, env, ns)
+		}
+	})
+	e := newPoolEnvCounting(b, env, workers, 250*time.Millisecond, requests)
+	ns = e.ns
+	return e
+}
+
+func clearNamespace(b *testing.B, env *testenv.Env, ns string) {
+	ctx := context.Background()
+	list := &v1alpha1.ProxyList{}
+	if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		b.Errorf("listing the proxies of %s: %v", ns, err)
+		return
+	}
+	unfinalize := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
+	var wg sync.WaitGroup
+	next := make(chan *v1alpha1.Proxy)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for px := range next {
+				if err := env.Client.Patch(ctx, px, unfinalize); err != nil && !apierrors.IsNotFound(err) {
+					b.Errorf("dropping the finalizers of %s/%s: %v", ns, px.Name, err)
 				}
 			}
-			return ready == n, fmt.Errorf("%d of %d Ready", ready, n)
-		})
-		all := time.Since(start)
-		f := benchFigures{seconds: all.Seconds(), requestsPerProxy: float64(requests.Load()+int64(n)) / float64(n)}
-		b.ReportMetric(created.Seconds(), "s-to-create-1000")
-		b.ReportMetric(all.Seconds(), "s-to-all-ready")
-		b.ReportMetric(float64(n)/all.Seconds(), "proxies/s")
-		b.ReportMetric(f.requestsPerProxy, "requests/proxy")
-		if kib, err := procStatusKiB("VmHWM"); err == nil {
-			f.rssMiB = float64(kib) / 1024
-			b.ReportMetric(f.rssMiB, "peak-RSS-MiB")
+		}()
+	}
+	for i := range list.Items {
+		next <- &list.Items[i]
+	}
+	close(next)
+	wg.Wait()
+	for _, obj := range []client.Object{&v1alpha1.ProxyPool{}, &v1alpha1.Proxy{}} {
+		if err := env.Client.DeleteAllOf(ctx, obj, client.InNamespace(ns)); err != nil {
+			b.Errorf("deleting the %T objects of %s: %v", obj, ns, err)
 		}
-		benchBare.Store(workers, f)
 	}
 }
 
@@ -140,6 +220,59 @@ func procStatusKiB(field string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/self/status has no %s line", field)
+}
+
+// cpuTime is the user and system CPU time used so far by this process and by its
+// running children, envtest's kube-apiserver and etcd: getrusage for this process,
+// /proc/<pid>/stat for the children (in USER_HZ ticks, 1/100 s on Linux). CPU time
+// moves far less with the machine's other load than wall time does.
+func cpuTime(b testing.TB) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatalf("getrusage: %v", err)
+	}
+	d := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatalf("listing /proc: %v", err)
+	}
+	self := strconv.Itoa(os.Getpid())
+	for _, de := range procs {
+		if c := de.Name()[0]; c < '0' || c > '9' {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + de.Name() + "/stat")
+		if err != nil {
+			continue // the process ended meanwhile
+		}
+		// pid (comm) state ppid ... utime stime: fields 4, 14 and 15, counted from 1.
+		f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+		if len(f) < 13 || f[1] != self {
+			continue
+		}
+		user, err1 := strconv.ParseInt(f[11], 10, 64)
+		sys, err2 := strconv.ParseInt(f[12], 10, 64)
+		if err1 != nil || err2 != nil {
+			b.Fatalf("/proc/%s/stat: utime %q, stime %q", de.Name(), f[11], f[12])
+		}
+		d += time.Duration(user+sys) * 10 * time.Millisecond
+	}
+	return d
+}
+
+// loadAverage is the machine's 1-minute load average (0 when /proc/loadavg is unreadable).
+func loadAverage() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 // countingConfig is cfg whose transport adds one to n for every request sent.
