@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -109,4 +111,37 @@ func testPoolMetrics(t *testing.T, env *testenv.Env) {
 	}
 	e.waitGauges("gauged", "the pool deleted", nil)
 	e.waitGauges("kept", "the other pool untouched", gauges(1, 1, 1, 1, 1, 1, 0))
+}
+
+// The gauges come from the counts and conditions the status computation produced, and
+// forgetting a pool removes its series alone (no envtest: the scope is built by hand).
+func TestPoolMetricsRecordedAndForgotten(t *testing.T) {
+	pool := func(name string) *v1alpha1.ProxyPool {
+		p := &v1alpha1.ProxyPool{}
+		p.Namespace, p.Name = "metrics-unit", name
+		return p
+	}
+	stuck := &poolScope{pool: pool("stuck"), replicas: 4, unavail: 1}
+	stuck.pool.Status.Conditions = []metav1.Condition{{Type: v1alpha1.PoolConditionProgressing,
+		Status: metav1.ConditionFalse, Reason: v1alpha1.PoolReasonProgressDeadlineExceeded}}
+	recordPoolMetrics(stuck, poolCounts{replicas: 5, ready: 3, available: 2, upToDate: 1})
+	done := &poolScope{pool: pool("done"), replicas: 2}
+	done.pool.Status.Conditions = []metav1.Condition{{Type: v1alpha1.PoolConditionProgressing,
+		Status: metav1.ConditionFalse, Reason: v1alpha1.PoolReasonComplete}}
+	recordPoolMetrics(done, poolCounts{replicas: 2, ready: 2, available: 2, upToDate: 2})
+
+	if got, want := poolSeries(t, "metrics-unit", "stuck"), gauges(4, 5, 3, 2, 1, 3, 1); !maps.Equal(got, want) {
+		t.Errorf("stalled pool: gauges %v, want %v", got, want)
+	}
+	if got, want := poolSeries(t, "metrics-unit", "done"), gauges(2, 2, 2, 2, 2, 2, 0); !maps.Equal(got, want) {
+		t.Errorf("complete pool: gauges %v, want %v", got, want)
+	}
+	forgetPoolMetrics(types.NamespacedName{Namespace: "metrics-unit", Name: "stuck"})
+	if got := poolSeries(t, "metrics-unit", "stuck"); len(got) != 0 {
+		t.Errorf("series left after the pool went: %v", got)
+	}
+	if got := poolSeries(t, "metrics-unit", "done"); len(got) != len(poolGaugeNames) {
+		t.Errorf("the other pool's series: %v, want all %d", got, len(poolGaugeNames))
+	}
+	forgetPoolMetrics(types.NamespacedName{Namespace: "metrics-unit", Name: "done"})
 }
