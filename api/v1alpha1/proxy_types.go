@@ -296,6 +296,44 @@ type ProxyStatus struct {
 	// ConsecutiveProbeFailures counts failed probes since the last success.
 	// +optional
 	ConsecutiveProbeFailures int32 `json:"consecutiveProbeFailures,omitempty"`
+	// Cooldowns are the sites crawlers reported this proxy banned or throttled on
+	// (POST /v1/feedback), one entry per site, at most 100, the soonest-expiring dropped
+	// first. Discovery leaves the proxy out of ?domain= answers for a site while its
+	// entry's until is in the future. Written under the proxy-feedback field manager.
+	// +listType=map
+	// +listMapKey=site
+	// +kubebuilder:validation:MaxItems=100
+	// +optional
+	Cooldowns []ProxyCooldown `json:"cooldowns,omitempty"`
+}
+
+// CooldownOutcome is the last outcome that shaped a cooldown.
+// +kubebuilder:validation:Enum=banned;throttled
+type CooldownOutcome string
+
+// The outcomes a cooldown records.
+const (
+	CooldownBanned    CooldownOutcome = "banned"
+	CooldownThrottled CooldownOutcome = "throttled"
+)
+
+// ProxyCooldown is a proxy's ban record for one site.
+type ProxyCooldown struct {
+	// Site is the registrable domain (eTLD+1 by the public suffix list), such as
+	// example.co.uk for shop.example.co.uk.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Site string `json:"site"`
+	// Until is when the cooldown ends; after it the entry is kept only to remember the
+	// ban streak.
+	Until metav1.Time `json:"until"`
+	// Bans is the streak of bans of this proxy on this site: each ban reported after the
+	// previous cooldown ended doubles the next cooldown; an ok report after a cooldown
+	// ends resets it.
+	// +optional
+	Bans int32 `json:"bans,omitempty"`
+	// LastOutcome is the outcome of the last report that changed the entry.
+	LastOutcome CooldownOutcome `json:"lastOutcome"`
 }
 
 // Proxy is one egress HTTP proxy.

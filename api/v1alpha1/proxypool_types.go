@@ -206,6 +206,31 @@ type ProxyPoolSpec struct {
 	// selector-less Service the pool owns.
 	// +optional
 	Service *PoolService `json:"service,omitempty"`
+	// Bans tunes how the children cool down after crawlers report bans (POST
+	// /v1/feedback). Unset fields take the manager's flags.
+	// +optional
+	Bans *PoolBans `json:"bans,omitempty"`
+}
+
+// PoolBans tunes the cooldowns of a pool's children and discovery's guard against
+// handing the last few of them to a site that bans the rest.
+type PoolBans struct {
+	// CooldownSeconds is a first ban's cooldown; each further ban of the same proxy on
+	// the same site doubles it, up to MaxCooldownSeconds. Default: --ban-cooldown (5m).
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	CooldownSeconds *int32 `json:"cooldownSeconds,omitempty"`
+	// MaxCooldownSeconds caps the doubling. Default: --ban-max-cooldown (24h).
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxCooldownSeconds *int32 `json:"maxCooldownSeconds,omitempty"`
+	// MaxCoolingPercent: when more than this share of the children matching a discovery
+	// request with ?pool= and ?domain= are cooling for that site, the answer is 503 with
+	// Retry-After rather than the last few proxies. Default: --ban-max-cooling-percent (50).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MaxCoolingPercent *int32 `json:"maxCoolingPercent,omitempty"`
 }
 
 // ProxyPoolStatus is what the controller observed.

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
@@ -69,12 +71,24 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	if err != nil {
 		return err
 	}
+	if h.BanMaxCoolingPercent < 0 || h.BanMaxCoolingPercent > 100 {
+		return fmt.Errorf("--ban-max-cooling-percent %d: give 0 to 100", h.BanMaxCoolingPercent)
+	}
+	// Every replica takes feedback and writes it into the Proxies' status.cooldowns.
+	feedback := &bans.Recorder{Client: mgr.GetClient(), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Policy: bans.Policy{Cooldown: h.BanCooldown, MaxCooldown: h.BanMaxCooldown}, Log: ctrl.Log.WithName("feedback")}
+	if err := mgr.Add(feedback); err != nil {
+		return fmt.Errorf("adding the feedback recorder: %w", err)
+	}
 	srv, err := discovery.New(src, discovery.Options{
-		Addr:        h.DiscoveryBindAddress,
-		TokenFile:   h.DiscoveryTokenFile,
-		Credentials: creds,
-		TLS:         tlsConfig,
-		Log:         ctrl.Log.WithName("discovery"),
+		Addr:              h.DiscoveryBindAddress,
+		TokenFile:         h.DiscoveryTokenFile,
+		Credentials:       creds,
+		TLS:               tlsConfig,
+		Feedback:          feedback,
+		MaxCoolingPercent: h.BanMaxCoolingPercent,
+		PoolBans:          poolBans(mgr.GetClient()),
+		Log:               ctrl.Log.WithName("discovery"),
 	})
 	if err != nil {
 		return err
@@ -100,4 +114,16 @@ func discoveryTLS(mgr ctrl.Manager, dir string) (*tls.Config, error) {
 		return nil, fmt.Errorf("adding the discovery certificate watcher: %w", err)
 	}
 	return &tls.Config{GetCertificate: w.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}, nil
+}
+
+// poolBans reads a pool's spec.bans from the cache; nil when the pool or its spec.bans
+// does not exist.
+func poolBans(c client.Reader) func(context.Context, types.NamespacedName) *v1alpha1.PoolBans {
+	return func(ctx context.Context, key types.NamespacedName) *v1alpha1.PoolBans {
+		pool := &v1alpha1.ProxyPool{}
+		if err := c.Get(ctx, key, pool); err != nil {
+			return nil
+		}
+		return pool.Spec.Bans
+	}
 }

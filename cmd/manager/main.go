@@ -26,6 +26,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -67,6 +68,9 @@ type healthOptions struct {
 	DiscoveryTokenFile    string
 	DiscoveryCertDir      string
 	BootPollInterval      time.Duration // the reconciler's Get of a booting instance, the engine's probes until Ready
+	// The cooldowns of standalone Proxies and the defaults of pools' spec.bans.
+	BanCooldown, BanMaxCooldown time.Duration
+	BanMaxCoolingPercent        int
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -91,6 +95,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.health.DiscoveryBindAddress, "discovery-bind-address", ":8082", "Address of the discovery API (0 disables it).")
 	fs.StringVar(&o.health.DiscoveryTokenFile, "discovery-token-file", "", "File holding the bearer token the discovery API requires (re-read every 30s); empty: no auth.")
 	fs.StringVar(&o.health.DiscoveryCertDir, "discovery-cert-dir", "", "Directory holding tls.crt and tls.key: the discovery API serves HTTPS with them, reloaded when they change; empty: plain HTTP.")
+	fs.DurationVar(&o.health.BanCooldown, "ban-cooldown", bans.DefaultCooldown, "How long a proxy reported banned on a site is left out of ?domain= answers for that site; each further ban of the pair doubles it. A pool's spec.bans.cooldownSeconds overrides it.")
+	fs.DurationVar(&o.health.BanMaxCooldown, "ban-max-cooldown", bans.DefaultMaxCooldown, "The longest ban cooldown the doubling reaches. A pool's spec.bans.maxCooldownSeconds overrides it.")
+	fs.IntVar(&o.health.BanMaxCoolingPercent, "ban-max-cooling-percent", bans.DefaultMaxCoolingPercent, "A ?domain= request is answered 503 with Retry-After when more than this percentage of the proxies it matches are cooling for its site. A pool's spec.bans.maxCoolingPercent overrides it for requests naming the pool.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (0 disables it).")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the API server authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview); false: plain HTTP to anyone.")
 	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint; empty: a self-signed certificate made at start.")

@@ -102,7 +102,7 @@ func sameEntry(a, b *v1alpha1.Proxy) bool {
 	return ea.Name == eb.Name && ea.Namespace == eb.Namespace && ea.URL == eb.URL && ea.Mode == eb.Mode &&
 		ea.Provider == eb.Provider && ea.Region == eb.Region && ea.Zone == eb.Zone && ea.Pool == eb.Pool &&
 		ea.Healthy == eb.Healthy && ea.EgressIP == eb.EgressIP && maps.Equal(ea.Labels, eb.Labels) &&
-		equality.Semantic.DeepEqual(ea.auth, eb.auth)
+		equality.Semantic.DeepEqual(ea.auth, eb.auth) && equality.Semantic.DeepEqual(ea.cooldowns, eb.cooldowns)
 }
 
 // EntryFor is how a Proxy appears in the API; ok is false for a Proxy without an address.
@@ -127,6 +127,7 @@ func EntryFor(px *v1alpha1.Proxy) (Entry, bool) {
 	}
 	return Entry{
 		auth:      authOf(px),
+		cooldowns: cooldownsOf(px),
 		Name:      px.Name,
 		Namespace: px.Namespace,
 		URL:       "http://" + net.JoinHostPort(st.IP, strconv.Itoa(int(port))),

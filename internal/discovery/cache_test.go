@@ -149,7 +149,7 @@ func TestCacheSource(t *testing.T) {
 // Only changes the API shows rebuild the snapshot: the health engine's per-round writes
 // (lastProbeTime, latency, the condition's message) do not.
 func TestSameEntry(t *testing.T) {
-	if n := reflect.TypeOf(Entry{}).NumField(); n != 12 {
+	if n := reflect.TypeOf(Entry{}).NumField(); n != 13 {
 		t.Fatalf("Entry has %d fields; compare the new ones in sameEntry and count them here", n)
 	}
 	base := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "p", Labels: map[string]string{"a": "b"}},
@@ -176,6 +176,9 @@ func TestSameEntry(t *testing.T) {
 			p.Spec.Proxy = &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"10.0.0.0/8"}}
 		}, true},
 		"basic auth": {func(p *v1alpha1.Proxy) { p.Spec.Proxy = &v1alpha1.ProxyConfig{BasicAuth: authRef("auth-a")} }, false},
+		"cooldowns": {func(p *v1alpha1.Proxy) {
+			p.Status.Cooldowns = []v1alpha1.ProxyCooldown{{Site: "example.com", Until: now, LastOutcome: v1alpha1.CooldownBanned}}
+		}, false},
 	} {
 		changed := base.DeepCopy()
 		tc.change(changed)

@@ -22,7 +22,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) *Snapshot {
 // list serves GET /v1/proxies.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	req, aerr := parseQuery(r.URL.Query(), paramNamespace, paramProvider, paramZone, paramRegion,
-		paramLabelSelector, paramHealthy, paramFormat, paramCredentials, paramPool)
+		paramLabelSelector, paramHealthy, paramFormat, paramCredentials, paramPool, paramDomain)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -32,7 +32,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	snap := s.snapshot(w, r)
-	if snap == nil {
+	if snap == nil || s.guardSaturation(w, r, snap, &req.filter, endpointList) {
 		return
 	}
 	if req.credentials {
@@ -62,7 +62,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 // key while it stays healthy.
 func (s *Server) pick(w http.ResponseWriter, r *http.Request) {
 	req, aerr := parseQuery(r.URL.Query(), paramKey, paramNamespace, paramProvider, paramZone, paramRegion,
-		paramLabelSelector, paramFormat, paramCredentials, paramPool)
+		paramLabelSelector, paramFormat, paramCredentials, paramPool, paramDomain)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -72,11 +72,14 @@ func (s *Server) pick(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.key == "" {
-		writeError(w, badParam(paramKey, "missing required parameter key (the session key to pick a proxy for)"))
+		req.key = req.filter.site // a crawl of one site sticks to one proxy while it can
+	}
+	if req.key == "" {
+		writeError(w, badParam(paramKey, "missing required parameter key (the session key to pick a proxy for; or domain, whose site is then the key)"))
 		return
 	}
 	snap := s.snapshot(w, r)
-	if snap == nil {
+	if snap == nil || s.guardSaturation(w, r, snap, &req.filter, endpointPick) {
 		return
 	}
 	if req.credentials {

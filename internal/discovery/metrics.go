@@ -18,6 +18,19 @@ var credentialsUnavailable = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Proxies left out of ?credentials=true answers because their credentials could not be read, by endpoint (list or pick).",
 }, []string{"endpoint"})
 
+// feedbackReports counts the reports POST /v1/feedback took, by outcome, and those it
+// rejected (outcome "rejected").
+var feedbackReports = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "proxy_operator_feedback_reports_total",
+	Help: "Crawler reports taken by POST /v1/feedback, by outcome (banned, throttled, ok), and those rejected (outcome rejected).",
+}, []string{"outcome"})
+
+// saturatedAnswers counts the 503 answers to ?domain= requests whose site was saturated.
+var saturatedAnswers = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "proxy_operator_discovery_saturated_total",
+	Help: "Answers 503 to ?domain= requests because more than the allowed share of the matching proxies were cooling for the site, by endpoint (list or pick).",
+}, []string{"endpoint"})
+
 func init() {
-	metrics.Registry.MustRegister(credentialsUnavailable)
+	metrics.Registry.MustRegister(credentialsUnavailable, feedbackReports, saturatedAnswers)
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 )
 
 // Query parameters. Every endpoint rejects a parameter it does not know, so a typo
@@ -21,6 +23,7 @@ const (
 	paramKey           = "key"
 	paramCredentials   = "credentials"
 	paramPool          = "pool"
+	paramDomain        = "domain"
 )
 
 const (
@@ -67,6 +70,13 @@ func parseQuery(q url.Values, allowed ...string) (*request, *apiError) {
 		if !sel.Empty() {
 			r.filter.selector = sel
 		}
+	}
+	if d := q.Get(paramDomain); d != "" {
+		site, err := bans.Site(d)
+		if err != nil {
+			return nil, badParam(paramDomain, err.Error())
+		}
+		r.filter.site = site
 	}
 	switch h := q.Get(paramHealthy); h {
 	case "", "true":

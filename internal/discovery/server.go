@@ -14,6 +14,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
@@ -38,7 +42,16 @@ type Options struct {
 	// TLS, when set, makes the server speak HTTPS with it (its GetCertificate may hand out
 	// a certificate reloaded from disk); nil: plain HTTP.
 	TLS *tls.Config
-	Log logr.Logger
+	// Feedback takes the reports of POST /v1/feedback; nil: the endpoint answers 503.
+	Feedback FeedbackSink
+	// MaxCoolingPercent is the saturation threshold of ?domain= requests (default 50);
+	// PoolBans, when set, looks up a pool's spec.bans, whose maxCoolingPercent applies to
+	// requests naming that pool.
+	MaxCoolingPercent int
+	PoolBans          func(ctx context.Context, pool types.NamespacedName) *v1alpha1.PoolBans
+	// Clock is what ?domain= compares cooldowns with (default: the real clock).
+	Clock clock.PassiveClock
+	Log   logr.Logger
 }
 
 // Server is the discovery API. It is a manager Runnable that runs on every replica.
@@ -56,6 +69,9 @@ func New(src Source, opts Options) (*Server, error) {
 	if opts.TokenReload <= 0 {
 		opts.TokenReload = 30 * time.Second
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	s := &Server{src: src, opts: opts, mux: http.NewServeMux()}
 	if opts.TokenFile != "" {
 		a, err := newTokenAuth(opts.TokenFile)
@@ -72,17 +88,22 @@ func New(src Source, opts Options) (*Server, error) {
 	}
 	s.mux.Handle("/v1/proxies", s.protect(http.HandlerFunc(s.list)))
 	s.mux.Handle("/v1/proxies/pick", s.protect(http.HandlerFunc(s.pick)))
+	s.mux.Handle("/v1/feedback", s.authenticate(http.HandlerFunc(s.feedback)))
 	// whoami reveals only the caller's own address, and the probe going through a proxy
 	// carries no credentials, so it stays open.
 	s.mux.HandleFunc("/v1/whoami", whoami)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no such endpoint %s; see /v1/proxies, /v1/proxies/pick and /v1/whoami", r.URL.Path)})
+		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no such endpoint %s; see /v1/proxies, /v1/proxies/pick, /v1/feedback and /v1/whoami", r.URL.Path)})
 	})
 	return s, nil
 }
 
 func (s *Server) protect(h http.Handler) http.Handler {
-	h = onlyGet(h)
+	return s.authenticate(onlyGet(h))
+}
+
+// authenticate puts h behind the bearer token, when the server has one.
+func (s *Server) authenticate(h http.Handler) http.Handler {
 	if s.auth == nil {
 		return h
 	}

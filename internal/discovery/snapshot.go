@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strconv"
+	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -28,6 +29,8 @@ type Entry struct {
 	// spec.proxy.basicAuth, status.credentialsSecret), nil when its proxy demands no
 	// credentials; never served.
 	auth *v1alpha1.Proxy
+	// cooldowns is status.cooldowns, for ?domain=; never served.
+	cooldowns []v1alpha1.ProxyCooldown
 }
 
 // item is an Entry with the per-request work done ahead of time: its JSON encoding,
@@ -46,6 +49,11 @@ type Snapshot struct {
 	items []item
 	// The bodies of the two most frequent requests (no filter, healthy only).
 	healthyJSON, healthyText []byte
+	// For feedback and ?domain= (feedback.go): items by namespace/name and by URL, the
+	// items with a cooldown by site, and the number of healthy items.
+	byName, byURL map[string]*item
+	bySite        map[string][]*item
+	healthy       int
 }
 
 // NewSnapshot builds a snapshot from entries; it takes ownership of the slice.
@@ -67,6 +75,7 @@ func NewSnapshot(entries []Entry) *Snapshot {
 	f := &filter{}
 	s.healthyJSON = s.appendJSON(nil, f)
 	s.healthyText = s.appendText(nil, f)
+	s.indexFeedback()
 	return s
 }
 
@@ -80,11 +89,14 @@ type filter struct {
 	selector                          labels.Selector // nil matches everything
 	anyHealth                         bool            // include unhealthy proxies
 	unhealthyOnly                     bool
+	// site, from ?domain=, leaves out the proxies cooling for it at now.
+	site string
+	now  time.Time
 }
 
 func (f *filter) empty() bool {
 	return f.namespace == "" && f.provider == "" && f.zone == "" && f.region == "" && f.pool == "" &&
-		f.selector == nil && !f.anyHealth && !f.unhealthyOnly
+		f.selector == nil && !f.anyHealth && !f.unhealthyOnly && f.site == ""
 }
 
 func (f *filter) match(it *item) bool {
@@ -95,7 +107,8 @@ func (f *filter) match(it *item) bool {
 		f.provider != "" && f.provider != it.Provider,
 		f.zone != "" && f.zone != it.Zone,
 		f.region != "" && f.region != it.Region,
-		f.pool != "" && f.pool != it.Pool:
+		f.pool != "" && f.pool != it.Pool,
+		f.site != "" && it.coolingFor(f.site, f.now):
 		return false
 	}
 	return f.selector == nil || f.selector.Matches(labels.Set(it.Labels))

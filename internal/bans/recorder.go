@@ -1,0 +1,265 @@
+package bans
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// FieldManager owns status.cooldowns of every Proxy, and nothing else.
+const FieldManager = "proxy-feedback"
+
+// DefaultWriteInterval is the least time between two status writes of one Proxy.
+const DefaultWriteInterval = time.Second
+
+// conflictRetries bounds the writes of one flush of one Proxy that another replica's
+// write (or any other status write) beat.
+const conflictRetries = 5
+
+// Recorder takes crawler reports on every replica and writes them into the Proxies'
+// status.cooldowns, at most once per Proxy per WriteInterval: the reports that arrive
+// meanwhile are applied together in the next write. Each write applies only
+// status.cooldowns, by server-side apply under FieldManager, and carries the
+// resourceVersion it read, so two replicas writing the same Proxy never lose each
+// other's entries: the later one is refused, reads again and applies again.
+type Recorder struct {
+	// Client writes; Reader reads Proxies and ProxyPools (the manager's cache); APIReader
+	// reads a Proxy afresh after a conflict.
+	Client    client.Client
+	Reader    client.Reader
+	APIReader client.Reader
+	// Policy is the cooldown policy of standalone Proxies and the default of pools'.
+	Policy Policy
+	// WriteInterval defaults to DefaultWriteInterval.
+	WriteInterval time.Duration
+	Clock         clock.Clock // default: the real clock
+	Log           logr.Logger
+
+	mu      sync.Mutex
+	pending map[types.NamespacedName][]timedReport
+	last    map[types.NamespacedName]time.Time // last write
+	wake    chan struct{}
+	writes  int64
+}
+
+type timedReport struct {
+	Report
+	at time.Time
+}
+
+func (r *Recorder) init() {
+	if r.pending == nil {
+		r.pending = map[types.NamespacedName][]timedReport{}
+		r.last = map[types.NamespacedName]time.Time{}
+		r.wake = make(chan struct{}, 1)
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.WriteInterval <= 0 {
+		r.WriteInterval = DefaultWriteInterval
+	}
+}
+
+// Add queues a report about the Proxy key, taken now; the next flush writes it.
+func (r *Recorder) Add(key types.NamespacedName, rep Report) {
+	r.mu.Lock()
+	r.init()
+	r.pending[key] = append(r.pending[key], timedReport{Report: rep, at: r.Clock.Now()})
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Writes is how many status writes the recorder made.
+func (r *Recorder) Writes() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.writes
+}
+
+// NeedLeaderElection is false: every replica takes reports.
+func (r *Recorder) NeedLeaderElection() bool { return false }
+
+// Start flushes until ctx ends, then once more so that what was accepted is written.
+func (r *Recorder) Start(ctx context.Context) error {
+	r.mu.Lock()
+	r.init()
+	r.mu.Unlock()
+	for {
+		next := r.Flush(ctx)
+		var timer <-chan time.Time
+		if !next.IsZero() {
+			timer = r.Clock.After(next.Sub(r.Clock.Now()))
+		}
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			r.Flush(fctx)
+			cancel()
+			return nil
+		case <-r.wake:
+		case <-timer:
+		}
+	}
+}
+
+// Flush writes every Proxy with pending reports whose last write is at least
+// WriteInterval old, and returns when the next one is due (zero: nothing pending).
+// A write that fails keeps its reports for the next flush.
+func (r *Recorder) Flush(ctx context.Context) time.Time {
+	r.mu.Lock()
+	r.init()
+	now := r.Clock.Now()
+	due := map[types.NamespacedName][]timedReport{}
+	var next time.Time
+	for k, reps := range r.pending {
+		if at := r.last[k].Add(r.WriteInterval); at.After(now) {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+			continue
+		}
+		due[k] = reps
+		delete(r.pending, k)
+	}
+	for k, t := range r.last { // forget write times that no longer hold anything back
+		if now.Sub(t) >= r.WriteInterval {
+			if _, ok := r.pending[k]; !ok {
+				delete(r.last, k)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for k, reps := range due {
+		wrote, err := r.write(ctx, k, reps)
+		r.mu.Lock()
+		if wrote {
+			r.last[k] = r.Clock.Now()
+			r.writes++
+		}
+		if err != nil {
+			r.Log.Error(err, "writing the cooldowns of a proxy; keeping its reports for the next try", "proxy", k, "reports", len(reps))
+			r.pending[k] = append(reps, r.pending[k]...)
+			r.last[k] = r.Clock.Now() // try again after the interval, not in a busy loop
+		}
+		if _, ok := r.pending[k]; ok {
+			if at := r.last[k].Add(r.WriteInterval); next.IsZero() || at.Before(next) {
+				next = at
+			}
+		}
+		r.mu.Unlock()
+	}
+	return next
+}
+
+// write applies reps to the Proxy key's cooldowns and writes them when they changed.
+func (r *Recorder) write(ctx context.Context, key types.NamespacedName, reps []timedReport) (bool, error) {
+	px := &v1alpha1.Proxy{}
+	if err := r.Reader.Get(ctx, key, px); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil // gone: nothing to cool
+		}
+		return false, fmt.Errorf("reading proxy %s: %w", key, err)
+	}
+	policy, err := r.policyFor(ctx, px)
+	if err != nil {
+		return false, err
+	}
+	for attempt := 1; ; attempt++ {
+		cds, changed := px.Status.Cooldowns, false
+		for _, rep := range reps {
+			var c bool
+			cds, c = Apply(cds, rep.Report, rep.at, policy)
+			changed = changed || c
+		}
+		cds, pruned := Prune(cds, r.Clock.Now(), policy)
+		if !changed && !pruned {
+			return false, nil
+		}
+		err := r.apply(ctx, px, cds)
+		if err == nil {
+			return true, nil
+		}
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if !apierrors.IsConflict(err) || attempt == conflictRetries {
+			return false, fmt.Errorf("applying the cooldowns of proxy %s: %w", key, err)
+		}
+		px = &v1alpha1.Proxy{}
+		if err := r.APIReader.Get(ctx, key, px); err != nil {
+			return false, fmt.Errorf("re-reading proxy %s after a conflict: %w", key, err)
+		}
+	}
+}
+
+// apply writes cds as the Proxy's status.cooldowns, the only field FieldManager applies,
+// if px's resourceVersion is still current.
+func (r *Recorder) apply(ctx context.Context, px *v1alpha1.Proxy, cds []v1alpha1.ProxyCooldown) error {
+	status := map[string]any{}
+	if len(cds) > 0 {
+		list := make([]any, len(cds))
+		for i := range cds {
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&cds[i])
+			if err != nil {
+				return err
+			}
+			list[i] = m
+		}
+		status["cooldowns"] = list
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"status": status}}
+	u.SetAPIVersion(v1alpha1.GroupVersion.String())
+	u.SetKind("Proxy")
+	u.SetNamespace(px.Namespace)
+	u.SetName(px.Name)
+	u.SetResourceVersion(px.ResourceVersion)
+	return r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
+		client.FieldOwner(FieldManager), client.ForceOwnership)
+}
+
+// policyFor is the cooldown policy of px: its pool's spec.bans over the recorder's.
+func (r *Recorder) policyFor(ctx context.Context, px *v1alpha1.Proxy) (Policy, error) {
+	p := r.Policy
+	ref := metav1.GetControllerOfNoCopy(px)
+	if ref == nil || ref.Kind != "ProxyPool" || ref.APIVersion != v1alpha1.GroupVersion.String() {
+		return p, nil
+	}
+	pool := &v1alpha1.ProxyPool{}
+	if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: px.Namespace, Name: ref.Name}, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			return p, nil
+		}
+		return p, fmt.Errorf("reading proxypool %s/%s of proxy %s: %w", px.Namespace, ref.Name, px.Name, err)
+	}
+	return PoolPolicy(pool.Spec.Bans, p), nil
+}
+
+// PoolPolicy is def with the durations b sets.
+func PoolPolicy(b *v1alpha1.PoolBans, def Policy) Policy {
+	if b == nil {
+		return def
+	}
+	if b.CooldownSeconds != nil {
+		def.Cooldown = time.Duration(*b.CooldownSeconds) * time.Second
+	}
+	if b.MaxCooldownSeconds != nil {
+		def.MaxCooldown = time.Duration(*b.MaxCooldownSeconds) * time.Second
+	}
+	return def
+}

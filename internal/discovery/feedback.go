@@ -1,0 +1,286 @@
+package discovery
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
+)
+
+// Limits of POST /v1/feedback.
+const (
+	MaxFeedbackReports = 1000
+	MaxFeedbackBytes   = 1 << 20
+	// maxRetryAfterSeconds bounds a throttle: a day, as the longest ban cooldown.
+	maxRetryAfterSeconds = 86400
+)
+
+// FeedbackSink takes the reports the feedback endpoint accepted (bans.Recorder).
+type FeedbackSink interface {
+	Add(proxy types.NamespacedName, r bans.Report)
+}
+
+// feedbackBody is the request body of POST /v1/feedback.
+type feedbackBody struct {
+	Reports []feedbackReport `json:"reports"`
+}
+
+type feedbackReport struct {
+	// Proxy is the URL discovery handed out (with or without credentials) or
+	// namespace/name.
+	Proxy             string   `json:"proxy"`
+	Domain            string   `json:"domain"`
+	Outcome           string   `json:"outcome"`
+	RetryAfterSeconds *float64 `json:"retryAfterSeconds,omitempty"`
+}
+
+// feedbackAnswer is the answer to a well-formed body.
+type feedbackAnswer struct {
+	Accepted int                `json:"accepted"`
+	Rejected []feedbackRejected `json:"rejected"`
+}
+
+type feedbackRejected struct {
+	Index int    `json:"index"`
+	Proxy string `json:"proxy"`
+	Error string `json:"error"`
+}
+
+// feedback serves POST /v1/feedback: crawler reports of bans, throttles and successes
+// per proxy and domain. Each report stands alone: the good ones are taken, each bad one
+// is answered with its index and why; only a body that is not a list of reports at all
+// is refused whole (400, or 413 when it is too large).
+func (s *Server) feedback(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeError(w, &apiError{status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("method %s not allowed; use POST with a JSON body {\"reports\":[...]}", r.Method)})
+		return
+	}
+	if len(r.URL.RawQuery) > 0 {
+		writeError(w, &apiError{status: http.StatusBadRequest, Message: "/v1/feedback takes no query parameters; the reports go in the JSON body"})
+		return
+	}
+	if s.opts.Feedback == nil {
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, Message: "this server does not take feedback"})
+		return
+	}
+	body, aerr := decodeFeedback(w, r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	snap := s.snapshot(w, r)
+	if snap == nil {
+		return
+	}
+	ans := feedbackAnswer{Rejected: []feedbackRejected{}}
+	for i := range body.Reports {
+		rep := &body.Reports[i]
+		key, br, err := snap.resolveReport(rep)
+		if err != nil {
+			ans.Rejected = append(ans.Rejected, feedbackRejected{Index: i, Proxy: rep.Proxy, Error: err.Error()})
+			feedbackReports.WithLabelValues("rejected").Inc()
+			continue
+		}
+		s.opts.Feedback.Add(key, br)
+		feedbackReports.WithLabelValues(string(br.Outcome)).Inc()
+		ans.Accepted++
+	}
+	b, _ := json.Marshal(ans) // ints and strings cannot fail
+	writeBody(w, "application/json", append(b, '\n'))
+}
+
+// decodeFeedback reads and checks the body as a whole.
+func decodeFeedback(w http.ResponseWriter, r *http.Request) (*feedbackBody, *apiError) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxFeedbackBytes))
+	dec.DisallowUnknownFields()
+	var body feedbackBody
+	err := dec.Decode(&body)
+	if err == nil && dec.More() {
+		err = errors.New("more than one JSON value")
+	} else if err == nil {
+		if _, e := dec.Token(); !errors.Is(e, io.EOF) {
+			err = errors.New("data after the JSON object")
+		}
+	}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, &apiError{status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the feedback body is larger than %d bytes; send at most %d reports per request", MaxFeedbackBytes, MaxFeedbackReports)}
+	case errors.Is(err, io.EOF):
+		return nil, &apiError{status: http.StatusBadRequest, Message: `the feedback body is empty; send {"reports":[{"proxy":...,"domain":...,"outcome":...}]}`}
+	case err != nil:
+		return nil, &apiError{status: http.StatusBadRequest, Message: "the feedback body is not a JSON object {\"reports\":[...]}: " + err.Error()}
+	case len(body.Reports) == 0:
+		return nil, &apiError{status: http.StatusBadRequest, Message: `the feedback body has no reports; send {"reports":[{"proxy":...,"domain":...,"outcome":...}]}`}
+	case len(body.Reports) > MaxFeedbackReports:
+		return nil, &apiError{status: http.StatusBadRequest, Message: fmt.Sprintf("the feedback body has %d reports; send at most %d per request", len(body.Reports), MaxFeedbackReports)}
+	}
+	return &body, nil
+}
+
+// resolveReport checks one report and finds its proxy in the snapshot.
+func (s *Snapshot) resolveReport(rep *feedbackReport) (types.NamespacedName, bans.Report, error) {
+	var none types.NamespacedName
+	it := s.proxyByRef(rep.Proxy)
+	if it == nil {
+		return none, bans.Report{}, fmt.Errorf("unknown proxy %q: give the URL discovery handed out or namespace/name of a published proxy", rep.Proxy)
+	}
+	site, err := bans.Site(rep.Domain)
+	if err != nil {
+		return none, bans.Report{}, fmt.Errorf("domain: %w", err)
+	}
+	o, err := bans.ParseOutcome(rep.Outcome)
+	if err != nil {
+		return none, bans.Report{}, fmt.Errorf("outcome: %w", err)
+	}
+	br := bans.Report{Site: site, Outcome: o}
+	if ra := rep.RetryAfterSeconds; ra != nil {
+		if *ra < 0 || *ra > maxRetryAfterSeconds || math.IsNaN(*ra) {
+			return none, bans.Report{}, fmt.Errorf("retryAfterSeconds %v: give 0 to %d seconds", *ra, maxRetryAfterSeconds)
+		}
+		br.RetryAfter = time.Duration(*ra * float64(time.Second))
+	}
+	return types.NamespacedName{Namespace: it.Namespace, Name: it.Name}, br, nil
+}
+
+// proxyByRef finds a proxy by namespace/name or by its URL (any user:password@ in it
+// ignored).
+func (s *Snapshot) proxyByRef(ref string) *item {
+	if it := s.byName[ref]; it != nil {
+		return it
+	}
+	if u, err := url.Parse(ref); err == nil && u.Host != "" {
+		return s.byURL[strings.ToLower(u.Scheme)+"://"+strings.ToLower(u.Host)]
+	}
+	return nil
+}
+
+// coolingFor reports whether the item is cooling for site at now.
+func (it *item) coolingFor(site string, now time.Time) bool {
+	_, cooling := bans.CoolingUntil(it.cooldowns, site, now)
+	return cooling
+}
+
+// indexFeedback builds the look-ups feedback and ?domain= need: items by name and by URL,
+// and the items holding a cooldown, by site.
+func (s *Snapshot) indexFeedback() {
+	s.byName = make(map[string]*item, len(s.items))
+	s.byURL = make(map[string]*item, len(s.items))
+	s.bySite = map[string][]*item{}
+	for i := range s.items {
+		it := &s.items[i]
+		s.byName[it.Namespace+"/"+it.Name] = it
+		if _, ok := s.byURL[it.URL]; !ok {
+			s.byURL[it.URL] = it
+		}
+		for _, c := range it.cooldowns {
+			s.bySite[c.Site] = append(s.bySite[c.Site], it)
+		}
+		if !it.Healthy {
+			continue
+		}
+		s.healthy++
+	}
+}
+
+// saturation counts, for a request filtered by f with a ?domain=, the proxies it
+// matches whatever their cooldowns and those of them cooling for its site, with the
+// soonest end of those cooldowns.
+func (s *Snapshot) saturation(f *filter) (matched, cooling int, soonest time.Time) {
+	g := *f
+	g.site = ""
+	if g.empty() {
+		matched = s.healthy
+	} else {
+		for i := range s.items {
+			if g.match(&s.items[i]) {
+				matched++
+			}
+		}
+	}
+	for _, it := range s.bySite[f.site] {
+		until, cool := bans.CoolingUntil(it.cooldowns, f.site, f.now)
+		if !cool || !g.match(it) {
+			continue
+		}
+		cooling++
+		if soonest.IsZero() || until.Before(soonest) {
+			soonest = until
+		}
+	}
+	return matched, cooling, soonest
+}
+
+// guardSaturation stamps a ?domain= request's filter with the time its cooldowns are
+// judged at, and answers 503 with Retry-After, reporting true, when more than the allowed
+// share of the proxies matching the request are cooling for its site: handing the crawl
+// to the last few would only get them banned too.
+func (s *Server) guardSaturation(w http.ResponseWriter, r *http.Request, snap *Snapshot, f *filter, endpoint string) bool {
+	if f.site == "" {
+		return false
+	}
+	f.now = s.opts.Clock.Now()
+	matched, cooling, soonest := snap.saturation(f)
+	if cooling == 0 {
+		return false
+	}
+	pct := s.maxCoolingPercent(r, snap, f)
+	if cooling*100 <= pct*matched && cooling < matched {
+		return false
+	}
+	saturatedAnswers.WithLabelValues(endpoint).Inc()
+	retry := max(1, int(math.Ceil(soonest.Sub(f.now).Seconds())))
+	w.Header().Set("Retry-After", strconv.Itoa(retry))
+	writeError(w, &apiError{status: http.StatusServiceUnavailable, Parameter: paramDomain,
+		Message: fmt.Sprintf("site %s is saturated: %d of the %d proxies matching the request are cooling for it, more than %d%%; retry in %ds, when the first cooldown ends",
+			f.site, cooling, matched, pct, retry)})
+	return true
+}
+
+// maxCoolingPercent is the saturation threshold of a request: that of the pool it names
+// with ?pool= (looked up in ?namespace=, or the namespace of the first proxy it matches),
+// else the server's.
+func (s *Server) maxCoolingPercent(r *http.Request, snap *Snapshot, f *filter) int {
+	pct := s.opts.MaxCoolingPercent
+	if pct <= 0 {
+		pct = bans.DefaultMaxCoolingPercent
+	}
+	if f.pool == "" || s.opts.PoolBans == nil {
+		return pct
+	}
+	ns := f.namespace
+	if ns == "" {
+		g := *f
+		g.site = ""
+		for i := range snap.items {
+			if g.match(&snap.items[i]) {
+				ns = snap.items[i].Namespace
+				break
+			}
+		}
+	}
+	if b := s.opts.PoolBans(r.Context(), types.NamespacedName{Namespace: ns, Name: f.pool}); b != nil && b.MaxCoolingPercent != nil {
+		return int(*b.MaxCoolingPercent)
+	}
+	return pct
+}
+
+// cooldownsOf is what discovery keeps of a Proxy's cooldowns.
+func cooldownsOf(px *v1alpha1.Proxy) []v1alpha1.ProxyCooldown {
+	if len(px.Status.Cooldowns) == 0 {
+		return nil
+	}
+	return append([]v1alpha1.ProxyCooldown(nil), px.Status.Cooldowns...)
+}
