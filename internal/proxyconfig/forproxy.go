@@ -14,6 +14,9 @@ type Rendered struct {
 	UserData []byte
 	// HashInput goes into the spec hash; see SpecHashInput.
 	HashInput string
+	// WireGuard is the tunnel configuration rendered in, or nil. It holds the private
+	// key: never log it.
+	WireGuard *WireGuard
 }
 
 // ForProxy renders px's user-data, reading its credentials with creds (which may be nil
@@ -62,5 +65,5 @@ func ForProxyWith(ctx context.Context, px *v1alpha1.Proxy, creds CredentialsFunc
 	if err != nil {
 		return Rendered{}, err
 	}
-	return Rendered{UserData: doc, HashInput: in}, nil
+	return Rendered{UserData: doc, HashInput: in, WireGuard: cfg.WireGuard}, nil
 }
