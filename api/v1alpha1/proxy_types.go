@@ -105,10 +105,6 @@ const (
 	// Secret and the key or line. The Proxy waits for the Secret, like
 	// CredentialsUnavailable.
 	ReasonEgressUnavailable = "EgressUnavailable"
-	// ReasonEgressMismatch (Healthy=False): the probe target saw the proxy leave from
-	// another address than the egressIP its WireGuard Secret states; the proxy is not
-	// handed out.
-	ReasonEgressMismatch = "EgressMismatch"
 )
 
 // Event reasons on a Proxy that are no condition reason.
@@ -179,22 +175,21 @@ type WireGuardSecretRef struct {
 	// egress.hrajfrisbee.cz/proxy-credentials: "true", with the key "wg0.conf" (one
 	// configuration in wg-quick form: an [Interface] with PrivateKey and Address, one
 	// [Peer] with PublicKey, Endpoint and AllowedIPs 0.0.0.0/0, ::/0) and optionally
-	// "egressIP" (the exit's public address as the VPN provider states it, which the
-	// health probe then verifies).
+	// "egressIP" (the exit's public address as the VPN provider states it; checked to be
+	// an IP address and covered by the spec hash).
 	// +required
 	Name SecretName `json:"name"`
 }
 
 // ProxyWireGuard says which WireGuard configuration the proxy's outbound traffic leaves
 // through. Set at most one of secretRef (by hand) and assignedSecretRef (by a pool).
-// +kubebuilder:validation:XValidation:rule="!(has(self.secretRef) && has(self.assignedSecretRef))",message="spec.proxy.egress.wireguard: secretRef (set by hand) and assignedSecretRef (set by the Proxy's ProxyPool from its spec.egress.wireguard.secretSelector) are both set; a proxy uses one WireGuard configuration: remove secretRef from the pool's template, or the selector from the pool"
+// +kubebuilder:validation:XValidation:rule="!(has(self.secretRef) && has(self.assignedSecretRef))",message="spec.proxy.egress.wireguard: secretRef (set by hand) and assignedSecretRef (an assigned configuration) are both set; a proxy uses one WireGuard configuration: remove one of them"
 type ProxyWireGuard struct {
 	// SecretRef names the WireGuard Secret, set by hand.
 	// +optional
 	SecretRef *WireGuardSecretRef `json:"secretRef,omitempty"`
-	// AssignedSecretRef names the WireGuard Secret the Proxy's ProxyPool assigned it
-	// from the pool's spec.egress.wireguard.secretSelector: one no other live child of
-	// the pool holds. Written by the pool when it creates the child.
+	// AssignedSecretRef names a WireGuard Secret assigned to the Proxy rather than chosen
+	// by hand (for a controller that hands out exits); it is read exactly like secretRef.
 	// +optional
 	AssignedSecretRef *WireGuardSecretRef `json:"assignedSecretRef,omitempty"`
 }

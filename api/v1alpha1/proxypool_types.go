@@ -31,13 +31,6 @@ const (
 	// PoolConditionPlacementValid is False when the template or a spread entry names a
 	// provider or zone the providers config lacks.
 	PoolConditionPlacementValid = "PlacementValid"
-	// PoolConditionEgressExhausted is True when spec.egress.wireguard.secretSelector
-	// matches fewer usable WireGuard configurations than the pool needs (one per child,
-	// surge successors included): the pool never gives two children one configuration,
-	// so it makes fewer children, or replaces them delete-first as far as maxUnavailable
-	// allows, until more matching Secrets appear. The message names how many it has and
-	// needs.
-	PoolConditionEgressExhausted = "EgressExhausted"
 )
 
 // Condition reasons on a ProxyPool.
@@ -62,9 +55,6 @@ const (
 	PoolReasonPlacementValid         = "Valid"
 	PoolReasonUnknownProvider        = "UnknownProvider"
 	PoolReasonUnknownZone            = "UnknownZone"
-	// EgressExhausted reasons.
-	PoolReasonNotEnoughConfigs = "NotEnoughConfigs"
-	PoolReasonEnoughConfigs    = "EnoughConfigs"
 )
 
 // PoolDeletionOrder says which children go first when a pool has more than it needs.
@@ -174,28 +164,10 @@ type PoolService struct {
 	Name string `json:"name"`
 }
 
-// PoolWireGuard selects the WireGuard configurations a pool hands out.
-type PoolWireGuard struct {
-	// SecretSelector selects, among the Secrets of the pool's namespace labelled
-	// egress.hrajfrisbee.cz/proxy-credentials: "true", those holding one WireGuard
-	// configuration each (as spec.proxy.egress.wireguard.secretRef describes). Each child
-	// is given one no other live child holds (spec.proxy.egress.wireguard.assignedSecretRef).
-	// +required
-	SecretSelector metav1.LabelSelector `json:"secretSelector"`
-}
-
-// PoolEgress says how the pool's children leave the guest.
-type PoolEgress struct {
-	// WireGuard hands each child its own WireGuard exit.
-	// +optional
-	WireGuard *PoolWireGuard `json:"wireguard,omitempty"`
-}
-
 // ProxyPoolSpec is what the user asks for.
 // +kubebuilder:validation:XValidation:rule="!((type(self.strategy.rollingUpdate.maxSurge) == int ? self.strategy.rollingUpdate.maxSurge == 0 : self.strategy.rollingUpdate.maxSurge == '0%') && (type(self.strategy.rollingUpdate.maxUnavailable) == int ? self.strategy.rollingUpdate.maxUnavailable == 0 : self.strategy.rollingUpdate.maxUnavailable == '0%'))",message="spec.strategy.rollingUpdate: maxSurge and maxUnavailable cannot both be 0: nothing could ever be replaced"
 // +kubebuilder:validation:XValidation:rule="(has(self.template.spec.provider) && size(self.template.spec.provider) > 0) || (has(self.spread) && size(self.spread) > 0 && self.spread.all(e, has(e.provider) && size(e.provider) > 0))",message="spec.template.spec.provider is required unless every spread entry sets a provider"
-// +kubebuilder:validation:XValidation:rule="!has(self.template.spec.proxy) || !has(self.template.spec.proxy.egress) || !has(self.template.spec.proxy.egress.wireguard)",fieldPath=".template.spec.proxy.egress.wireguard",message="is set by hand: every child would use the same WireGuard configuration, and two peers with one key break each other's tunnel; select the configurations with spec.egress.wireguard.secretSelector instead, and the pool gives each child its own (spec.proxy.egress.wireguard.assignedSecretRef)"
-// +kubebuilder:validation:XValidation:rule="!has(self.egress) || !has(self.egress.wireguard) || has(self.template.spec.proxy)",message="spec.egress.wireguard needs spec.template.spec.proxy: the tunnel is part of the proxy configuration the operator renders"
+// +kubebuilder:validation:XValidation:rule="!has(self.template.spec.proxy) || !has(self.template.spec.proxy.egress) || !has(self.template.spec.proxy.egress.wireguard)",fieldPath=".template.spec.proxy.egress.wireguard",message="is set: every child would use the same WireGuard configuration, and two peers with one key break each other's tunnel; give each standalone Proxy a Secret of its own instead"
 type ProxyPoolSpec struct {
 	// Replicas is how many child Proxies the pool keeps.
 	// +kubebuilder:default=1
@@ -235,10 +207,6 @@ type ProxyPoolSpec struct {
 	// selector-less Service the pool owns.
 	// +optional
 	Service *PoolService `json:"service,omitempty"`
-	// Egress gives each child its own way out (spec.egress.wireguard: a WireGuard
-	// configuration per child, from a selector over Secrets).
-	// +optional
-	Egress *PoolEgress `json:"egress,omitempty"`
 }
 
 // ProxyPoolStatus is what the controller observed.
@@ -269,8 +237,7 @@ type ProxyPoolStatus struct {
 	// complete.
 	// +optional
 	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
-	// Conditions: Available, Progressing, PlacementValid and, with spec.egress.wireguard,
-	// EgressExhausted.
+	// Conditions: Available, Progressing and PlacementValid.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

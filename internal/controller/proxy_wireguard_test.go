@@ -128,7 +128,7 @@ func TestProxyWireGuardBothRefused(t *testing.T) {
 	px := e.wgProxy("both", "exit-1")
 	px.Spec.Proxy.Egress.WireGuard.AssignedSecretRef = &v1alpha1.WireGuardSecretRef{Name: "exit-2"}
 	err := e.c.Create(e.ctx, px)
-	want := "spec.proxy.egress.wireguard: secretRef (set by hand) and assignedSecretRef (set by the Proxy's ProxyPool from its spec.egress.wireguard.secretSelector) are both set"
+	want := "spec.proxy.egress.wireguard: secretRef (set by hand) and assignedSecretRef (an assigned configuration) are both set"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("create: %v, want a refusal saying %q", err, want)
 	}
