@@ -99,6 +99,12 @@ const (
 	ReasonCredentialsChanged = "CredentialsChanged"
 	// ReasonUpToDate (ConfigOutdated=False).
 	ReasonUpToDate = "UpToDate"
+	// ReasonEgressUnavailable: the WireGuard Secret spec.proxy.egress.wireguard names
+	// (secretRef or assignedSecretRef) is missing, lacks the opt-in label or the key
+	// wg0.conf, or holds a configuration that does not parse; the message names the
+	// Secret and the key or line. The Proxy waits for the Secret, like
+	// CredentialsUnavailable.
+	ReasonEgressUnavailable = "EgressUnavailable"
 )
 
 // Event reasons on a Proxy that are no condition reason.
@@ -163,6 +169,41 @@ type ProxyBasicAuth struct {
 	SecretRef BasicAuthSecretRef `json:"secretRef"`
 }
 
+// WireGuardSecretRef names a Secret holding one WireGuard configuration.
+type WireGuardSecretRef struct {
+	// Name of a Secret in the Proxy's namespace, labelled
+	// egress.hrajfrisbee.cz/proxy-credentials: "true", with the key "wg0.conf" (one
+	// configuration in wg-quick form: an [Interface] with PrivateKey and Address, one
+	// [Peer] with PublicKey, Endpoint and AllowedIPs 0.0.0.0/0, ::/0) and optionally
+	// "egressIP" (the exit's public address as the VPN provider states it; checked to be
+	// an IP address and covered by the spec hash).
+	// +required
+	Name SecretName `json:"name"`
+}
+
+// ProxyWireGuard says which WireGuard configuration the proxy's outbound traffic leaves
+// through. Set at most one of secretRef (by hand) and assignedSecretRef (by a pool).
+// +kubebuilder:validation:XValidation:rule="!(has(self.secretRef) && has(self.assignedSecretRef))",message="spec.proxy.egress.wireguard: secretRef (set by hand) and assignedSecretRef (an assigned configuration) are both set; a proxy uses one WireGuard configuration: remove one of them"
+type ProxyWireGuard struct {
+	// SecretRef names the WireGuard Secret, set by hand.
+	// +optional
+	SecretRef *WireGuardSecretRef `json:"secretRef,omitempty"`
+	// AssignedSecretRef names a WireGuard Secret assigned to the Proxy rather than chosen
+	// by hand (for a controller that hands out exits); it is read exactly like secretRef.
+	// +optional
+	AssignedSecretRef *WireGuardSecretRef `json:"assignedSecretRef,omitempty"`
+}
+
+// ProxyEgress says how the proxy's outbound traffic leaves the guest.
+type ProxyEgress struct {
+	// WireGuard, when set, routes only the proxy's own outbound connections through a
+	// WireGuard tunnel, fail-closed: while the tunnel is down they have no route at all.
+	// The guest's agent, DHCP, the proxy's inbound port and its DNS keep using the
+	// guest's own network.
+	// +optional
+	WireGuard *ProxyWireGuard `json:"wireguard,omitempty"`
+}
+
 // ProxyConfig is the proxy's own configuration, which the operator renders for a Managed
 // Proxy (tinyproxy, as cloud-init) and the health probe and discovery use.
 // +kubebuilder:validation:XValidation:rule="!has(self.allowedSourceRanges) || has(self.basicAuth) || (has(self.allowOpenProxy) && self.allowOpenProxy) || !self.allowedSourceRanges.exists(r, isCIDR(r) && cidr(r).prefixLength() == 0)",fieldPath=".allowedSourceRanges",message="holds 0.0.0.0/0 or ::/0 without basicAuth: anyone could use the proxy. Add basicAuth (a Secret with the credentials), narrow the ranges to the crawlers' networks, or set allowOpenProxy: true to run an open proxy on purpose"
@@ -192,6 +233,26 @@ type ProxyConfig struct {
 	// +listType=atomic
 	// +optional
 	AllowedDestinations []CIDR `json:"allowedDestinations,omitempty"`
+	// Egress says how the proxy's outbound traffic leaves the guest (a Managed Proxy
+	// only): through the guest's own network when unset.
+	// +optional
+	Egress *ProxyEgress `json:"egress,omitempty"`
+}
+
+// WireGuardRef is the name of the WireGuard Secret spec.proxy.egress.wireguard names
+// (secretRef or assignedSecretRef) and the field that names it, or "" and "".
+func (p *Proxy) WireGuardRef() (name, field string) {
+	if p.Spec.Proxy == nil || p.Spec.Proxy.Egress == nil || p.Spec.Proxy.Egress.WireGuard == nil {
+		return "", ""
+	}
+	wg := p.Spec.Proxy.Egress.WireGuard
+	switch {
+	case wg.SecretRef != nil:
+		return string(wg.SecretRef.Name), "spec.proxy.egress.wireguard.secretRef"
+	case wg.AssignedSecretRef != nil:
+		return string(wg.AssignedSecretRef.Name), "spec.proxy.egress.wireguard.assignedSecretRef"
+	}
+	return "", ""
 }
 
 // The cross-field rules of ProxySpec about provider and address sit on Proxy.spec, not

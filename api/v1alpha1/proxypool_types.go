@@ -167,6 +167,7 @@ type PoolService struct {
 // ProxyPoolSpec is what the user asks for.
 // +kubebuilder:validation:XValidation:rule="!((type(self.strategy.rollingUpdate.maxSurge) == int ? self.strategy.rollingUpdate.maxSurge == 0 : self.strategy.rollingUpdate.maxSurge == '0%') && (type(self.strategy.rollingUpdate.maxUnavailable) == int ? self.strategy.rollingUpdate.maxUnavailable == 0 : self.strategy.rollingUpdate.maxUnavailable == '0%'))",message="spec.strategy.rollingUpdate: maxSurge and maxUnavailable cannot both be 0: nothing could ever be replaced"
 // +kubebuilder:validation:XValidation:rule="(has(self.template.spec.provider) && size(self.template.spec.provider) > 0) || (has(self.spread) && size(self.spread) > 0 && self.spread.all(e, has(e.provider) && size(e.provider) > 0))",message="spec.template.spec.provider is required unless every spread entry sets a provider"
+// +kubebuilder:validation:XValidation:rule="!has(self.template.spec.proxy) || !has(self.template.spec.proxy.egress) || !has(self.template.spec.proxy.egress.wireguard)",fieldPath=".template.spec.proxy.egress.wireguard",message="is set: every child would use the same WireGuard configuration, and two peers with one key break each other's tunnel; give each standalone Proxy a Secret of its own instead"
 type ProxyPoolSpec struct {
 	// Replicas is how many child Proxies the pool keeps.
 	// +kubebuilder:default=1

@@ -27,13 +27,22 @@ const SecretRefIndex = "spec.proxy.basicAuth.secretRef.name"
 // the opted-in ones (an unlabelled Secret only by its metadata); the only Secrets it
 // writes are its credentials snapshots (proxy_snapshot.go).
 
-// indexSecretRef is the SecretRefIndex value of a Proxy: its Secret's name, or none.
+// indexSecretRef is the SecretRefIndex value of a Proxy: the names of the Secrets it
+// reads, its basic-auth Secret and its WireGuard Secret (spec.proxy.egress.wireguard),
+// or none.
 func indexSecretRef(obj client.Object) []string {
 	px, ok := obj.(*v1alpha1.Proxy)
-	if !ok || px.Spec.Proxy == nil || px.Spec.Proxy.BasicAuth == nil {
+	if !ok || px.Spec.Proxy == nil {
 		return nil
 	}
-	return []string{string(px.Spec.Proxy.BasicAuth.SecretRef.Name)}
+	var names []string
+	if px.Spec.Proxy.BasicAuth != nil {
+		names = append(names, string(px.Spec.Proxy.BasicAuth.SecretRef.Name))
+	}
+	if name, _ := px.WireGuardRef(); name != "" {
+		names = append(names, name)
+	}
+	return names
 }
 
 // proxiesForSecret maps a Secret to the Proxies of its namespace that name it, so a
@@ -90,10 +99,20 @@ func (r *ProxyReconciler) credentials() proxyconfig.CredentialsFunc {
 	return proxyconfig.SecretCredentials{Reader: r.Client, Metadata: r.APIReader}.Credentials
 }
 
+// wireGuard is the reconciler's WireGuard lookup: WireGuard, or the Secrets read
+// through Client (their metadata through APIReader) when that is nil.
+func (r *ProxyReconciler) wireGuard() proxyconfig.WireGuardFunc {
+	if r.WireGuard != nil {
+		return r.WireGuard
+	}
+	return proxyconfig.SecretWireGuard{Reader: r.Client, Metadata: r.APIReader}.WireGuard
+}
+
 // waitsForUser: err is one the user fixes in the Secret (missing, not opted in,
-// incomplete, values tinyproxy cannot take), for which the Proxy waits on the watch.
+// incomplete, values tinyproxy cannot take, a WireGuard configuration that does not
+// parse), for which the Proxy waits on the watch.
 func waitsForUser(err error) bool {
-	return errors.Is(err, proxyconfig.ErrSecretMissing) || errors.Is(err, proxyconfig.ErrSecretNotOptedIn) ||
+	return errors.Is(err, proxyconfig.ErrWireGuardSecret) || errors.Is(err, proxyconfig.ErrSecretMissing) || errors.Is(err, proxyconfig.ErrSecretNotOptedIn) ||
 		errors.Is(err, proxyconfig.ErrSecretKeyMissing) || errors.Is(err, proxyconfig.ErrBadCredentials)
 }
 
@@ -108,11 +127,15 @@ func waitsForUser(err error) bool {
 //     permanent error, latched until the spec changes.
 func (r *ProxyReconciler) renderConfig(ctx context.Context, s *scope) (rendered proxyconfig.Rendered, creds *proxyconfig.Credentials, done bool, res ctrl.Result, err error) {
 	var lookupErr error
-	lookup := r.credentials()
-	rendered, err = proxyconfig.ForProxy(ctx, s.px, func(ctx context.Context, px *v1alpha1.Proxy) (*proxyconfig.Credentials, error) {
+	lookup, wgLookup := r.credentials(), r.wireGuard()
+	rendered, err = proxyconfig.ForProxyWith(ctx, s.px, func(ctx context.Context, px *v1alpha1.Proxy) (*proxyconfig.Credentials, error) {
 		c, err := lookup(ctx, px)
 		creds, lookupErr = c, err
 		return c, err
+	}, func(ctx context.Context, px *v1alpha1.Proxy) (*proxyconfig.WireGuard, error) {
+		wg, err := wgLookup(ctx, px)
+		lookupErr = err
+		return wg, err
 	})
 	switch {
 	case err == nil:
@@ -134,18 +157,22 @@ func (r *ProxyReconciler) renderConfig(ctx context.Context, s *scope) (rendered 
 // it would take a working proxy away over a Secret being edited.
 func (r *ProxyReconciler) waitForCredentials(s *scope, err error) {
 	px := s.px
+	reason, what := v1alpha1.ReasonCredentialsUnavailable, "basic-auth"
+	if errors.Is(err, proxyconfig.ErrWireGuardSecret) {
+		reason, what = v1alpha1.ReasonEgressUnavailable, "WireGuard"
+	}
 	msg := fmt.Sprintf("%v; waiting for the Secret to be fixed", err)
 	if px.Status.ProviderID != "" {
 		msg += fmt.Sprintf(" (instance %s keeps the configuration it was built with)", px.InstanceName())
 	}
 	if c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned); c == nil ||
-		c.Reason != v1alpha1.ReasonCredentialsUnavailable || c.Message != msg {
-		s.log.Info("proxy waits for its basic-auth secret", "error", err.Error())
-		s.event(corev1.EventTypeWarning, v1alpha1.ReasonCredentialsUnavailable, actionReconcile, "%s", msg)
+		c.Reason != reason || c.Message != msg {
+		s.log.Info("proxy waits for its "+what+" secret", "error", err.Error())
+		s.event(corev1.EventTypeWarning, reason, actionReconcile, "%s", msg)
 	}
 	if px.Status.ProviderID == "" {
-		s.setPhase(v1alpha1.PhasePending, v1alpha1.ReasonCredentialsUnavailable, msg)
+		s.setPhase(v1alpha1.PhasePending, reason, msg)
 	}
 	px.Status.Message = msg
-	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonCredentialsUnavailable, msg)
+	s.setProvisioned(metav1.ConditionFalse, reason, msg)
 }

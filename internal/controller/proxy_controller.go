@@ -94,6 +94,9 @@ type ProxyReconciler struct {
 	// from spec.proxy; nil reads the Secrets through Client. The manager passes the same
 	// lookup to the health engine and the discovery API.
 	Credentials proxyconfig.CredentialsFunc
+	// WireGuard reads the WireGuard configuration spec.proxy.egress.wireguard names; nil
+	// reads the Secrets through Client.
+	WireGuard proxyconfig.WireGuardFunc
 
 	// AddressHold is how long a running instance that stops reporting an address keeps
 	// its last address and phase before the Proxy goes back to Provisioning

@@ -35,6 +35,13 @@ type hashes struct {
 // of creds. A Proxy without spec.proxy hands spec.cloudInit to its provider byte for
 // byte, so its intent hash is its rendered hash, the one it always had.
 func IntentHash(px *v1alpha1.Proxy, creds *proxyconfig.Credentials) (string, error) {
+	return intentHashWith(px, creds, nil)
+}
+
+// intentHashWith is IntentHash that also covers wg, the WireGuard configuration
+// spec.proxy.egress.wireguard names (its digest, keys never in the clear), so that an
+// edited WireGuard Secret rebuilds the instance. Without one the hash is IntentHash's.
+func intentHashWith(px *v1alpha1.Proxy, creds *proxyconfig.Credentials, wg *proxyconfig.WireGuard) (string, error) {
 	if px.Spec.Proxy == nil || px.Spec.Mode == v1alpha1.ProxyModeExternal {
 		return RenderedHash(px, px.Spec.CloudInit), nil
 	}
@@ -46,6 +53,7 @@ func IntentHash(px *v1alpha1.Proxy, creds *proxyconfig.Credentials) (string, err
 		AllowedSourceRanges []v1alpha1.CIDR         `json:"allowedSourceRanges"`
 		Username            string                  `json:"username,omitempty"`
 		PasswordDigest      string                  `json:"passwordDigest,omitempty"`
+		WireGuard           string                  `json:"wireGuard,omitempty"`
 	}{Provider: px.Spec.Provider, Placement: px.Spec.Placement, CloudInit: px.Spec.CloudInit,
 		Port: px.Spec.Port, AllowedSourceRanges: px.Spec.Proxy.AllowedSourceRanges}
 	if creds != nil {
@@ -54,6 +62,9 @@ func IntentHash(px *v1alpha1.Proxy, creds *proxyconfig.Credentials) (string, err
 			return "", err
 		}
 		in.Username, in.PasswordDigest = creds.Username, d
+	}
+	if wg != nil {
+		in.WireGuard = wg.Digest()
 	}
 	return shortHash(in), nil
 }
@@ -121,7 +132,7 @@ var replaceAnnotationChanged = predicate.Funcs{
 //     RenderingChanged) until a standalone Proxy's replace annotation gets a new value
 //     or, for a pool child, its pool replaces it;
 //   - a new replace annotation value rebuilds a standalone Proxy's instance in any case.
-func (r *ProxyReconciler) judgeBuild(ctx context.Context, s *scope, want hashes, creds *proxyconfig.Credentials) (string, error) {
+func (r *ProxyReconciler) judgeBuild(ctx context.Context, s *scope, want hashes, creds *proxyconfig.Credentials, wg *proxyconfig.WireGuard) (string, error) {
 	px := s.px
 	st := &px.Status
 	pool := controllingPool(px)
@@ -148,7 +159,7 @@ func (r *ProxyReconciler) judgeBuild(ctx context.Context, s *scope, want hashes,
 		}
 	}
 	if st.SpecHash != want.intent {
-		if pool != "" && r.onlyCredentialsChanged(ctx, s) {
+		if pool != "" && r.onlyCredentialsChanged(ctx, s, wg) {
 			s.setConfigOutdated(metav1.ConditionTrue, v1alpha1.ReasonCredentialsChanged, fmt.Sprintf(
 				"the credentials Secret %s changed; instance %s keeps serving with the credentials it was built with (Secret %s) until ProxyPool %s replaces it",
 				px.Spec.Proxy.BasicAuth.SecretRef.Name, px.InstanceName(), st.CredentialsSecret, pool))
@@ -187,7 +198,7 @@ func (r *ProxyReconciler) judgeBuild(ctx context.Context, s *scope, want hashes,
 
 // onlyCredentialsChanged reports an intent that differs from the instance's by the
 // credentials alone: with the ones the snapshot keeps, the spec hashes as it was built.
-func (r *ProxyReconciler) onlyCredentialsChanged(ctx context.Context, s *scope) bool {
+func (r *ProxyReconciler) onlyCredentialsChanged(ctx context.Context, s *scope, wg *proxyconfig.WireGuard) bool {
 	px := s.px
 	if px.Status.CredentialsSecret == "" || px.Spec.Proxy == nil || px.Spec.Proxy.BasicAuth == nil {
 		return false
@@ -197,7 +208,7 @@ func (r *ProxyReconciler) onlyCredentialsChanged(ctx context.Context, s *scope) 
 		s.log.Info("credentials snapshot unreadable; treating the change as a spec change", "error", err.Error())
 		return false
 	}
-	h, err := IntentHash(px, built)
+	h, err := intentHashWith(px, built, wg)
 	return err == nil && h == px.Status.SpecHash
 }
 

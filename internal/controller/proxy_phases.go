@@ -37,7 +37,7 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.
 	if done {
 		return res, err
 	}
-	intent, err := IntentHash(px, creds)
+	intent, err := intentHashWith(px, creds, rendered.WireGuard)
 	if err != nil {
 		return r.providerError(s, actionReconcile, err, false)
 	}
@@ -56,7 +56,7 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.
 		case err != nil:
 			return r.providerError(s, actionGet, fmt.Errorf("getting instance %s: %w", id, err), false)
 		default:
-			why, err := r.judgeBuild(ctx, s, want, creds) // proxy_intent.go
+			why, err := r.judgeBuild(ctx, s, want, creds, rendered.WireGuard) // proxy_intent.go
 			switch {
 			case errors.Is(err, errSnapshotTaken):
 				return r.snapshotTaken(s, err), nil

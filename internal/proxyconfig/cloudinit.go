@@ -32,6 +32,10 @@ import (
 //     tinyproxy and nftables (the test image, stock Debian and Ubuntu) tinyproxy's one
 //     start at boot already has all three: it never serves with the image's own
 //     configuration, and nothing waits for cloud-init's final stage;
+//   - with WireGuard egress (Config.WireGuard), write_files also holds the tunnel's wg(8)
+//     configuration (0600, the private key) and its script (WireGuardScriptPath), a second
+//     ExecStartPre of tinyproxy after the fence, and runcmd installs wireguard-tools before
+//     tinyproxy when the image lacks wg;
 //   - runcmd, in the final stage: install nftables, then tinyproxy, with apt-get only when
 //     the image lacks them (cloud-init's packages: would run the package manager on every
 //     image, and on one without a reachable mirror that costs minutes of failing apt-get
@@ -58,24 +62,33 @@ bootcmd:
     mkdir -p ` + path.Dir(TinyproxyDropInPath) + `
     cat >` + TinyproxyDropInPath + ` <<'EOF'
 `)
-	indent(&b, "    ", tinyproxyDropIn)
+	indent(&b, "    ", tinyproxyDropIn(c.WireGuard != nil))
 	b.WriteString(`    EOF
     systemctl daemon-reload
 write_files:
 `)
-	for _, f := range []struct{ path, perm, content string }{
+	files := []struct{ path, perm, content string }{
 		{TinyproxyConfPath, "0600", conf},
 		{FenceRulesetPath, "0644", fenceRuleset(allowed)},
 		{FenceScriptPath, "0755", fenceScript},
-	} {
+	}
+	install := []string{installIfMissing("nft", "nftables")}
+	if c.WireGuard != nil {
+		files = append(files,
+			struct{ path, perm, content string }{WireGuardConfPath, "0600", c.WireGuard.setconf()},
+			struct{ path, perm, content string }{WireGuardScriptPath, "0755", wireGuardScript(c.WireGuard, c.Port)})
+		install = append(install, installIfMissing("wg", "wireguard-tools"))
+	}
+	install = append(install, installIfMissing("tinyproxy", "tinyproxy"))
+	for _, f := range files {
 		b.WriteString("  - path: " + f.path + "\n    owner: root:root\n    permissions: \"" + f.perm + "\"\n    content: |\n")
 		indent(&b, "      ", f.content)
 	}
-	b.WriteString(`runcmd:
-  - [sh, -c, "` + installIfMissing("nft", "nftables") + `"]
-  - [sh, -c, "` + installIfMissing("tinyproxy", "tinyproxy") + `"]
-  - [systemctl, start, tinyproxy]
-`)
+	b.WriteString("runcmd:\n")
+	for _, cmd := range install {
+		b.WriteString(`  - [sh, -c, "` + cmd + `"]` + "\n")
+	}
+	b.WriteString("  - [systemctl, start, tinyproxy]\n")
 	return b.Bytes(), nil
 }
 

@@ -183,13 +183,19 @@ echo "egress fence loaded: $(grep -c '^add element' "$batch") subnets and resolv
 `
 
 // tinyproxyDropIn is TinyproxyDropInPath: tinyproxy starts after cloud-init has written
-// its configuration and the fence, and only once the fence is loaded.
-const tinyproxyDropIn = `# Rendered by egress-proxies-operator: tinyproxy starts behind the egress fence, after
+// its configuration and the fence, and only once the fence (and, with WireGuard egress,
+// the tunnel's routing) is loaded.
+func tinyproxyDropIn(wireguard bool) string {
+	s := `# Rendered by egress-proxies-operator: tinyproxy starts behind the egress fence, after
 # cloud-init has written its configuration, or not at all.
 [Unit]
 After=cloud-init.service
 [Service]
-ExecStartPre=/bin/sh ` + FenceScriptPath + `
-# nft takes tens of seconds on a busy emulated guest: more than the default 90 s in all.
+ExecStartPre=/bin/sh ` + FenceScriptPath + "\n"
+	if wireguard {
+		s += "ExecStartPre=/bin/sh " + WireGuardScriptPath + "\n"
+	}
+	return s + `# nft takes tens of seconds on a busy emulated guest: more than the default 90 s in all.
 TimeoutStartSec=5min
 `
+}

@@ -21,6 +21,9 @@ func SpecHashInput(c Config, user string) (string, error) {
 	}
 	creds := c.Credentials
 	c.Credentials = nil
+	if c.WireGuard != nil {
+		c.WireGuard = c.WireGuard.redacted()
+	}
 	doc, err := UserData(c, user)
 	if err != nil {
 		return "", err

@@ -28,6 +28,9 @@ type Config struct {
 	AllowedDestinations []string
 	// Credentials, when not nil, make tinyproxy demand basic auth.
 	Credentials *Credentials
+	// WireGuard, when not nil, routes the proxy's own outbound traffic through this
+	// tunnel, fail-closed (spec.proxy.egress.wireguard).
+	WireGuard *WireGuard
 }
 
 // Credentials are a proxy's basic-auth user name and password.

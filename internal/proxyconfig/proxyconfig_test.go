@@ -84,13 +84,13 @@ func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
 		t.Errorf("packages %v", cc.Packages)
 	}
 	wantBoot := "mkdir -p /etc/systemd/system/tinyproxy.service.d\ncat >" + TinyproxyDropInPath + " <<'EOF'\n" +
-		tinyproxyDropIn + "EOF\nsystemctl daemon-reload\n"
+		tinyproxyDropIn(false) + "EOF\nsystemctl daemon-reload\n"
 	if len(cc.Bootcmd) != 1 || cc.Bootcmd[0] != wantBoot {
 		t.Errorf("bootcmd %q, want [%q]", cc.Bootcmd, wantBoot)
 	}
 	for _, line := range []string{"After=cloud-init.service", "ExecStartPre=/bin/sh " + FenceScriptPath} {
-		if !strings.Contains(tinyproxyDropIn, "\n"+line+"\n") {
-			t.Errorf("the drop-in lacks %q:\n%s", line, tinyproxyDropIn)
+		if !strings.Contains(tinyproxyDropIn(false), "\n"+line+"\n") {
+			t.Errorf("the drop-in lacks %q:\n%s", line, tinyproxyDropIn(false))
 		}
 	}
 	if len(cc.WriteFiles) != 3 {

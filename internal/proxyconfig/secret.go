@@ -66,12 +66,12 @@ func (s SecretCredentials) Credentials(ctx context.Context, px *v1alpha1.Proxy) 
 	var sec corev1.Secret
 	if err := s.Reader.Get(ctx, key, &sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, s.notFound(ctx, key)
+			return nil, secretNotFound(ctx, s.Metadata, key, basicAuthField, ErrSecretMissing, ErrSecretNotOptedIn)
 		}
 		return nil, fmt.Errorf("reading secret %s (spec.proxy.basicAuth.secretRef): %w", key, err)
 	}
 	if !OptedIn(&sec) {
-		return nil, notOptedIn(key)
+		return nil, notOptedIn(key, basicAuthField, ErrSecretNotOptedIn)
 	}
 	c, err := credentialsOf(&sec, fmt.Sprintf("secret %s (spec.proxy.basicAuth.secretRef)", key))
 	if err != nil {
@@ -89,30 +89,33 @@ func (s SecretCredentials) Credentials(ctx context.Context, px *v1alpha1.Proxy) 
 	return c, nil
 }
 
-// notFound is the error for a Secret Reader did not find: missing, or (as Metadata
-// says) present without the label, or labelled a moment ago and not in the cache yet,
-// which is retried as a failed read.
-func (s SecretCredentials) notFound(ctx context.Context, key client.ObjectKey) error {
-	missing := fmt.Errorf("%w: secret %s (spec.proxy.basicAuth.secretRef) does not exist", ErrSecretMissing, key)
-	if s.Metadata == nil {
+const basicAuthField = "spec.proxy.basicAuth.secretRef"
+
+// secretNotFound is the error for a Secret, named by field, that a Reader did not find:
+// missing (wrapping missingErr), or (as metadata says) present without the label
+// (wrapping notOptedInErr), or labelled a moment ago and not in the cache yet, which is
+// retried as a failed read.
+func secretNotFound(ctx context.Context, metadata client.Reader, key client.ObjectKey, field string, missingErr, notOptedInErr error) error {
+	missing := fmt.Errorf("%w: secret %s (%s) does not exist", missingErr, key, field)
+	if metadata == nil {
 		return missing
 	}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	switch err := s.Metadata.Get(ctx, key, meta); {
+	switch err := metadata.Get(ctx, key, meta); {
 	case apierrors.IsNotFound(err):
 		return missing
 	case err != nil:
-		return fmt.Errorf("reading the metadata of secret %s (spec.proxy.basicAuth.secretRef): %w", key, err)
+		return fmt.Errorf("reading the metadata of secret %s (%s): %w", key, field, err)
 	case !OptedIn(meta):
-		return notOptedIn(key)
+		return notOptedIn(key, field, notOptedInErr)
 	default:
-		return fmt.Errorf("secret %s (spec.proxy.basicAuth.secretRef) carries the label %s but is not in the operator's cache yet", key, v1alpha1.CredentialsLabel)
+		return fmt.Errorf("secret %s (%s) carries the label %s but is not in the operator's cache yet", key, field, v1alpha1.CredentialsLabel)
 	}
 }
 
-func notOptedIn(key client.ObjectKey) error {
-	return fmt.Errorf("%w: secret %s (spec.proxy.basicAuth.secretRef) lacks the label %s: \"true\", without which the operator does not read it; "+
+func notOptedIn(key client.ObjectKey, field string, sentinel error) error {
+	return fmt.Errorf("%w: secret %s (%s) lacks the label %s: \"true\", without which the operator does not read it; "+
 		"add it if this Secret is meant for the proxy: kubectl label secret -n %s %s %s=true",
-		ErrSecretNotOptedIn, key, v1alpha1.CredentialsLabel, key.Namespace, key.Name, v1alpha1.CredentialsLabel)
+		sentinel, key, field, v1alpha1.CredentialsLabel, key.Namespace, key.Name, v1alpha1.CredentialsLabel)
 }

@@ -47,14 +47,20 @@ func TestNeverLogged(t *testing.T) {
 	e := newTestEnv(t, withSSH(), withTestHost("hv"), withLogVerbosity(2))
 	secrets := secretsOf(t, e)
 	const password = "pw-marker-2c9d-never-logged"
+	const wgKey = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=" // a WireGuard private key
+	wg, err := proxyconfig.ParseWireGuard("[Interface]\nPrivateKey = " + wgKey + "\nAddress = 10.64.0.2/32\n[Peer]\n" +
+		"PublicKey = xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=\nEndpoint = 198.51.100.7:51820\nAllowedIPs = 0.0.0.0/0\n")
+	if err != nil {
+		t.Fatal(err)
+	}
 	rendered, err := proxyconfig.UserData(proxyconfig.Config{Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8"},
-		Credentials: &proxyconfig.Credentials{Username: "crawler", Password: password}},
+		Credentials: &proxyconfig.Credentials{Username: "crawler", Password: password}, WireGuard: wg},
 		"#cloud-config\n# marker-7f3a9c-never-logged\nruncmd: [echo hi]\n")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cloudInit := string(rendered)
-	secrets = append(secrets, "marker-7f3a9c-never-logged", password, "BasicAuth crawler", "DisableViaHeader", "multipart/mixed")
+	secrets = append(secrets, "marker-7f3a9c-never-logged", password, wgKey, "BasicAuth crawler", "DisableViaHeader", "multipart/mixed")
 	var errs []string
 	note := func(err error) {
 		if err != nil {
