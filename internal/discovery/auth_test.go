@@ -103,7 +103,7 @@ func TestTokenReload(t *testing.T) {
 		t.Fatal("old token refused before rotation")
 	}
 	writeToken(t, path, "new")
-	testutil.WaitFor(t, waitLong, "the rotated token to be accepted", func() (bool, error) {
+	testutil.WaitFor(t, testutil.WaitLong, "the rotated token to be accepted", func() (bool, error) {
 		code := status("new")
 		return code == 200, fmt.Errorf("status %d", code)
 	})
@@ -113,7 +113,7 @@ func TestTokenReload(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, waitLong, "a failed re-read of the removed token file", func() (bool, error) {
+	testutil.WaitFor(t, testutil.WaitLong, "a failed re-read of the removed token file", func() (bool, error) {
 		return reloadFailures.Load() > 0, errors.New("no failed re-read")
 	})
 	if status("new") != 200 {
@@ -166,7 +166,7 @@ func TestMissingTokenFileRefusesUntilItAppears(t *testing.T) {
 		t.Errorf("no Authorization with no token file: %d, want 401", code)
 	}
 	writeToken(t, path, "late")
-	testutil.WaitFor(t, waitLong, "the late token to be accepted", func() (bool, error) {
+	testutil.WaitFor(t, testutil.WaitLong, "the late token to be accepted", func() (bool, error) {
 		code, body := call("Bearer late")
 		return code == 200, fmt.Errorf("%d %s", code, body)
 	})

@@ -35,7 +35,7 @@ func BenchmarkDiscovery1000(b *testing.B) {
 	}
 	createProxies(b, ctx, ns, specs)
 	src := cacheSource(b, ctx, ns)
-	testutil.WaitFor(b, waitLong, "1,000 proxies in the cache", func() (bool, error) {
+	testutil.WaitFor(b, testutil.WaitLong, "1,000 proxies in the cache", func() (bool, error) {
 		s, err := src.Snapshot(ctx)
 		if err != nil {
 			return false, err

@@ -89,7 +89,7 @@ func TestCacheSource(t *testing.T) {
 		_, body := get(t, h, "/v1/proxies"+q)
 		return names(decodeList(t, body))
 	}
-	testutil.WaitFor(t, waitLong, "the cache to show the four proxies", listed(list, "?healthy=any", ns+"/a,"+ns+"/b,"+ns+"/d"))
+	testutil.WaitFor(t, testutil.WaitLong, "the cache to show the four proxies", listed(list, "?healthy=any", ns+"/a,"+ns+"/b,"+ns+"/d"))
 	if got := list(""); got != ns+"/a" {
 		t.Errorf("healthy: %q, want only a", got)
 	}
@@ -122,7 +122,7 @@ func TestCacheSource(t *testing.T) {
 	if err := shared.Client(t).Status().Update(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, waitLong, "the egress IP change to show", func() (bool, error) {
+	testutil.WaitFor(t, testutil.WaitLong, "the egress IP change to show", func() (bool, error) {
 		_, body := get(t, h, "/v1/proxies")
 		return strings.Contains(body, "198.51.100.77"), fmt.Errorf("/v1/proxies: %s", body)
 	})
@@ -139,7 +139,7 @@ func TestCacheSource(t *testing.T) {
 	if err := shared.Client(t).Delete(ctx, &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "a"}}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, waitLong, "b to be listed and a to be gone", listed(list, "", ns+"/b"))
+	testutil.WaitFor(t, testutil.WaitLong, "b to be listed and a to be gone", listed(list, "", ns+"/b"))
 	_, text := get(t, h, "/v1/proxies?format=text")
 	if !strings.HasPrefix(text, "http://192.0.2.2:3128\n") {
 		t.Errorf("text: %q", text)

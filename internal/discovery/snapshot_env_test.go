@@ -66,7 +66,7 @@ func TestCredentialsFromSnapshotAndRealMode(t *testing.T) {
 	testenv.StartManager(t, ctx, mgr)
 	h := tokenServer(t, src, proxyconfig.SnapshotCredentials{Reader: mgr.GetClient()}.Credentials)
 	want := map[string]string{"managed": "crawler:Built-with_1", "external": "vendor:s3cr3t!with#marks"}
-	testutil.WaitFor(t, waitLong, "both proxies handed out with the credentials they demand", func() (bool, error) {
+	testutil.WaitFor(t, testutil.WaitLong, "both proxies handed out with the credentials they demand", func() (bool, error) {
 		res, body := get(t, h, "/v1/proxies?credentials=true", "Authorization", bearer)
 		if res.StatusCode != 200 {
 			return false, fmt.Errorf("%d %s", res.StatusCode, body)

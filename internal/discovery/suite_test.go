@@ -5,7 +5,6 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
@@ -41,8 +40,5 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 var testContext = testenv.Context
-
-// waitLong is the deadline of a wait (testutil.WaitFor): one only a broken test reaches.
-const waitLong = 30 * time.Second
 
 func keyOf(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
