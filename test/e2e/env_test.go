@@ -164,7 +164,7 @@ func (m *manager) tail(n int) string {
 }
 
 // providersConfig is the manager's providers config for the local host.
-func providersConfig(h hostEnv, imageURL, imageSHA string) string {
+func providersConfig(h framework.HostEnv, imageURL, imageSHA string) string {
 	return fmt.Sprintf(`providers:
   - name: kvm2-home
     type: kvm2
