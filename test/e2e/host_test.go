@@ -30,7 +30,7 @@ type bootWatch struct {
 
 func watchBoots(lh *framework.Host, vm string) *bootWatch {
 	bw := &bootWatch{seen: map[string]*domainSeen{}, stop: make(chan struct{}), done: make(chan struct{})}
-	prefix := lh.Env.BridgeIP[:strings.LastIndex(lh.env.BridgeIP, ".")+1]
+	prefix := lh.Env.BridgeIP[:strings.LastIndex(lh.Env.BridgeIP, ".")+1]
 	go func() {
 		defer close(bw.done)
 		tick := time.NewTicker(500 * time.Millisecond)
