@@ -316,6 +316,7 @@ func TestProxyPool(t *testing.T) {
 		{"UpgradeRolls", testPoolUpgradeRolls},
 		{"EndpointSlice", testPoolEndpointSlice},
 		{"EndpointSliceShards", testPoolSliceShards},
+		{"EgressIdentities", testPoolEgressIdentities},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, env) })
 	}

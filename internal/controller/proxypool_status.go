@@ -66,6 +66,7 @@ func (r *ProxyPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope)
 		st.LastProgressTime = ptr.To(metav1.NewTime(s.progressAt))
 	}
 	s.setConditions(n)
+	s.setEgressIdentities()
 	if equality.Semantic.DeepEqual(s.base.Status, pool.Status) {
 		return nil
 	}
