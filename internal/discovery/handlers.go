@@ -22,7 +22,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) *Snapshot {
 // list serves GET /v1/proxies.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	req, aerr := parseQuery(r.URL.Query(), paramNamespace, paramProvider, paramZone, paramRegion,
-		paramLabelSelector, paramHealthy, paramFormat, paramCredentials, paramPool, paramDistinctEgress)
+		paramLabelSelector, paramHealthy, paramFormat, paramCredentials, paramPool, paramDistinctEgress, paramIPFamily)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -35,6 +35,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	if snap == nil {
 		return
 	}
+	snap = snap.family(req.ipv6)
 	if req.distinctEgress {
 		req.filter.only = snap.distinctEgress(&req.filter)
 	}
@@ -65,7 +66,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 // key while it stays healthy.
 func (s *Server) pick(w http.ResponseWriter, r *http.Request) {
 	req, aerr := parseQuery(r.URL.Query(), paramKey, paramNamespace, paramProvider, paramZone, paramRegion,
-		paramLabelSelector, paramFormat, paramCredentials, paramPool)
+		paramLabelSelector, paramFormat, paramCredentials, paramPool, paramIPFamily)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -82,6 +83,7 @@ func (s *Server) pick(w http.ResponseWriter, r *http.Request) {
 	if snap == nil {
 		return
 	}
+	snap = snap.family(req.ipv6)
 	if req.credentials {
 		s.pickCredentialed(w, r, req, snap)
 		return
