@@ -73,7 +73,7 @@ func TestProxyWireGuardSecret(t *testing.T) {
 	e.putSecret(secret, map[string]string{"wg.conf": wgConf(7)})
 	waitReason("the Secret without the key", field+`: wireguard secret unusable: no key "wg0.conf"`)
 	e.putSecret(secret, map[string]string{proxyconfig.SecretKeyWireGuard: strings.Replace(wgConf(7), "Endpoint = ", "Endpoint ", 1)})
-	waitReason("the malformed configuration", field+`: key "wg0.conf": wireguard secret unusable: line 6: want Key = Value or a [Section]`)
+	waitReason("the malformed configuration", field+`: key "wg0.conf": wireguard secret unusable: line 7: want Key = Value or a [Section]`)
 	if n := e.fake.CountOf(providertest.OpCreate); n != 0 {
 		t.Fatalf("%d Creates without a usable WireGuard Secret", n)
 	}
