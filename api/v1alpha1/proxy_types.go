@@ -3,6 +3,8 @@ package v1alpha1
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
+	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -53,7 +55,7 @@ const (
 	ConditionConfigOutdated = "ConfigOutdated"
 	// ConditionPreempted is True, reason Preempted, from the moment the reconciler finds
 	// the Proxy's instance reclaimed by its cloud (a gce Spot VM preempted) until the
-	// health engine marks the successor Ready, which removes it. Its message says which
+	// successor is Ready (its probe succeeded), when the reconciler removes it. Its message says which
 	// instance went, where and when.
 	ConditionPreempted = "Preempted"
 )
@@ -340,7 +342,7 @@ type ProxyStatus struct {
 	// Message says what is going on, or what went wrong, in a sentence.
 	// +optional
 	Message string `json:"message,omitempty"`
-	// Conditions: Provisioned, Healthy and ConfigOutdated.
+	// Conditions: Provisioned, Healthy, ConfigOutdated and Preempted.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -357,6 +359,12 @@ type ProxyStatus struct {
 	// ConsecutiveProbeFailures counts failed probes since the last success.
 	// +optional
 	ConsecutiveProbeFailures int32 `json:"consecutiveProbeFailures,omitempty"`
+	// ProbeTarget is what the Healthy condition is about: the instance and address the
+	// health engine last recorded a probe of ("<providerID> <ip>:<port>", or
+	// "<ip>:<port>" for an External proxy). Phase Ready needs it to be the Proxy's
+	// current instance and address.
+	// +optional
+	ProbeTarget string `json:"probeTarget,omitempty"`
 	// Cooldowns are the sites crawlers reported this proxy banned or throttled on
 	// (POST /v1/feedback), one entry per site, at most 100, the soonest-expiring dropped
 	// first. Discovery leaves the proxy out of ?domain= answers for a site while its
@@ -428,6 +436,36 @@ type Proxy struct {
 func (p *Proxy) InstanceName() string {
 	sum := sha256.Sum256([]byte(p.Namespace + "/" + p.Name))
 	return "proxy-" + hex.EncodeToString(sum[:])[:16]
+}
+
+// CurrentProbeTarget is the instance and address a probe of the Proxy goes through now,
+// as status.probeTarget records them ("" while it has no address).
+func (p *Proxy) CurrentProbeTarget() string {
+	if p.Status.IP == "" {
+		return ""
+	}
+	port := p.Spec.Port
+	if port == 0 {
+		port = 3128
+	}
+	addr := net.JoinHostPort(p.Status.IP, strconv.Itoa(int(port)))
+	if p.Status.ProviderID == "" {
+		return addr
+	}
+	return p.Status.ProviderID + " " + addr
+}
+
+// ProbedHealthy: the health engine's last recorded probe went through the Proxy's
+// current instance and address (status.probeTarget) and succeeded (the Healthy
+// condition True). The reconciler shows a Running Proxy as Ready exactly then.
+func (p *Proxy) ProbedHealthy() bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == ConditionHealthy {
+			return c.Status == metav1.ConditionTrue && p.Status.Healthy &&
+				p.Status.ProbeTarget != "" && p.Status.ProbeTarget == p.CurrentProbeTarget()
+		}
+	}
+	return false
 }
 
 // ProxyList is a list of Proxies.

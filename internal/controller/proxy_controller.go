@@ -16,6 +16,7 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
@@ -72,8 +73,8 @@ type ProxyReconciler struct {
 	// before asking again (DefaultPendingRetry).
 	PendingRetry time.Duration
 
-	// APIReader reads fresh objects after a write conflict (the manager's API reader);
-	// Client is used when nil.
+	// APIReader reads past the manager's cache (the manager's API reader): a Secret's
+	// metadata, the credentials snapshot. Client is used when nil.
 	APIReader client.Reader
 	// PollInterval is how often a booting instance (not running yet, or running without
 	// an address) is looked at again, at a fixed interval (DefaultPollInterval,
@@ -128,8 +129,9 @@ const wakeBuffer = 256
 
 // SetupWithManager registers the reconciler with mgr, running maxConcurrent reconciles
 // at once. Only spec changes (a new generation), a new replace annotation, deletions,
-// Wake and changes of a Secret a Proxy's spec.proxy.basicAuth names or of its credentials
-// snapshot wake it; status writes by the reconciler itself or the health engine do not.
+// Wake, changes of a Secret a Proxy's spec.proxy.basicAuth names or of its credentials
+// snapshot, and the health engine's Healthy condition changing (which moves the phase
+// between Running and Ready) wake it; other status writes do not.
 func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
@@ -139,7 +141,7 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) 
 	}
 	r.wake = make(chan event.TypedGenericEvent[*v1alpha1.Proxy], wakeBuffer)
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.Proxy{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, replaceAnnotationChanged))).
+		For(&v1alpha1.Proxy{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, replaceAnnotationChanged, healthChanged))).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesForSecret), builder.WithPredicates(snapshotWrites)).
 		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*v1alpha1.Proxy]{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent, RateLimiter: errorBackoff()}).
@@ -213,20 +215,48 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res 
 	s := r.newScope(ctx, px)
 	res, err = r.reconcilePhases(ctx, s)
 	if perr := r.patchStatus(ctx, s); perr != nil && !s.gone {
-		if errors.Is(perr, errStaleRead) {
-			// The cache was behind; the next read catches up. Not an error to report.
-			s.log.V(1).Info("proxy changed meanwhile; reconciling again", "reason", perr.Error())
-			return ctrl.Result{RequeueAfter: staleRetry}, nil
-		}
-		if err == nil {
+		switch {
+		case errors.Is(perr, errStaleRead):
 			err = perr
+		case err == nil:
+			err = perr
+			fallthrough
+		default:
+			s.log.Error(perr, "applying proxy status")
 		}
-		s.log.Error(perr, "patching proxy status")
+	}
+	if errors.Is(err, errStaleRead) {
+		// The cache was behind, or another writer wrote meanwhile; the next read catches
+		// up. Not an error to report.
+		s.log.V(1).Info("proxy changed meanwhile; reconciling again", "reason", err.Error())
+		return ctrl.Result{RequeueAfter: staleRetry}, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	return res, nil
+}
+
+// healthChanged passes a Proxy whose Healthy condition changed status or now speaks of
+// another instance or address (status.probeTarget): the reconciler moves its phase
+// between Running and Ready (scope.readiness).
+var healthChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, ok := e.ObjectOld.(*v1alpha1.Proxy)
+		cur, ok2 := e.ObjectNew.(*v1alpha1.Proxy)
+		return ok && ok2 && (old.ProbedHealthy() != cur.ProbedHealthy() ||
+			conditionStatus(old, v1alpha1.ConditionHealthy) != conditionStatus(cur, v1alpha1.ConditionHealthy))
+	},
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func conditionStatus(px *v1alpha1.Proxy, typ string) metav1.ConditionStatus {
+	if c := meta.FindStatusCondition(px.Status.Conditions, typ); c != nil {
+		return c.Status
+	}
+	return ""
 }
 
 func (r *ProxyReconciler) reconcilePhases(ctx context.Context, s *scope) (ctrl.Result, error) {

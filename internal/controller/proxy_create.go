@@ -130,6 +130,8 @@ func (r *ProxyReconciler) snapshotTaken(s *scope, err error) ctrl.Result {
 func (r *ProxyReconciler) providerError(s *scope, action string, err error, provisioning bool) (ctrl.Result, error) {
 	st := &s.px.Status
 	switch {
+	case errors.Is(err, errStaleRead):
+		return ctrl.Result{}, err // not the provider's: Reconcile runs again
 	case errors.Is(err, provider.ErrPending):
 		// Not a failure: no Warning event, and the Provisioned condition carries the
 		// progress with the provider's reason (ImageDownloading for kvm2).
@@ -263,6 +265,7 @@ func progressMessage(pr provider.Progress) string {
 func (p *progress) write(pr provider.Progress, event bool) {
 	msg := progressMessage(pr)
 	s := p.r.newScope(p.ctx, p.px.DeepCopy())
+	s.lock = "" // only shows progress: the reconcile's own write decides from what it read
 	s.px.Status.Message = msg
 	s.setProvisioned(metav1.ConditionFalse, pr.Reason, msg)
 	if event {

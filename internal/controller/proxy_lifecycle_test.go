@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -228,17 +229,25 @@ func TestInstanceWithoutAddressStaysProvisioning(t *testing.T) {
 }
 
 // The health engine writes between the reconciler's read and its write: the reconciler's
-// write conflicts, is redone on the fresh copy, and both writers' fields survive.
+// write conflicts, the Proxy is reconciled again from a fresh copy, and both writers'
+// fields survive.
 func TestStatusWriteKeepsHealthEngineFields(t *testing.T) {
 	var raced atomic.Bool
 	e := newProxyEnv(t, func(r *ProxyReconciler, mgr ctrl.Manager) {
 		r.Client = interceptor.NewClient(noWatch{mgr.GetClient()}, interceptor.Funcs{
-			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-				px, ok := obj.(*v1alpha1.Proxy)
-				if ok && px.Status.Phase == v1alpha1.PhaseRunning && raced.CompareAndSwap(false, true) {
-					healthEngineMarksReady(ctx, t, px)
+			SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+				u, ok := obj.(interface {
+					GetName() string
+					GetNamespace() string
+				})
+				if ok && raced.Load() == false {
+					px := &v1alpha1.Proxy{}
+					if err := shared.Client(t).Get(ctx, client.ObjectKey{Namespace: u.GetNamespace(), Name: u.GetName()}, px); err == nil &&
+						px.Status.Phase == v1alpha1.PhaseRunning && raced.CompareAndSwap(false, true) {
+						healthEngineMarksReady(ctx, t, px)
+					}
 				}
-				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				return c.SubResource(sub).Apply(ctx, obj, opts...)
 			},
 		})
 	})
@@ -262,30 +271,25 @@ func TestStatusWriteKeepsHealthEngineFields(t *testing.T) {
 	}
 }
 
-// healthEngineMarksReady writes what the health engine writes after a good probe, with
-// the uncached client, so the reconciler's pending write carries a stale version.
-func healthEngineMarksReady(ctx context.Context, t *testing.T, stale *v1alpha1.Proxy) {
-	px := &v1alpha1.Proxy{}
-	if err := shared.Client(t).Get(ctx, client.ObjectKeyFromObject(stale), px); err != nil {
-		t.Errorf("health write: %v", err)
-		return
-	}
-	base := px.DeepCopy()
+// healthEngineMarksReady writes what the health engine writes after a good probe of px's
+// instance, with the uncached client, so the reconciler's pending write carries a stale
+// version.
+func healthEngineMarksReady(ctx context.Context, t *testing.T, px *v1alpha1.Proxy) {
 	px.Status.Healthy = true
-	px.Status.Phase = v1alpha1.PhaseReady
+	px.Status.ProbeTarget = px.CurrentProbeTarget()
 	meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded, Message: "probe ok"})
-	if err := shared.Client(t).Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := applyHealthStatus(ctx, shared.Client(t), px); err != nil {
 		t.Errorf("health write: %v", err)
 	}
 }
 
 // An API error on the status write comes back from Reconcile as an error, alone.
 func TestStatusWriteErrorReturned(t *testing.T) {
-	px := managedProxy("apierr")
+	px := envProxy("apierr")
 	px.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, ProviderID: providertest.ProviderID(px.InstanceName()),
 		IP: "10.0.0.5", SpecHash: RenderedHash(px, px.Spec.CloudInit), ObservedGeneration: 1}
-	r, _, _ := fakeClusterReconciler(t, px, interceptor.Funcs{
-		SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
+	r, _, _ := envReconciler(t, px, interceptor.Funcs{
+		SubResourceApply: func(context.Context, client.Client, string, runtime.ApplyConfiguration, ...client.SubResourceApplyOption) error {
 			return apierrors.NewServiceUnavailable("etcd leader changed")
 		},
 	})

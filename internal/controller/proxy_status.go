@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"slices"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -35,19 +37,16 @@ const (
 	actionList      = "List"
 )
 
-// statusConflictRetries bounds how often a status write is redone on a fresh copy after
-// a conflict with another writer (the health engine).
-const statusConflictRetries = 5
-
-// scope is one reconcile of one Proxy: the object as being changed (px), the object as
-// the server last had it (base, the patch's starting point) and the status the
-// reconciler's pending changes are relative to (orig: as read, then as last written).
-// px is updated in place, never swapped, so a caller may keep px := s.px across a
-// status write.
+// scope is one reconcile of one Proxy: the object as being changed (px) and the object as
+// the server last had it (base: as read, then as last written), which the reconciler's
+// pending changes are relative to. px is updated in place, never swapped, so a caller
+// may keep px := s.px across a status write.
 type scope struct {
 	px   *v1alpha1.Proxy
 	base *v1alpha1.Proxy
-	orig *v1alpha1.ProxyStatus
+	// lock is the resourceVersion the next status write carries (statusapply.IfVersion):
+	// the version read, until a write has gone through.
+	lock string
 	log  logr.Logger
 	// gone is set once the finalizer is removed: the object may no longer exist.
 	gone bool
@@ -58,14 +57,15 @@ func (r *ProxyReconciler) newScope(ctx context.Context, px *v1alpha1.Proxy) *sco
 	return &scope{
 		px:   px,
 		base: px.DeepCopy(),
-		orig: px.Status.DeepCopy(),
+		lock: px.ResourceVersion,
 		log:  ctrl.LoggerFrom(ctx).WithValues("instance", px.InstanceName()),
 		r:    r,
 	}
 }
 
-// setPhase moves the Proxy to phase and records an Event when that is a change. A Proxy
-// the health engine has marked Ready stays Ready when the reconciler finds it Running.
+// setPhase moves the Proxy to phase and records an Event when that is a change. A Ready
+// Proxy stays Ready when the reconciler finds it Running: readiness decides between the
+// two before each write.
 func (s *scope) setPhase(phase v1alpha1.ProxyPhase, reason, message string) {
 	st := &s.px.Status
 	st.Message = message
@@ -102,115 +102,90 @@ func (s *scope) event(typ, reason, action, format string, args ...any) {
 	s.r.Recorder.Eventf(s.px, nil, typ, reason, action, format, args...)
 }
 
-// patchStatus writes the reconciler's status fields, under the proxy-controller field
-// manager so that managedFields show them as its own. The write carries the version read,
-// so it cannot overwrite what the health engine wrote meanwhile; on a conflict the
-// reconciler's changes (relative to s.orig, however many conflicts in a row) are laid
-// onto a fresh copy, which replaces the contents of s.px, and written again.
+// reconcilerConditions are the Proxy conditions the reconciler owns.
+var reconcilerConditions = []string{v1alpha1.ConditionProvisioned, v1alpha1.ConditionConfigOutdated, v1alpha1.ConditionPreempted}
+
+// proxyStatusOf is the part of st the reconciler owns and applies under the
+// proxy-controller field manager (docs/architecture.md, "Who writes which status field").
+// The health engine's part is healthStatusOf in internal/health.
+func proxyStatusOf(st *v1alpha1.ProxyStatus) *v1alpha1.ProxyStatus {
+	own := &v1alpha1.ProxyStatus{
+		Phase: st.Phase, ProviderID: st.ProviderID, IP: st.IP, SpecHash: st.SpecHash, RenderedHash: st.RenderedHash,
+		CredentialsSecret: st.CredentialsSecret, ObservedReplace: st.ObservedReplace,
+		ObservedGeneration: st.ObservedGeneration, Message: st.Message,
+	}
+	for _, c := range st.Conditions {
+		if slices.Contains(reconcilerConditions, c.Type) {
+			own.Conditions = append(own.Conditions, c)
+		}
+	}
+	return own
+}
+
+// patchStatus applies the reconciler's part of the status when it differs from what the
+// server holds, after settling Running against Ready (readiness). The first write of a
+// reconcile carries the version read: if anything wrote the Proxy since, the reconcile
+// decided from an old copy (the cache behind its own last write, say) and must not lay
+// that over the newer state, so nothing is written and the error (errStaleRead) has the
+// Proxy reconciled again. Once a write has gone through, the reconcile's own fields are
+// the server's, and later writes of the same reconcile carry no version: the health
+// engine's writes meanwhile touch none of them.
 func (r *ProxyReconciler) patchStatus(ctx context.Context, s *scope) error {
 	if s.gone {
 		return nil
 	}
 	s.px.Status.ObservedGeneration = s.px.Generation
-	want := s.px.Status.DeepCopy()
+	s.readiness()
+	want := proxyStatusOf(&s.px.Status)
+	if equality.Semantic.DeepEqual(want, proxyStatusOf(&s.base.Status)) {
+		return nil
+	}
 	key := client.ObjectKeyFromObject(s.px)
-	for attempt := 1; ; attempt++ {
-		if equality.Semantic.DeepEqual(s.base.Status, s.px.Status) {
-			s.orig = s.px.Status.DeepCopy()
-			return nil
-		}
-		err := r.Client.Status().Patch(ctx, s.px, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}),
-			client.FieldOwner(statusapply.ProxyController))
-		if err == nil {
-			s.written(s.px)
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt == statusConflictRetries {
-			return fmt.Errorf("patching status of proxy %s: %w", key, err)
-		}
-		fresh := &v1alpha1.Proxy{}
-		if err := r.reader().Get(ctx, key, fresh); err != nil {
-			return fmt.Errorf("re-reading proxy %s after a status conflict: %w", key, err)
-		}
-		if stale(s.orig, &fresh.Status) {
-			// Another reconcile moved the instance on meanwhile: this one decided from a
-			// stale copy (the cache lagging behind its own writes), so its changes must
-			// not be laid over the newer state; the Proxy is reconciled again instead.
-			return fmt.Errorf("proxy %s: instance %q (spec hash %q) changed to %q (%q) meanwhile: %w",
-				key, s.orig.ProviderID, s.orig.SpecHash, fresh.Status.ProviderID, fresh.Status.SpecHash, errStaleRead)
-		}
-		s.base = fresh.DeepCopy()
-		layOwned(&fresh.Status, s.orig, want)
-		*s.px = *fresh
+	obj := s.px.DeepCopy()
+	err := statusapply.Status(ctx, r.Client, obj, want, statusapply.ProxyController,
+		statusapply.IfVersion(s.lock), statusapply.Claiming(proxyStatusOf(&s.base.Status)))
+	switch {
+	case apierrors.IsConflict(err):
+		return fmt.Errorf("proxy %s changed since version %s was read: %w", key, s.lock, errStaleRead)
+	case err != nil:
+		return fmt.Errorf("applying status of proxy %s: %w", key, err)
+	}
+	s.written(obj)
+	return nil
+}
+
+// readiness moves a Running Proxy to Ready while the health engine's Healthy condition is
+// True for its current instance and address (status.probeTarget), and a Ready one back
+// to Running otherwise. Ready takes the Preempted notice away: the successor serves.
+// The Running/Ready moves are logged; the health engine records their Events
+// (ProbeSucceeded, ProbeFailed).
+func (s *scope) readiness() {
+	st := &s.px.Status
+	if st.Phase != v1alpha1.PhaseRunning && st.Phase != v1alpha1.PhaseReady {
+		return
+	}
+	phase := v1alpha1.PhaseRunning
+	if s.px.ProbedHealthy() {
+		phase = v1alpha1.PhaseReady
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionPreempted)
+	}
+	if st.Phase != phase {
+		s.log.Info("proxy phase changed", "from", st.Phase, "to", phase, "probeTarget", st.ProbeTarget)
+		st.Phase = phase
 	}
 }
 
-// written records px as what the server now holds: the base of the next patch and of
-// the reconciler's next changes. s.px keeps its identity.
+// written records px as what the server now holds: the base of the reconciler's next
+// changes. s.px keeps its identity. The reconcile's own fields are current from here on,
+// so its later writes carry no version.
 func (s *scope) written(px *v1alpha1.Proxy) {
 	if px != s.px {
 		px.DeepCopyInto(s.px)
 	}
 	s.base = s.px.DeepCopy()
-	s.orig = s.px.Status.DeepCopy()
+	s.lock = ""
 }
 
-func (r *ProxyReconciler) reader() client.Reader {
-	if r.APIReader != nil {
-		return r.APIReader
-	}
-	return r.Client
-}
-
-// errStaleRead: a reconcile decided from a copy of the Proxy older than the server's in
-// the fields it decides from; Reconcile runs again rather than write.
+// errStaleRead: a reconcile decided from a copy of the Proxy older than the server's;
+// Reconcile runs again rather than write.
 var errStaleRead = errors.New("the reconcile read a stale copy; reconciling again")
-
-// stale reports a fresh status whose instance fields (the ones the reconciler decides
-// from, which only the reconciler writes) differ from those the reconcile started from.
-// The health engine's writes never touch them, so its conflicts are laid over as before.
-func stale(started, fresh *v1alpha1.ProxyStatus) bool {
-	return started.ProviderID != fresh.ProviderID || started.SpecHash != fresh.SpecHash
-}
-
-// layOwned copies onto dst each field the reconciler owns that want changed relative to
-// old (the status the reconciler's changes started from, not an intermediate re-read),
-// leaving the health engine's fields (healthy, Healthy, probe data) as dst has them. The
-// reconciler's conditions are Provisioned, ConfigOutdated and Preempted.
-func layOwned(dst, old, want *v1alpha1.ProxyStatus) {
-	if want.Phase != old.Phase && !(want.Phase == v1alpha1.PhaseRunning && dst.Phase == v1alpha1.PhaseReady) {
-		dst.Phase = want.Phase
-	}
-	if want.ProviderID != old.ProviderID {
-		dst.ProviderID = want.ProviderID
-	}
-	if want.IP != old.IP {
-		dst.IP = want.IP
-	}
-	if want.SpecHash != old.SpecHash {
-		dst.SpecHash = want.SpecHash
-	}
-	if want.RenderedHash != old.RenderedHash {
-		dst.RenderedHash = want.RenderedHash
-	}
-	if want.CredentialsSecret != old.CredentialsSecret {
-		dst.CredentialsSecret = want.CredentialsSecret
-	}
-	if want.ObservedReplace != old.ObservedReplace {
-		dst.ObservedReplace = want.ObservedReplace
-	}
-	if want.Message != old.Message {
-		dst.Message = want.Message
-	}
-	dst.ObservedGeneration = want.ObservedGeneration
-	for _, typ := range []string{v1alpha1.ConditionProvisioned, v1alpha1.ConditionConfigOutdated, v1alpha1.ConditionPreempted} {
-		wc := meta.FindStatusCondition(want.Conditions, typ)
-		oc := meta.FindStatusCondition(old.Conditions, typ)
-		switch {
-		case wc != nil && (oc == nil || !equality.Semantic.DeepEqual(*wc, *oc)):
-			meta.SetStatusCondition(&dst.Conditions, *wc)
-		case wc == nil && oc != nil:
-			meta.RemoveStatusCondition(&dst.Conditions, typ)
-		}
-	}
-}

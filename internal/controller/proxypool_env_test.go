@@ -108,7 +108,8 @@ func newPoolEnvCounting(t testing.TB, env *testenv.Env, proxyWorkers int, health
 	return e
 }
 
-// healthLoop marks Running children Ready, as the health engine does after a probe.
+// healthLoop marks Running children healthy, as the health engine does after a probe;
+// the reconciler then shows them Ready.
 func (e *poolEnv) healthLoop(ctx context.Context, every time.Duration) {
 	for ctx.Err() == nil {
 		list := &v1alpha1.ProxyList{}
@@ -118,17 +119,16 @@ func (e *poolEnv) healthLoop(ctx context.Context, every time.Duration) {
 				e.mu.Lock()
 				held := e.unhealth[px.Name] || (e.holdIf != nil && e.holdIf(px))
 				e.mu.Unlock()
-				if px.Status.Phase != v1alpha1.PhaseRunning || held || !px.DeletionTimestamp.IsZero() {
+				if px.Status.Phase != v1alpha1.PhaseRunning || held || !px.DeletionTimestamp.IsZero() || px.ProbedHealthy() {
 					continue
 				}
-				base := px.DeepCopy()
-				px.Status.Phase, px.Status.Healthy = v1alpha1.PhaseReady, true
+				px.Status.Healthy, px.Status.ProbeTarget = true, px.CurrentProbeTarget()
 				px.Status.ProbeLatencyMilliseconds = 1
 				meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
 					Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded,
 					Message: "probe succeeded", LastTransitionTime: metav1.NewTime(e.clock.Now()),
 				})
-				_ = e.c.Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+				_ = applyHealthStatus(ctx, e.c, px)
 			}
 		}
 		select {

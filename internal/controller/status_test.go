@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -9,71 +10,69 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 )
 
-// layOwned redoes the reconciler's changes on a copy another writer changed meanwhile.
-func TestLayOwned(t *testing.T) {
-	cond := func(typ, reason string) metav1.Condition {
-		return metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: reason, Message: reason}
+// The reconciler settles Running against Ready from the health engine's condition before
+// each write, and writes any other phase over Ready.
+func TestReadiness(t *testing.T) {
+	cond := func(typ, reason string, st metav1.ConditionStatus) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: st, Reason: reason, Message: reason}
 	}
-	old := v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseProvisioning, Message: "creating",
-		Conditions: []metav1.Condition{cond(v1alpha1.ConditionProvisioned, v1alpha1.ReasonProvisioning)}}
-
+	probed := func(healthy bool) v1alpha1.ProxyStatus {
+		st := v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, ProviderID: "fake://a", IP: "10.0.0.1",
+			Healthy: healthy, ProbeTarget: "fake://a 10.0.0.1:3128"}
+		c := cond(v1alpha1.ConditionHealthy, v1alpha1.ReasonProbeSucceeded, metav1.ConditionTrue)
+		if !healthy {
+			c = cond(v1alpha1.ConditionHealthy, v1alpha1.ReasonProbeFailed, metav1.ConditionFalse)
+		}
+		st.Conditions = []metav1.Condition{c, cond(v1alpha1.ConditionPreempted, v1alpha1.ReasonPreempted, metav1.ConditionTrue)}
+		return st
+	}
 	for _, tc := range []struct {
 		name      string
-		want      v1alpha1.ProxyStatus // what the reconciler wrote, starting from old
-		fresh     v1alpha1.ProxyStatus // what the server holds now
+		status    v1alpha1.ProxyStatus
+		set       v1alpha1.ProxyPhase
 		wantPhase v1alpha1.ProxyPhase
 	}{
-		{
-			name:      "Running does not undo Ready",
-			want:      v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "10.0.0.1", Conditions: []metav1.Condition{cond(v1alpha1.ConditionProvisioned, v1alpha1.ReasonInstanceRunning)}},
-			fresh:     v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, Healthy: true, Conditions: []metav1.Condition{cond(v1alpha1.ConditionHealthy, v1alpha1.ReasonProbeSucceeded)}},
-			wantPhase: v1alpha1.PhaseReady,
-		},
-		{
-			name:      "a phase the reconciler did not change stays as the other writer left it",
-			want:      v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseProvisioning, Message: "still creating", Conditions: old.Conditions},
-			fresh:     v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, Healthy: true, Conditions: old.Conditions},
-			wantPhase: v1alpha1.PhaseRunning,
-		},
-		{
-			name:      "Failed is written over Ready",
-			want:      v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseFailed, Conditions: []metav1.Condition{cond(v1alpha1.ConditionProvisioned, v1alpha1.ReasonPermanentError)}},
-			fresh:     v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, Healthy: true},
-			wantPhase: v1alpha1.PhaseFailed,
-		},
+		{"Running does not undo Ready", probed(true), v1alpha1.PhaseRunning, v1alpha1.PhaseReady},
+		{"Ready goes back to Running when the probes fail", probed(false), v1alpha1.PhaseRunning, v1alpha1.PhaseRunning},
+		{"a probe of another instance is no reason for Ready", func() v1alpha1.ProxyStatus {
+			st := probed(true)
+			st.ProviderID = "fake://b"
+			return st
+		}(), v1alpha1.PhaseRunning, v1alpha1.PhaseRunning},
+		{"Failed is written over Ready", probed(true), v1alpha1.PhaseFailed, v1alpha1.PhaseFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dst := tc.fresh.DeepCopy()
-			layOwned(dst, &old, &tc.want)
-			if dst.Phase != tc.wantPhase {
-				t.Errorf("phase %s, want %s", dst.Phase, tc.wantPhase)
+			px := managedProxy("ready")
+			px.Status = tc.status
+			s := (&ProxyReconciler{}).newScope(context.Background(), px)
+			s.setPhase(tc.set, "Test", "set by the test")
+			s.readiness()
+			if px.Status.Phase != tc.wantPhase {
+				t.Errorf("phase %s, want %s", px.Status.Phase, tc.wantPhase)
 			}
-			if dst.Healthy != tc.fresh.Healthy || (meta.FindStatusCondition(tc.fresh.Conditions, v1alpha1.ConditionHealthy) != nil) != (meta.FindStatusCondition(dst.Conditions, v1alpha1.ConditionHealthy) != nil) {
-				t.Errorf("the other writer's fields changed: %+v", dst)
-			}
-			wc := meta.FindStatusCondition(tc.want.Conditions, v1alpha1.ConditionProvisioned)
-			if got := meta.FindStatusCondition(dst.Conditions, v1alpha1.ConditionProvisioned); wc != nil && (got == nil || got.Reason != wc.Reason) {
-				t.Errorf("Provisioned %+v, want reason %s", got, wc.Reason)
-			}
-			if tc.want.Message != old.Message && dst.Message != tc.want.Message {
-				t.Errorf("message %q, want %q", dst.Message, tc.want.Message)
+			preempted := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionPreempted) != nil
+			if preempted == (tc.wantPhase == v1alpha1.PhaseReady) {
+				t.Errorf("Preempted present %v in phase %s: the successor's Ready, and only that, removes it", preempted, tc.wantPhase)
 			}
 		})
 	}
 }
 
-// The Preempted condition the reconciler set is the reconciler's to lay onto a fresh copy
-// like Provisioned: a conflict on the write that records a preemption must not lose it.
-func TestLayOwnedKeepsPreempted(t *testing.T) {
-	old := v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, Healthy: true}
-	want := v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseProvisioning, Conditions: []metav1.Condition{{
-		Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted, Message: "preempted"}}}
-	fresh := v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, Healthy: true, ConsecutiveProbeFailures: 1}
-	layOwned(&fresh, &old, &want)
-	if c := meta.FindStatusCondition(fresh.Conditions, v1alpha1.ConditionPreempted); c == nil || c.Status != metav1.ConditionTrue {
-		t.Errorf("conditions %+v after laying the reconciler's changes, want Preempted=True", fresh.Conditions)
+// The reconciler applies its own conditions, Preempted among them, and none of the health
+// engine's fields: a write that records a preemption carries the condition, and cannot
+// touch the health engine's failure count.
+func TestProxyStatusOfKeepsPreempted(t *testing.T) {
+	st := v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseProvisioning, Healthy: true, ConsecutiveProbeFailures: 1, EgressIP: "198.51.100.7",
+		ProbeTarget: "x", Conditions: []metav1.Condition{
+			{Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted, Message: "preempted"},
+			{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded},
+		}}
+	own := proxyStatusOf(&st)
+	if c := meta.FindStatusCondition(own.Conditions, v1alpha1.ConditionPreempted); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("conditions %+v, want Preempted=True among the reconciler's", own.Conditions)
 	}
-	if fresh.ConsecutiveProbeFailures != 1 {
-		t.Errorf("the health engine's failure count was lost: %+v", fresh)
+	if own.Healthy || own.ConsecutiveProbeFailures != 0 || own.EgressIP != "" || own.ProbeTarget != "" ||
+		meta.FindStatusCondition(own.Conditions, v1alpha1.ConditionHealthy) != nil {
+		t.Errorf("the reconciler's part %+v holds the health engine's fields", own)
 	}
 }

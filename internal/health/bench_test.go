@@ -147,7 +147,7 @@ func BenchmarkSteadyState1000External(b *testing.B) {
 			err := e.mgr.GetClient().List(e.ctx, &l, client.InNamespace(e.ns))
 			ready := 0
 			for _, px := range l.Items {
-				if px.Status.Phase == v1alpha1.PhaseReady {
+				if shown(&px) == v1alpha1.PhaseReady {
 					ready++
 				}
 			}
@@ -180,8 +180,8 @@ func BenchmarkSteadyState1000External(b *testing.B) {
 	fps[7].SetMode(healthtest.Fail)
 	w := writes.Load()
 	round("round after a change")
-	if px := e.get("ext-0007"); px.Status.Healthy || px.Status.Phase != v1alpha1.PhaseRunning {
-		b.Errorf("one round after its proxy failed, ext-0007 is %s healthy=%v", px.Status.Phase, px.Status.Healthy)
+	if px := e.get("ext-0007"); px.Status.Healthy || shown(px) != v1alpha1.PhaseRunning {
+		b.Errorf("one round after its proxy failed, ext-0007 is %s healthy=%v", shown(px), px.Status.Healthy)
 	}
 	b.Logf("round after one proxy failed: %d writes", writes.Load()-w)
 }

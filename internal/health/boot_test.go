@@ -38,7 +38,7 @@ func (e *engineEnv) startWatching(mutate func(*Options)) *Engine {
 		}
 	})
 	waitFor(e.t, waitLong, "the engine's first round (proxy first-round Ready)", func() (bool, error) {
-		return e.get("first-round").Status.Phase == v1alpha1.PhaseReady, nil
+		return shown(e.get("first-round")) == v1alpha1.PhaseReady, nil
 	})
 	return eng
 }
@@ -66,7 +66,7 @@ func TestEngineProbesOnRunning(t *testing.T) {
 	var px *v1alpha1.Proxy
 	waitFor(t, waitLong, "proxy boot to be Ready", func() (bool, error) {
 		px = e.get("boot")
-		return px.Status.Phase == v1alpha1.PhaseReady && px.Status.Healthy, nil
+		return shown(px) == v1alpha1.PhaseReady && px.Status.Healthy, nil
 	})
 	took := time.Since(running)
 	if px.Status.EgressIP != "127.0.0.5" || fp.Requests.Load() != 1 {
@@ -81,7 +81,7 @@ func TestEngineProbesOnRunning(t *testing.T) {
 	}
 	waitFor(t, waitLong, "the new instance to be probed and the proxy Ready again", func() (bool, error) {
 		px = e.get("boot")
-		return fp.Requests.Load() == 2 && px.Status.Phase == v1alpha1.PhaseReady, nil
+		return fp.Requests.Load() == 2 && shown(px) == v1alpha1.PhaseReady, nil
 	})
 }
 
@@ -102,13 +102,13 @@ func TestEngineReprobesBootingProxy(t *testing.T) {
 	e.setPhase("late", v1alpha1.PhaseRunning)
 	e.setPhase("never", v1alpha1.PhaseRunning)
 	waitFor(t, waitLong, "three failed probes of proxy late", func() (bool, error) { return fp.Requests.Load() >= 3, nil })
-	if px := e.get("late"); px.Status.Phase != v1alpha1.PhaseRunning || px.Status.Healthy {
+	if px := e.get("late"); shown(px) != v1alpha1.PhaseRunning || px.Status.Healthy {
 		t.Fatalf("after failed probes: %+v", px.Status)
 	}
 	fp.SetMode(healthtest.Forward)
 	waitFor(t, waitLong, "proxy late to be Ready once its proxy answers", func() (bool, error) {
 		px := e.get("late")
-		return px.Status.Phase == v1alpha1.PhaseReady && px.Status.Healthy, nil
+		return shown(px) == v1alpha1.PhaseReady && px.Status.Healthy, nil
 	})
 	answered := fp.Requests.Load()
 

@@ -1,6 +1,7 @@
 // Package health is the proxy health engine: it proves that each proxy forwards traffic
 // by sending an HTTP GET of a probe URL through it, and records the outcome on the
-// Proxy's status (Healthy, phase Ready, latency, egress IP).
+// Proxy's status (the Healthy condition, latency, egress IP), from which the Proxy
+// reconciler moves the phase between Running and Ready.
 package health
 
 import (
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -43,7 +45,6 @@ const (
 	// BootProbeInterval; then it waits for the rounds like any other.
 	DefaultBootProbeWindow = 2 * time.Minute
 	defaultPort            = 3128
-	conflictRetries        = 3
 )
 
 // Options configure an Engine.
@@ -63,7 +64,7 @@ type Options struct {
 	// Credentials, when not nil, gives the credentials a probe sends to a Proxy's proxy.
 	Credentials proxyconfig.CredentialsFunc
 	// HeartbeatInterval: a probe whose outcome changes nothing a user sees (healthy,
-	// phase, egress IP, the Healthy condition, the failure count crossing
+	// probe target, egress IP, the Healthy condition, the failure count crossing
 	// FailureThreshold) is not written to the status, unless lastProbeTime is at least
 	// this old (DefaultHeartbeatInterval). Every probe goes to the metrics.
 	HeartbeatInterval time.Duration
@@ -114,7 +115,7 @@ type failureCount struct {
 	n      int32
 }
 
-// New builds an engine. c lists Proxies (from the manager's cache) and patches their
+// New builds an engine. c lists Proxies (from the manager's cache) and applies their
 // status; apiReader (may be nil) re-reads a Proxy after a write conflict; rec (may be
 // nil) records Events on health transitions.
 func New(c client.Client, apiReader client.Reader, rec events.EventRecorder, opts Options, log logr.Logger) (*Engine, error) {
@@ -191,7 +192,8 @@ type RoundStats struct {
 	Probed, Succeeded, Failed, WriteErrors int
 	// Writes counts the probe results written to a status (transitions and heartbeats).
 	Writes int
-	// Conflicts counts status writes redone on a fresh copy.
+	// Conflicts counts status writes refused because the Proxy changed after it was read
+	// (then read again, and the result dropped or laid onto the fresh copy).
 	Conflicts int
 }
 
@@ -321,8 +323,8 @@ func eligible(px *v1alpha1.Proxy) bool {
 
 // retire clears the health of a Proxy that left Running/Ready while healthy (the
 // reconciler is replacing its instance, or it failed), so that kubectl does not show a
-// proxy that is not running as healthy. It writes once per such change; a conflict is
-// left for the next round.
+// proxy that is not running as healthy. It writes once per such change; its apply holds
+// only the engine's fields, so it never conflicts with the reconciler's.
 func (e *Engine) retire(ctx context.Context, px *v1alpha1.Proxy) {
 	if !px.Status.Healthy || px.DeletionTimestamp != nil || px.Status.Phase == v1alpha1.PhaseDeleting {
 		return
@@ -332,9 +334,9 @@ func (e *Engine) retire(ctx context.Context, px *v1alpha1.Proxy) {
 	px.Status.ConsecutiveProbeFailures = 0
 	setHealthy(px, metav1.ConditionFalse, ReasonNotProbed,
 		fmt.Sprintf("not probed while the proxy is %s; probing resumes when it runs again", px.Status.Phase))
-	err := e.client.Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}),
-		client.FieldOwner(statusapply.ProxyHealth))
-	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+	err := statusapply.Status(ctx, e.client, px, healthStatusOf(&px.Status), statusapply.ProxyHealth,
+		statusapply.Claiming(healthStatusOf(&base.Status)))
+	if err != nil && !apierrors.IsNotFound(err) {
 		e.log.Error(err, "clearing the health of a proxy that is not running", "proxy", client.ObjectKeyFromObject(px))
 	}
 }
@@ -368,57 +370,68 @@ func (e *Engine) probeOne(ctx context.Context, px *v1alpha1.Proxy) result {
 	return r
 }
 
-// record lays r onto the Proxy's status and writes it when something a user sees
-// changed, or the heartbeat of lastProbeTime is due (writeReason); otherwise only the
-// engine's failure count advances. The write is a merge patch that carries the version
-// read, so it never overwrites a concurrent write of the reconciler (a new phase, the
-// Provisioned condition); on a conflict the result is laid onto a fresh copy, unless the
-// reconciler has meanwhile moved the Proxy out of Running/Ready or given it another
-// instance or address than the one probed: a probe of the old VM says nothing of the
-// new one. It returns the number of conflicts met and whether the result was written.
+// record lays r onto the Proxy's status and applies the engine's part of it when
+// something a user sees changed, or the heartbeat of lastProbeTime is due (writeReason);
+// otherwise only the engine's failure count advances. The apply carries the version the
+// Proxy was read at (statusapply.IfVersion), so a result never lands on a Proxy that
+// changed unseen: on a conflict the Proxy is read again, and if the reconciler has
+// meanwhile moved it out of Running/Ready or given it another instance or address than
+// the one probed, the result is dropped (a probe of the old VM says nothing of the new
+// one); otherwise it is laid onto the fresh copy. It returns the number of conflicts met
+// and whether the result was written.
 func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int, bool, error) {
 	now := e.now()
 	key := client.ObjectKeyFromObject(px)
 	probed := probeTarget(px)
-	for attempt := 1; ; attempt++ {
-		base := px.DeepCopy()
-		px.Status.ConsecutiveProbeFailures = e.failuresOf(px)
-		hint := ""
-		if e.opts.Hint != nil {
-			hint = e.opts.Hint(px)
-		}
-		tr := apply(px, r, now, e.opts.FailureThreshold, hint)
-		e.setFailures(px, px.Status.ConsecutiveProbeFailures)
-		why := writeReason(&base.Status, &px.Status, now, e.opts.FailureThreshold, e.opts.HeartbeatInterval)
-		if why == "" {
-			return attempt - 1, false, nil
-		}
-		err := e.client.Status().Patch(ctx, px, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}),
-			client.FieldOwner(statusapply.ProxyHealth))
-		switch {
-		case err == nil:
-			statusWrites.WithLabelValues(why).Inc()
-			if tr != nil && e.recorder != nil {
-				e.recorder.Eventf(px, nil, tr.typ, tr.reason, "Probe", "%s", tr.note)
+	attempts, wrote := 0, false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if attempts++; attempts > 1 {
+			fresh := &v1alpha1.Proxy{}
+			if err := e.apiReader.Get(ctx, key, fresh); err != nil {
+				return err
 			}
-			return attempt - 1, true, nil
-		case apierrors.IsNotFound(err):
-			return attempt - 1, false, nil
-		case !apierrors.IsConflict(err) || attempt == conflictRetries:
-			return attempt - 1, false, fmt.Errorf("patching health status of proxy %s: %w", key, err)
-		}
-		fresh := &v1alpha1.Proxy{}
-		if err := e.apiReader.Get(ctx, key, fresh); err != nil {
-			if apierrors.IsNotFound(err) {
-				return attempt, false, nil
+			if !eligible(fresh) || probeTarget(fresh) != probed {
+				return nil
 			}
-			return attempt, false, fmt.Errorf("re-reading proxy %s after a conflict: %w", key, err)
+			px = fresh
 		}
-		if !eligible(fresh) || probeTarget(fresh) != probed {
-			return attempt, false, nil
-		}
-		px = fresh
+		var err error
+		wrote, err = e.write(ctx, px, r, now)
+		return err
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		return attempts - 1, false, nil
+	case err != nil:
+		return attempts - 1, false, fmt.Errorf("applying health status of proxy %s: %w", key, err)
 	}
+	return attempts - 1, wrote, nil
+}
+
+// write lays r onto px and applies the result if writeReason says so, under the
+// proxy-health field manager and px's version.
+func (e *Engine) write(ctx context.Context, px *v1alpha1.Proxy, r result, now time.Time) (bool, error) {
+	base := px.DeepCopy()
+	px.Status.ConsecutiveProbeFailures = e.failuresOf(px)
+	hint := ""
+	if e.opts.Hint != nil {
+		hint = e.opts.Hint(px)
+	}
+	tr := apply(px, r, now, e.opts.FailureThreshold, hint)
+	e.setFailures(px, px.Status.ConsecutiveProbeFailures)
+	why := writeReason(&base.Status, &px.Status, now, e.opts.FailureThreshold, e.opts.HeartbeatInterval)
+	if why == "" {
+		return false, nil
+	}
+	if err := statusapply.Status(ctx, e.client, px, healthStatusOf(&px.Status), statusapply.ProxyHealth,
+		statusapply.IfVersion(base.ResourceVersion), statusapply.Claiming(healthStatusOf(&base.Status))); err != nil {
+		return false, err
+	}
+	statusWrites.WithLabelValues(why).Inc()
+	if tr != nil && e.recorder != nil {
+		e.recorder.Eventf(px, nil, tr.typ, tr.reason, "Probe", "%s", tr.note)
+	}
+	return true, nil
 }
 
 // Why a probe result is written (the status_writes metric's label).
@@ -428,8 +441,8 @@ const (
 )
 
 // writeReason says whether the probe result that turned old into cur must be written:
-// a transition when a field a user sees changed (healthy, phase, egress IP, the Healthy
-// condition, the failure count crossing threshold), a heartbeat when old's
+// a transition when a field a user sees changed (healthy, egress IP, the Healthy
+// condition, the probe target, the failure count crossing threshold), a heartbeat when old's
 // lastProbeTime is heartbeat old or missing, "" otherwise. Latency, lastProbeTime and a
 // failure count below or past the threshold alone are no reason.
 func writeReason(old, cur *v1alpha1.ProxyStatus, now time.Time, threshold int32, heartbeat time.Duration) string {
@@ -437,7 +450,7 @@ func writeReason(old, cur *v1alpha1.ProxyStatus, now time.Time, threshold int32,
 	nc := meta.FindStatusCondition(cur.Conditions, v1alpha1.ConditionHealthy)
 	condChanged := (oc == nil) != (nc == nil) ||
 		(oc != nil && (oc.Status != nc.Status || oc.Reason != nc.Reason || oc.Message != nc.Message))
-	if old.Healthy != cur.Healthy || old.Phase != cur.Phase || old.EgressIP != cur.EgressIP || condChanged ||
+	if old.Healthy != cur.Healthy || old.ProbeTarget != cur.ProbeTarget || old.EgressIP != cur.EgressIP || condChanged ||
 		(old.ConsecutiveProbeFailures >= threshold) != (cur.ConsecutiveProbeFailures >= threshold) {
 		return writeTransition
 	}

@@ -8,57 +8,76 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
 // recordAfterReplacement probes px (the old instance), lets the reconciler publish
-// another instance before the engine's write, and returns the Proxy after record.
-// The write conflicts once, as it does when the reconciler wrote in between.
+// another instance before the engine's write (an apply under proxy-controller), and
+// returns the Proxy after record. The engine's apply, carrying the version it read, meets
+// a conflict once, as it does when the reconciler wrote in between.
 func recordAfterReplacement(t *testing.T, px *v1alpha1.Proxy, replace func(*v1alpha1.ProxyStatus)) (*v1alpha1.Proxy, int) {
 	t.Helper()
-	patches := 0
-	c := testenv.FakeClient(t, interceptor.Funcs{
-		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			patches++
-			if patches > 1 {
-				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+	ctx := testContext(t)
+	env := shared.Env(t)
+	px = px.DeepCopy()
+	px.Namespace = env.Namespace(t, ctx, "record")
+	st := px.Status
+	if err := env.Client.Create(ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	reconcilerWrites(t, env.Client, px, st)
+	applies := 0
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := interceptor.NewClient(wc, interceptor.Funcs{
+		SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			if applies++; applies == 1 {
+				stored := &v1alpha1.Proxy{}
+				if err := env.Client.Get(ctx, client.ObjectKeyFromObject(px), stored); err != nil {
+					return err
+				}
+				next := stored.Status
+				replace(&next)
+				reconcilerWrites(t, env.Client, stored, next)
 			}
-			stored := &v1alpha1.Proxy{}
-			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), stored); err != nil {
-				return err
-			}
-			replace(&stored.Status)
-			if err := c.Status().Update(ctx, stored); err != nil {
-				return err
-			}
-			return apierrors.NewConflict(schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "proxies"},
-				obj.GetName(), errors.New("the object has been modified"))
+			return c.SubResource(sub).Apply(ctx, obj, opts...)
 		},
-	}, px.DeepCopy())
-	eng, err := New(c, c, nil, Options{ProbeURL: "http://127.0.0.1:1/v1/whoami"}, logr.Discard())
+	})
+	eng, err := New(c, env.Client, nil, Options{ProbeURL: "http://127.0.0.1:1/v1/whoami"}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
 	listed := &v1alpha1.Proxy{}
-	if err := c.Get(context.Background(), client.ObjectKeyFromObject(px), listed); err != nil {
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(px), listed); err != nil {
 		t.Fatal(err)
 	}
-	conflicts, _, err := eng.record(context.Background(), listed, result{latency: 5 * time.Millisecond, egressIP: "198.51.100.7"})
+	conflicts, _, err := eng.record(ctx, listed, result{latency: 5 * time.Millisecond, egressIP: "198.51.100.7"})
 	if err != nil {
 		t.Fatalf("record: %v", err)
 	}
 	got := &v1alpha1.Proxy{}
-	if err := c.Get(context.Background(), client.ObjectKeyFromObject(px), got); err != nil {
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(px), got); err != nil {
 		t.Fatal(err)
 	}
 	return got, conflicts
+}
+
+// reconcilerWrites applies st's reconciler fields to px as the Proxy reconciler does.
+func reconcilerWrites(t *testing.T, c client.Client, px *v1alpha1.Proxy, st v1alpha1.ProxyStatus) {
+	t.Helper()
+	own := &v1alpha1.ProxyStatus{Phase: st.Phase, ProviderID: st.ProviderID, IP: st.IP, Message: st.Message}
+	if err := statusapply.Status(context.Background(), c, px.DeepCopy(), own, statusapply.ProxyController); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func runningProxy() *v1alpha1.Proxy {
@@ -105,7 +124,7 @@ func TestRecordAppliesResultAfterUnrelatedConflict(t *testing.T) {
 		t.Errorf("%d conflicts, want 1", conflicts)
 	}
 	st := got.Status
-	if st.Phase != v1alpha1.PhaseReady || !st.Healthy || st.EgressIP != "198.51.100.7" || st.Message != "instance proxy-old is running at 10.0.0.1" {
+	if shown(got) != v1alpha1.PhaseReady || !st.Healthy || st.EgressIP != "198.51.100.7" || st.Message != "instance proxy-old is running at 10.0.0.1" {
 		t.Errorf("status %+v, want Ready and healthy with the reconciler's message kept", st)
 	}
 }
@@ -116,9 +135,9 @@ func TestRecordWritesTransitionsAndHeartbeatsOnly(t *testing.T) {
 	px := runningProxy()
 	writes := 0
 	c := testenv.FakeClient(t, interceptor.Funcs{
-		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+		SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
 			writes++
-			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			return c.SubResource(sub).Apply(ctx, obj, opts...)
 		},
 	}, px.DeepCopy())
 	eng, err := New(c, c, nil, Options{ProbeURL: "http://127.0.0.1:1/v1/whoami", FailureThreshold: 3,
@@ -166,9 +185,9 @@ func TestRecordWritesTransitionsAndHeartbeatsOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := got.Status
-		if (writes > before) != step.write || st.Phase != step.phase || st.ConsecutiveProbeFailures != step.failures {
+		if (writes > before) != step.write || shown(got) != step.phase || st.ConsecutiveProbeFailures != step.failures {
 			t.Fatalf("step %d: %d writes, phase %s, failures %d; want write=%v, %s, %d",
-				i, writes-before, st.Phase, st.ConsecutiveProbeFailures, step.write, step.phase, step.failures)
+				i, writes-before, shown(got), st.ConsecutiveProbeFailures, step.write, step.phase, step.failures)
 		}
 		if step.write && !st.LastProbeTime.Time.Equal(now) {
 			t.Errorf("step %d: lastProbeTime %v, want %v", i, st.LastProbeTime, now)

@@ -60,8 +60,8 @@ func TestProbeUsesCredentialsSnapshot(t *testing.T) {
 	probed("with-snapshot", true)
 	probed("without-snapshot", false)
 	e.round()
-	if px := e.get("with-snapshot"); px.Status.Phase != v1alpha1.PhaseReady || !px.Status.Healthy {
-		t.Errorf("the Proxy with a snapshot: phase %s healthy %v (%s), want Ready: probed with the snapshot's password", px.Status.Phase, px.Status.Healthy, px.Status.Message)
+	if px := e.get("with-snapshot"); shown(px) != v1alpha1.PhaseReady || !px.Status.Healthy {
+		t.Errorf("the Proxy with a snapshot: phase %s healthy %v (%s), want Ready: probed with the snapshot's password", shown(px), px.Status.Healthy, px.Status.Message)
 	}
 	if px := e.get("without-snapshot"); px.Status.Healthy {
 		t.Errorf("the Proxy without a snapshot is healthy: it was not probed with the referenced Secret's (rotated) password")

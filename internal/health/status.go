@@ -25,8 +25,8 @@ type transition struct {
 }
 
 // apply lays the probe result r onto px's status: only the fields the health engine owns
-// (healthy, the Healthy condition, lastProbeTime, probeLatencyMilliseconds, egressIP,
-// consecutiveProbeFailures, and phase between Running and Ready). hint, when not empty,
+// (healthStatusOf). The Proxy reconciler moves the phase between Running and Ready from
+// the Healthy condition and probeTarget. hint, when not empty,
 // is added to the failure message of a Proxy that has not passed a probe yet (its
 // provider's ProbeHinter). It returns the Event to record, if the proxy changed between
 // healthy and unhealthy.
@@ -34,6 +34,7 @@ func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32, hint st
 	st := &px.Status
 	t := metav1.NewTime(now)
 	st.LastProbeTime = &t
+	st.ProbeTarget = px.CurrentProbeTarget()
 	prev := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHealthy)
 	wasHealthy := st.Healthy && prev != nil && prev.Status == metav1.ConditionTrue
 
@@ -42,13 +43,6 @@ func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32, hint st
 		st.ProbeLatencyMilliseconds = max(r.latency.Milliseconds(), 1)
 		st.EgressIP = r.egressIP
 		st.Healthy = true
-		if st.Phase == v1alpha1.PhaseRunning {
-			st.Phase = v1alpha1.PhaseReady
-		}
-		if st.Phase == v1alpha1.PhaseReady {
-			// A preempted instance's successor is Ready: the reconciler's notice has served.
-			meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionPreempted)
-		}
 		// No latency here: the message is compared to decide on a write, and the latency
 		// of every probe is in the metrics.
 		msg := fmt.Sprintf("probe through %s:%d succeeded", st.IP, px.Spec.Port)
@@ -75,9 +69,6 @@ func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32, hint st
 		return nil
 	}
 	st.Healthy = false
-	if st.Phase == v1alpha1.PhaseReady {
-		st.Phase = v1alpha1.PhaseRunning
-	}
 	setHealthy(px, metav1.ConditionFalse, v1alpha1.ReasonProbeFailed, msg)
 	if !wasHealthy {
 		return nil // it was not in rotation; the condition says why, no Event per round
@@ -94,4 +85,21 @@ func setHealthy(px *v1alpha1.Proxy, status metav1.ConditionStatus, reason, msg s
 		Message:            msg,
 		ObservedGeneration: px.Generation,
 	})
+}
+
+// healthStatusOf is the part of st the health engine owns and applies under the
+// proxy-health field manager (docs/architecture.md, "Who writes which status field"):
+// healthy, the Healthy condition, probeTarget, lastProbeTime, probeLatencyMilliseconds,
+// egressIP and consecutiveProbeFailures. The reconciler's part is proxyStatusOf in
+// internal/controller.
+func healthStatusOf(st *v1alpha1.ProxyStatus) *v1alpha1.ProxyStatus {
+	own := &v1alpha1.ProxyStatus{
+		Healthy: st.Healthy, ProbeTarget: st.ProbeTarget, LastProbeTime: st.LastProbeTime,
+		ProbeLatencyMilliseconds: st.ProbeLatencyMilliseconds, EgressIP: st.EgressIP,
+		ConsecutiveProbeFailures: st.ConsecutiveProbeFailures,
+	}
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHealthy); c != nil {
+		own.Conditions = []metav1.Condition{*c}
+	}
+	return own
 }

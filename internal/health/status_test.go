@@ -47,7 +47,7 @@ func TestApplyNoFlapping(t *testing.T) {
 		now = now.Add(30 * time.Second)
 		tr := apply(px, s.r, now, 3, "")
 		c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy)
-		got := seen{px.Status.Phase, px.Status.Healthy, c.Status, px.Status.ConsecutiveProbeFailures, ""}
+		got := seen{shown(px), px.Status.Healthy, c.Status, px.Status.ConsecutiveProbeFailures, ""}
 		if tr != nil {
 			got.event = tr.reason
 		}
@@ -97,9 +97,11 @@ func TestApplyHintOnlyWhileNeverAnswered(t *testing.T) {
 	}
 }
 
-// TestApplyReadyRemovesPreempted: the reconciler's Preempted condition goes when the
-// successor passes its probe and turns Ready, not before.
-func TestApplyReadyRemovesPreempted(t *testing.T) {
+// TestApplyLeavesPreemptedToTheReconciler: the reconciler's Preempted condition is not the
+// engine's to write: a good probe makes the successor Ready (the reconciler's readiness
+// then removes the notice, TestReadiness in internal/controller), and the engine's apply
+// carries no Preempted at all.
+func TestApplyLeavesPreemptedToTheReconciler(t *testing.T) {
 	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.1",
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted}}}}
 	apply(px, result{err: errors.New("connection refused")}, time.Now(), 3, "")
@@ -107,7 +109,7 @@ func TestApplyReadyRemovesPreempted(t *testing.T) {
 		t.Error("a failed probe removed the Preempted condition")
 	}
 	apply(px, result{latency: time.Millisecond}, time.Now(), 3, "")
-	if px.Status.Phase != v1alpha1.PhaseReady || meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionPreempted) != nil {
-		t.Errorf("phase %s, conditions %+v: want Ready without Preempted", px.Status.Phase, px.Status.Conditions)
+	if own := healthStatusOf(&px.Status); shown(px) != v1alpha1.PhaseReady || meta.FindStatusCondition(own.Conditions, v1alpha1.ConditionPreempted) != nil {
+		t.Errorf("phase shown %s, the engine's conditions %+v: want Ready, and no Preempted in the engine's apply", shown(px), own.Conditions)
 	}
 }
