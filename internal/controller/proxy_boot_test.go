@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -101,6 +102,11 @@ func TestPendingRetryWritesStatusOnce(t *testing.T) {
 			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 				writes.Add(1)
 				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+			// The reconciler writes its status by server-side apply.
+			SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+				writes.Add(1)
+				return c.SubResource(sub).Apply(ctx, obj, opts...)
 			},
 		})
 	})
