@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -236,14 +237,21 @@ func TestStatusWriteKeepsHealthEngineFields(t *testing.T) {
 	e := newProxyEnv(t, func(r *ProxyReconciler, mgr ctrl.Manager) {
 		r.Client = interceptor.NewClient(noWatch{mgr.GetClient()}, interceptor.Funcs{
 			SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+				// The health engine's write lands while the reconciler's write of Running is
+				// on its way: it probed the instance and address that write announces.
 				u, ok := obj.(interface {
 					GetName() string
 					GetNamespace() string
+					UnstructuredContent() map[string]any
 				})
-				if ok && raced.Load() == false {
+				if ok && !raced.Load() {
+					phase, _, _ := unstructured.NestedString(u.UnstructuredContent(), "status", "phase")
+					ip, _, _ := unstructured.NestedString(u.UnstructuredContent(), "status", "ip")
+					id, _, _ := unstructured.NestedString(u.UnstructuredContent(), "status", "providerID")
 					px := &v1alpha1.Proxy{}
 					if err := shared.Client(t).Get(ctx, client.ObjectKey{Namespace: u.GetNamespace(), Name: u.GetName()}, px); err == nil &&
-						px.Status.Phase == v1alpha1.PhaseRunning && raced.CompareAndSwap(false, true) {
+						phase == string(v1alpha1.PhaseRunning) && ip != "" && raced.CompareAndSwap(false, true) {
+						px.Status.IP, px.Status.ProviderID = ip, id
 						healthEngineMarksReady(ctx, t, px)
 					}
 				}
