@@ -7,9 +7,10 @@
 #
 # What is in it: systemd, linux-image-amd64 (the -cloud kernel has no AHCI driver, so a SATA
 # seed cdrom would go unseen), cloud-init reading only a NoCloud seed, qemu-guest-agent
-# started as soon as its port appears, tinyproxy listening on 3128 for loopback only
-# until the seed's user-data configures it, and nftables (with the kernel modules the
-# rendered egress fence loads). DHCP via systemd-networkd; no resolver.
+# started as soon as its port appears, tinyproxy without a configuration of its own (it
+# starts only once the seed's user-data has written the operator's), nftables (with the
+# kernel modules the rendered egress fence loads), and wireguard-tools with the kernel's
+# wireguard module. DHCP via systemd-networkd on the NIC's predictable name; no resolver.
 #
 # How it is made, with neither loop devices nor mounts: mmdebstrap (minbase) fills a
 # directory; mkfs.ext4 -d turns it into the root filesystem; a FAT ESP filled with mtools
@@ -31,7 +32,7 @@ SUITE=bookworm
 ESP_MIB=64
 ROOT_SLACK_MIB=256
 CMDLINE="root=LABEL=epo-root ro console=ttyS0,115200 quiet systemd.show_status=auto"
-INCLUDE=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,zstd,cloud-init,cloud-guest-utils,qemu-guest-agent,tinyproxy,nftables,systemd-boot-efi,iproute2,netbase
+INCLUDE=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,zstd,cloud-init,cloud-guest-utils,qemu-guest-agent,tinyproxy,nftables,wireguard-tools,systemd-boot-efi,iproute2,netbase
 TOOLS=(mmdebstrap dosfstools mtools fdisk e2fsprogs qemu-utils)
 
 CACHE_ROOT=${GUEST_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies-operator/guest-image}
@@ -85,7 +86,7 @@ build_rootfs() {
     >"$WORK/mmdebstrap.log" 2>&1 || { tail -n 40 "$WORK/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
   rm -f "$CACHE_ROOT"/debs/*.deb.partial 2>/dev/null || true
   local line
-  grep -h '^kernel .* kept ' "$WORK/mmdebstrap.log" | while read -r line; do log "$line"; done
+  grep -h '^kernel ' "$WORK/mmdebstrap.log" | while read -r line; do log "$line"; done
   log "root tree ready ($(du -sm "$WORK/rootfs" | cut -f1) MiB)"
 }
 

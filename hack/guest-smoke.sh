@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# Boots the test guest on the local libvirt host the way the operator does and shows that it
-# works: the guest agent reports the DHCP address, and a request through the guest's proxy
-# reaches an HTTP server on the host's bridge address. Cleans up the domain, its volumes and
-# its NVRAM afterwards (KEEP=1 leaves them for a look with virsh console).
+# Boots the test guest on the local libvirt host the way the operator does, with the
+# user-data the operator renders (hack/guest-userdata: tinyproxy on 3128 for the bridge
+# subnet, behind the egress fence, the host's bridge address allowed through it), and
+# shows that it works: the guest agent reports the DHCP address, and a request through the
+# guest's proxy reaches an HTTP server on the host's bridge address. Cleans up the domain,
+# its volumes and its NVRAM afterwards (KEEP=1 leaves them for a look with virsh console).
 #
 #   hack/guest-smoke.sh            # host up + image built first (both cached)
 #
+# Prints a last line `TIMING start->agent <s> agent->proxy <s> start->proxy <s>`.
+#
 # Knobs: SMOKE_NAME (epo-smoke), SMOKE_HTTP_PORT (18080), SMOKE_DEADLINE (seconds per wait,
 # 900: TCG on a busy machine is slow), SMOKE_IMAGE (a qcow2 to boot instead of
-# hack/guest-image.sh's), SMOKE_CLOSED=1 (a seed that leaves the proxy alone: it must
-# refuse the bridge subnet), KEEP.
+# hack/guest-image.sh's), SMOKE_RENDER_TREE (the source tree whose renderer makes the
+# user-data: another commit's, for comparisons; this one's by default), KEEP, and one of:
+#   SMOKE_CLOSED=1        a seed without the operator's configuration: once cloud-init has
+#                         finished, nothing may answer on 3128 (the image has no tinyproxy
+#                         configuration of its own) and tinyproxy must not be running;
+#   SMOKE_LATE_ADDRESS=1  the guest's address comes late: the seed's own cloud-init takes
+#                         the NIC down before tinyproxy's start and up again only once the
+#                         fence has given up waiting for an address; the proxy must then
+#                         come up by itself (the fence's retry), behind the fence.
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,7 +32,10 @@ NAME=${SMOKE_NAME:-epo-smoke}
 HTTP_PORT=${SMOKE_HTTP_PORT:-18080}
 DEADLINE=${SMOKE_DEADLINE:-900}
 CLOSED=${SMOKE_CLOSED:-0}
+LATE=${SMOKE_LATE_ADDRESS:-0}
+RENDER_TREE=${SMOKE_RENDER_TREE:-$(cd "$HACK/.." && pwd)}
 VIRSH=(virsh -q -c qemu:///system)
+[[ $CLOSED == 1 && $LATE == 1 ]] && die "SMOKE_CLOSED and SMOKE_LATE_ADDRESS exclude each other"
 
 "$HACK/libvirt-host.sh" up
 # shellcheck disable=SC1091
@@ -45,11 +59,37 @@ cleanup() {
 }
 trap cleanup EXIT
 
+now() { echo "${EPOCHREALTIME/,/.}"; }
+since() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+
 upload() { # file volume: a raw volume of the file's size, filled over libvirt's stream
   local size
   size=$(stat -c %s "$1")
   "${VIRSH[@]}" vol-create-as "$KVM2_TEST_POOL" "$2" "$size" --format raw >/dev/null
   "${VIRSH[@]}" vol-upload --pool "$KVM2_TEST_POOL" "$2" "$1"
+}
+
+# The seed's own cloud-init for SMOKE_LATE_ADDRESS: bootcmd (cloud-init's init stage,
+# before tinyproxy's start) takes the NIC down, and a transient unit brings it up once the
+# fence script has left its marker, that is once it has given up waiting for an address.
+late_address_cloud_init() {
+  cat <<'EOF'
+#cloud-config
+bootcmd:
+  - |
+    for dev in /sys/class/net/en*; do networkctl down "${dev##*/}"; done
+    systemd-run --unit=epo-smoke-late-address /bin/sh -c 'until [ -e /run/egress-proxies-operator/fence-no-address ]; do sleep 1; done; for dev in /sys/class/net/en*; do networkctl up "${dev##*/}"; networkctl reconfigure "${dev##*/}"; done'
+EOF
+}
+
+# The user-data the operator renders, from the renderer of RENDER_TREE.
+rendered_user_data() {
+  local cloud_init=""
+  [[ $LATE == 1 ]] && cloud_init=$(late_address_cloud_init)
+  python3 -c 'import json, sys; print(json.dumps({"config": {"Port": 3128,
+    "AllowedSourceRanges": [sys.argv[1]], "AllowedDestinations": [sys.argv[2] + "/32"]},
+    "cloudInit": sys.argv[3]}))' "$KVM2_TEST_BRIDGE_SUBNET" "$KVM2_TEST_BRIDGE_IP" "$cloud_init" |
+    (cd "$RENDER_TREE" && go run ./hack/guest-userdata)
 }
 
 make_seed() {
@@ -60,32 +100,11 @@ EOF
   if [[ $CLOSED == 1 ]]; then
     printf '#cloud-config\n{}\n' >"$WORK/user-data"
   else
-    open_user_data >"$WORK/user-data"
+    rendered_user_data >"$WORK/user-data" || die "rendering the user-data in $RENDER_TREE failed"
   fi
   : >"$WORK/vendor-data"
   genisoimage -quiet -output "$WORK/seed.iso" -volid cidata -joliet -rock \
     "$WORK/user-data" "$WORK/meta-data" "$WORK/vendor-data"
-}
-
-open_user_data() {
-  cat <<EOF
-#cloud-config
-write_files:
-  - path: /etc/tinyproxy/tinyproxy.conf
-    content: |
-      User tinyproxy
-      Group tinyproxy
-      Port 3128
-      Timeout 600
-      PidFile "/run/tinyproxy/tinyproxy.pid"
-      Syslog On
-      MaxClients 100
-      Allow 127.0.0.1
-      Allow $KVM2_TEST_BRIDGE_SUBNET
-      DisableViaHeader Yes
-runcmd:
-  - [systemctl, restart, tinyproxy]
-EOF
 }
 
 domain_xml() { # overlay-path seed-path
@@ -142,9 +161,34 @@ through_proxy() {
   curl -fsS --max-time 10 -x "http://$1:3128" "http://$KVM2_TEST_BRIDGE_IP:$HTTP_PORT/" | grep -q "$NAME-ok"
 }
 
-# tinyproxy itself answering 403: listening, and refusing a client it was not told to allow
-proxy_refuses() {
-  [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -x "http://$1:3128" "http://$KVM2_TEST_BRIDGE_IP:$HTTP_PORT/") == 403 ]]
+# nothing listening on the proxy port: curl's "could not connect" (7), not an HTTP answer
+proxy_port_closed() {
+  local rc=0
+  curl -s -o /dev/null --max-time 10 "http://$1:3128/" || rc=$?
+  ((rc == 7))
+}
+
+# guest_exec PATH ARG...: runs a command in the guest through the guest agent and prints
+# its output (stdout, then stderr) once it has exited; fails when the agent does.
+exec_pid="" exec_status=""
+guest_exec_done() {
+  exec_status=$("${VIRSH[@]}" qemu-agent-command "$NAME" "{\"execute\":\"guest-exec-status\",\"arguments\":{\"pid\":$exec_pid}}") &&
+    python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["return"]["exited"] else 1)' <<<"$exec_status"
+}
+guest_exec() {
+  local req
+  req=$(python3 -c 'import json, sys; print(json.dumps({"execute": "guest-exec",
+    "arguments": {"path": sys.argv[1], "arg": sys.argv[2:], "capture-output": True}}))' "$@")
+  exec_pid=$("${VIRSH[@]}" qemu-agent-command "$NAME" "$req" | python3 -c 'import json, sys; print(json.load(sys.stdin)["return"]["pid"])') ||
+    return 1
+  wait_until 60 "$1 to exit in the guest" guest_exec_done || return 1
+  python3 -c 'import base64, json, sys; r = json.load(sys.stdin)["return"]
+sys.stdout.write(base64.b64decode(r.get("out-data", "")).decode() + base64.b64decode(r.get("err-data", "")).decode())' <<<"$exec_status"
+}
+
+cloud_init_finished() {
+  local out
+  out=$(guest_exec /usr/bin/cloud-init status) && [[ $out == *"status: done"* || $out == *"status: error"* ]]
 }
 
 "${VIRSH[@]}" destroy "$NAME" >/dev/null 2>&1 || true # leftovers of an interrupted run
@@ -169,7 +213,7 @@ http_pid=$!
 domain_xml "$("${VIRSH[@]}" vol-path --pool "$KVM2_TEST_POOL" "$NAME.qcow2")" \
   "$("${VIRSH[@]}" vol-path --pool "$KVM2_TEST_POOL" "$NAME-seed.iso")" >"$WORK/domain.xml"
 "${VIRSH[@]}" define "$WORK/domain.xml" >/dev/null
-t0=$SECONDS
+t0=$(now)
 "${VIRSH[@]}" start "$NAME" >/dev/null
 log "started $NAME (type $KVM2_TEST_DOMAIN_TYPE); serial log /var/log/libvirt/qemu/$NAME-serial.log"
 
@@ -177,17 +221,29 @@ has_agent_ip() { [[ -n $(agent_ip) ]]; }
 wait_until "$DEADLINE" "the guest agent to report an address on $KVM2_TEST_BRIDGE" has_agent_ip ||
   die "no address from the guest agent (see the serial log)"
 ip=$(agent_ip)
-t1=$SECONDS
-log "agent reports $ip after $((t1 - t0))s"
+t1=$(now)
+log "agent reports $ip after $(since "$t0" "$t1")s"
 
 if [[ $CLOSED == 1 ]]; then
-  wait_until "$DEADLINE" "the proxy on $ip:3128 to answer 403" proxy_refuses "$ip" ||
-    die "the proxy on $ip:3128 never refused (is it open, or not running?)"
-  log "with no proxy configuration in the seed, $ip:3128 refuses the bridge subnet (403) after $((SECONDS - t0))s"
+  wait_until "$DEADLINE" "the guest's cloud-init to finish" cloud_init_finished ||
+    die "the guest's cloud-init never finished"
+  proxy_port_closed "$ip" || die "something answers on $ip:3128 with no configuration in the seed"
+  active=$(guest_exec /usr/bin/systemctl is-active tinyproxy.service || true)
+  [[ $active == active* || $active == activating* ]] && die "tinyproxy is $active without a configuration"
+  log "with no proxy configuration in the seed, nothing listens on $ip:3128 and tinyproxy is $(echo "$active" | head -n 1) after $(since "$t0" "$(now)")s"
   exit 0
 fi
 wait_until "$DEADLINE" "a request through http://$ip:3128 to reach $KVM2_TEST_BRIDGE_IP:$HTTP_PORT" through_proxy "$ip" ||
   die "the proxy on $ip:3128 never answered"
-t2=$SECONDS
-log "proxy on $ip:3128 reaches $KVM2_TEST_BRIDGE_IP:$HTTP_PORT after $((t2 - t0))s"
-echo "TIMING start->agent $((t1 - t0))s start->proxy $((t2 - t0))s"
+t2=$(now)
+log "proxy on $ip:3128 reaches $KVM2_TEST_BRIDGE_IP:$HTTP_PORT after $(since "$t0" "$t2")s"
+if [[ $LATE == 1 ]]; then
+  journal=$(guest_exec /usr/bin/journalctl -b -o cat --no-pager -u tinyproxy.service -u egress-proxies-operator-fence-retry.service) ||
+    die "reading tinyproxy's journal through the guest agent failed"
+  for want in "no global address after 60 s" "starting tinyproxy again" "egress fence loaded"; do
+    [[ $journal == *"$want"* ]] || die "the guest's journal lacks \"$want\": the proxy did not come up through the fence's retry:
+$journal"
+  done
+  log "the fence gave up waiting for the address, its retry started tinyproxy once the address came, behind the fence"
+fi
+echo "TIMING start->agent $(since "$t0" "$t1")s agent->proxy $(since "$t1" "$t2")s start->proxy $(since "$t0" "$t2")s"

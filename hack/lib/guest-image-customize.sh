@@ -16,10 +16,16 @@ printf '127.0.0.1 localhost\n127.0.1.1 epo-guest\n' | put /etc/hosts 0644
 : | put /etc/resolv.conf 0644
 echo 'LABEL=epo-root / ext4 defaults,noatime 0 1' | put /etc/fstab 0644
 
-# DHCP on the first NIC by systemd-networkd; cloud-init leaves the network alone.
+# DHCP on the NIC by systemd-networkd; cloud-init leaves the network alone. The match is
+# the predictable name alone: the kernel names the NIC eth0 and udev renames it (enp1s0,
+# the virtio NIC of the kvm2 domain and of hack/guest-smoke.sh), and a DHCP client started
+# on eth0 is still running at the rename, which networkd then fails to apply ("Failed to
+# configure DHCPv4 client: Device or resource busy"), leaving the guest without an
+# address. Matching by MAC cannot work (libvirt gives every domain a MAC of its own), nor
+# by driver (eth0 has the same driver before the rename).
 put /etc/systemd/network/80-dhcp.network 0644 <<'EOF'
 [Match]
-Name=en* eth*
+Name=en*
 
 [Network]
 DHCP=ipv4
@@ -56,24 +62,12 @@ Conflicts=shutdown.target
 Before=shutdown.target
 EOF
 
-# A closed proxy until cloud-init writes the real configuration: port 3128, loopback only.
-put /etc/tinyproxy/tinyproxy.conf 0644 <<'EOF'
-User tinyproxy
-Group tinyproxy
-Port 3128
-Timeout 600
-DefaultErrorFile "/usr/share/tinyproxy/default.html"
-StatFile "/usr/share/tinyproxy/stats.html"
-Syslog On
-LogLevel Notice
-PidFile "/run/tinyproxy/tinyproxy.pid"
-MaxClients 100
-Allow 127.0.0.1
-Allow ::1
-ViaProxyName "tinyproxy"
-DisableViaHeader Yes
-ConnectPort 443
-EOF
+# No tinyproxy configuration: the only one is the operator's rendering
+# (internal/proxyconfig), which the seed's user-data writes before tinyproxy starts.
+# Without it tinyproxy exits at once ("Could not open config file") and nothing listens,
+# so the image's proxy never answers with a configuration of its own. dpkg keeps a
+# removed conffile removed.
+rm -f "$root/etc/tinyproxy/tinyproxy.conf"
 
 # No password anywhere; the serial console shows the boot, nobody logs in on it.
 in_root passwd -l root >/dev/null
@@ -82,9 +76,11 @@ in_root passwd -l root >/dev/null
 # depend on): udev then has little to load under TCG, and the initramfs stays small. The
 # nf_tables ones are what the rendered egress fence (internal/proxyconfig/fence.go) loads:
 # its sets and meta, payload and tcp matches are in nf_tables itself, reject and fib not.
+# wireguard (with its crypto and UDP tunnel modules) is for a WireGuard egress: the
+# image's wireguard-tools configure it, and the kernel has it as a module only.
 want="virtio_pci virtio_blk virtio_scsi virtio_net virtio_console virtio_rng ahci sd_mod
   sr_mod isofs vfat nls_utf8 nls_cp437 nls_ascii ext4 crc32c_generic efivarfs af_packet autofs4
-  nf_tables nfnetlink nft_reject_inet nft_fib_inet"
+  nf_tables nfnetlink nft_reject_inet nft_fib_inet wireguard"
 for kdir in "$root"/usr/lib/modules/*; do
   kver=$(basename "$kdir")
   keep=$(mktemp)
@@ -98,7 +94,14 @@ for kdir in "$root"/usr/lib/modules/*; do
   echo "kernel $kver: kept $(wc -l <"$keep") of $(wc -l <"$all") modules" >&2
   rm -f "$keep" "$all"
   in_root depmod "$kver"
+  # Every wanted module (and what it depends on) must still load from the pruned tree.
+  for m in $want; do
+    in_root modprobe -S "$kver" --show-depends "$m" >/dev/null 2>&1 ||
+      { echo "kernel $kver: module $m is missing after pruning" >&2; exit 1; }
+  done
+  echo "kernel $kver: wireguard $(in_root modinfo -k "$kver" -F version wireguard) at $(in_root modinfo -k "$kver" -F filename wireguard)" >&2
 done
+in_root wg --version >/dev/null
 
 printf 'MODULES=list\nCOMPRESS=zstd\nRESUME=none\n' | put /etc/initramfs-tools/conf.d/90-epo-guest 0644
 printf 'virtio_pci\nvirtio_blk\nvirtio_scsi\nahci\nsd_mod\next4\n' >>"$root/etc/initramfs-tools/modules"

@@ -21,10 +21,13 @@ import (
 // configuration, after the fence is loaded, or not at all:
 //
 //   - bootcmd, first in cloud-init's init stage: the systemd drop-in for tinyproxy.service
-//     (TinyproxyDropInPath: After=cloud-init.service, ExecStartPre the fence script) and a
-//     daemon-reload. It cannot be a write_files entry: write_files runs after bootcmd, and
-//     systemd reads tinyproxy.service when the boot begins, so without the reload the
-//     drop-in would take effect only on the next boot;
+//     (TinyproxyDropInPath: After=cloud-init.service, ExecStartPre the fence script,
+//     OnFailure= the retry unit), the retry unit (FenceRetryUnitPath: after a start that
+//     found no address, wait for one and start tinyproxy again) and a daemon-reload. They
+//     cannot be write_files entries: write_files runs after bootcmd, and systemd reads
+//     tinyproxy.service when the boot begins, so without the reload the drop-in would
+//     take effect only on the next boot (and a unit named before its file exists is
+//     remembered as missing);
 //   - write_files, in the same stage: tinyproxy's configuration at TinyproxyConfPath
 //     (root:root 0600, since it may hold the password; tinyproxy reads it as root before
 //     it drops to its user), the nftables ruleset and the fence script. cloud-init's init
@@ -60,11 +63,16 @@ merge_how:
 bootcmd:
   - |
     mkdir -p ` + path.Dir(TinyproxyDropInPath) + `
-    cat >` + TinyproxyDropInPath + ` <<'EOF'
 `)
-	indent(&b, "    ", tinyproxyDropIn(c.WireGuard != nil))
-	b.WriteString(`    EOF
-    systemctl daemon-reload
+	for _, u := range []struct{ path, content string }{
+		{TinyproxyDropInPath, tinyproxyDropIn(c.WireGuard != nil)},
+		{FenceRetryUnitPath, fenceRetryUnit},
+	} {
+		b.WriteString("    cat >" + u.path + " <<'EOF'\n")
+		indent(&b, "    ", u.content)
+		b.WriteString("    EOF\n")
+	}
+	b.WriteString(`    systemctl daemon-reload
 write_files:
 `)
 	files := []struct{ path, perm, content string }{

@@ -3,6 +3,7 @@ package proxyconfig
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -24,6 +25,17 @@ const (
 	FenceScriptPath = "/etc/egress-proxies-operator/fence.sh"
 	// TinyproxyDropInPath is the systemd drop-in that puts FenceScriptPath before tinyproxy.
 	TinyproxyDropInPath = "/etc/systemd/system/tinyproxy.service.d/50-egress-fence.conf"
+	// FenceRetryUnit is tinyproxy.service's OnFailure= unit: after a start that failed
+	// because the guest had no address yet, it waits for one and starts tinyproxy again.
+	FenceRetryUnit = "egress-proxies-operator-fence-retry.service"
+	// FenceRetryUnitPath is where the rendered cloud-config writes FenceRetryUnit.
+	FenceRetryUnitPath = "/etc/systemd/system/" + FenceRetryUnit
+	// FenceNoAddressMarker is the file FenceScriptPath leaves when it gave up waiting for
+	// the guest's address (and removes at every start): FenceRetryUnit's condition.
+	FenceNoAddressMarker = "/run/egress-proxies-operator/fence-no-address"
+	// fenceNoAddressExit is FenceScriptPath's exit status when the guest has no address
+	// (EX_TEMPFAIL): the one failure that comes right by waiting.
+	fenceNoAddressExit = 75
 	// FenceTable is the nftables table of the fence.
 	FenceTable = "inet egress_proxies_operator"
 	// proxyUser is the user tinyproxy runs as (its configuration's User line).
@@ -150,21 +162,42 @@ func fenceRuleset(allowed []netip.Prefix) string {
 
 // fenceScript is FenceScriptPath: tinyproxy.service's ExecStartPre. It waits (up to 60 s)
 // for the guest's first global address, then loads the ruleset, the guest's on-link
-// subnets and its resolvers in one nft batch. Any failure stops tinyproxy from starting. Subnets the guest gets later are not added until tinyproxy restarts
-// (they are private ranges in most networks, and so refused anyway).
-const fenceScript = `#!/bin/sh
+// subnets and its resolvers in one nft batch. Any failure stops tinyproxy from starting.
+// Subnets the guest gets later are not added until tinyproxy restarts (they are private
+// ranges in most networks, and so refused anyway).
+//
+// Without an address after 60 s it leaves FenceNoAddressMarker and exits
+// fenceNoAddressExit; tinyproxy fails, and its OnFailure= unit (FenceRetryUnit) runs the
+// script with the argument "retry": wait for an address however long it takes, then
+// start tinyproxy again, which loads the fence first like every start. A late DHCP lease
+// so delays the proxy but does not leave it stopped for good, and tinyproxy never runs
+// without the fence. Any other failure (no nft, a ruleset the kernel refuses) leaves no
+// marker, so nothing retries it and tinyproxy stays stopped.
+var fenceScript = `#!/bin/sh
 # Rendered by egress-proxies-operator: the egress fence, loaded before tinyproxy starts
 # (ExecStartPre of tinyproxy.service); tinyproxy does not start when this fails. One nft
 # call loads the ruleset with the guest's subnets and resolvers as one atomic batch: the
 # table is there whole or not at all (and nft is slow to start on an emulated guest).
+# With the argument "retry" (` + FenceRetryUnit + `, after a start that found no
+# address): wait for the guest's address, however long, then start tinyproxy again.
 set -eu
 table="` + FenceTable + `"
+marker="` + FenceNoAddressMarker + `"
+has_address() { [ -n "$(ip -o addr show scope global)" ]; }
+if [ "${1:-}" = retry ]; then
+  until has_address; do sleep 2; done
+  echo "egress fence: the guest has an address now; starting tinyproxy again"
+  exec systemctl --no-block start tinyproxy.service
+fi
+rm -f "$marker"
 i=0
-while [ -z "$(ip -o addr show scope global)" ]; do
+until has_address; do
   i=$((i + 1))
   if [ "$i" -gt 120 ]; then
-    echo "egress fence: the guest has no global address after 60 s; tinyproxy stays stopped" >&2
-    exit 1
+    mkdir -p "${marker%/*}"
+    : >"$marker"
+    echo "egress fence: the guest has no global address after 60 s; tinyproxy stays stopped until it has one" >&2
+    exit ` + strconv.Itoa(fenceNoAddressExit) + `
   fi
   sleep 0.5
 done
@@ -184,12 +217,13 @@ echo "egress fence loaded: $(grep -c '^add element' "$batch") subnets and resolv
 
 // tinyproxyDropIn is TinyproxyDropInPath: tinyproxy starts after cloud-init has written
 // its configuration and the fence, and only once the fence (and, with WireGuard egress,
-// the tunnel's routing) is loaded.
+// the tunnel's routing) is loaded; when it fails, FenceRetryUnit looks at why.
 func tinyproxyDropIn(wireguard bool) string {
 	s := `# Rendered by egress-proxies-operator: tinyproxy starts behind the egress fence, after
 # cloud-init has written its configuration, or not at all.
 [Unit]
 After=cloud-init.service
+OnFailure=` + FenceRetryUnit + `
 [Service]
 ExecStartPre=/bin/sh ` + FenceScriptPath + "\n"
 	if wireguard {
@@ -199,3 +233,15 @@ ExecStartPre=/bin/sh ` + FenceScriptPath + "\n"
 TimeoutStartSec=5min
 `
 }
+
+// fenceRetryUnit is FenceRetryUnitPath, started by tinyproxy's OnFailure=. It runs only
+// after a start that found no address (FenceNoAddressMarker); then it waits for one and
+// starts tinyproxy, so a guest whose DHCP lease comes late still serves, behind the fence.
+const fenceRetryUnit = `# Rendered by egress-proxies-operator: after tinyproxy failed to start because the guest
+# had no address yet, wait for one and start tinyproxy again (behind the egress fence).
+[Unit]
+Description=Start tinyproxy behind the egress fence once the guest has an address
+ConditionPathExists=` + FenceNoAddressMarker + `
+[Service]
+ExecStart=/bin/sh ` + FenceScriptPath + ` retry
+`

@@ -42,8 +42,8 @@ func TestCloudConfigGolden(t *testing.T) {
 	}
 }
 
-// The rendered document is YAML cloud-init reads as meant: the drop-in and a reload in
-// bootcmd, tinyproxy's configuration, the fence's ruleset and script in write_files, and
+// The rendered document is YAML cloud-init reads as meant: the drop-in, the retry unit
+// and a reload in bootcmd, tinyproxy's configuration, the fence's ruleset and script in write_files, and
 // in runcmd only the installs of what is missing and a start that does nothing when
 // tinyproxy runs already (no restart: one start, behind the fence).
 func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
@@ -84,7 +84,7 @@ func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
 		t.Errorf("packages %v", cc.Packages)
 	}
 	wantBoot := "mkdir -p /etc/systemd/system/tinyproxy.service.d\ncat >" + TinyproxyDropInPath + " <<'EOF'\n" +
-		tinyproxyDropIn(false) + "EOF\nsystemctl daemon-reload\n"
+		tinyproxyDropIn(false) + "EOF\ncat >" + FenceRetryUnitPath + " <<'EOF'\n" + fenceRetryUnit + "EOF\nsystemctl daemon-reload\n"
 	if len(cc.Bootcmd) != 1 || cc.Bootcmd[0] != wantBoot {
 		t.Errorf("bootcmd %q, want [%q]", cc.Bootcmd, wantBoot)
 	}
