@@ -29,6 +29,7 @@ func TestFlagDefaults(t *testing.T) {
 		{"gc-interval", o.health.GCInterval, 10 * time.Minute},
 		{"gc-grace", o.health.GCGrace, 10 * time.Minute},
 		{"discovery-bind-address", o.health.DiscoveryBindAddress, ":8082"},
+		{"discovery-drain-delay", o.health.DiscoveryDrainDelay, 5 * time.Second},
 		{"ban-cooldown", o.health.BanCooldown, 5 * time.Minute},
 		{"ban-max-cooldown", o.health.BanMaxCooldown, 24 * time.Hour},
 		{"ban-max-cooling-percent", o.health.BanMaxCoolingPercent, 50},

@@ -25,8 +25,9 @@ import (
 // (leader only) and the discovery API (every replica, with its readiness check) to mgr.
 // wake is the reconciler's Wake: orphan GC calls it for the Failed Proxies an instance it
 // deleted was blocking. creds reads a Proxy's basic-auth credentials, which the probe
-// sends and discovery hands out on request (?credentials=true).
-func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions, wake func(context.Context, client.ObjectKey), creds proxyconfig.CredentialsFunc) error {
+// sends and discovery hands out on request (?credentials=true). It returns the discovery
+// API's server (nil when it is off), whose drain run waits for.
+func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions, wake func(context.Context, client.ObjectKey), creds proxyconfig.CredentialsFunc) (*listeningServer, error) {
 	monitor := &controller.ProviderHealthMonitor{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
@@ -41,7 +42,7 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 			Hint: func(px *v1alpha1.Proxy) string { return provider.NeverAnsweredHint(providers[px.Spec.Provider]) }},
 		ctrl.Log.WithName("health"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	gc := &controller.OrphanGC{
 		Client:    mgr.GetClient(),
@@ -56,29 +57,29 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 		r    manager.Runnable
 	}{{"provider health monitor", monitor}, {"proxy health engine", engine}, {"orphan gc", gc}} {
 		if err := mgr.Add(c.r); err != nil {
-			return fmt.Errorf("adding the %s: %w", c.name, err)
+			return nil, fmt.Errorf("adding the %s: %w", c.name, err)
 		}
 	}
 	if h.DiscoveryBindAddress == "0" || h.DiscoveryBindAddress == "" {
-		return nil
+		return nil, nil
 	}
 	// Registering the informer here makes the cache start and sync it with the others.
 	src, err := discovery.NewCacheSource(context.Background(), mgr.GetCache())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tlsConfig, err := discoveryTLS(mgr, h.DiscoveryCertDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if h.BanMaxCoolingPercent < 0 || h.BanMaxCoolingPercent > 100 {
-		return fmt.Errorf("--ban-max-cooling-percent %d: give 0 to 100", h.BanMaxCoolingPercent)
+		return nil, fmt.Errorf("--ban-max-cooling-percent %d: give 0 to 100", h.BanMaxCoolingPercent)
 	}
 	// Every replica takes feedback and writes it into the Proxies' status.cooldowns.
 	feedback := &bans.Recorder{Client: mgr.GetClient(), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Policy: bans.Policy{Cooldown: h.BanCooldown, MaxCooldown: h.BanMaxCooldown}, Log: ctrl.Log.WithName("feedback")}
 	if err := mgr.Add(feedback); err != nil {
-		return fmt.Errorf("adding the feedback recorder: %w", err)
+		return nil, fmt.Errorf("adding the feedback recorder: %w", err)
 	}
 	srv, err := discovery.New(src, discovery.Options{
 		Addr:              h.DiscoveryBindAddress,
@@ -91,9 +92,11 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 		Log:               ctrl.Log.WithName("discovery"),
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return addDiscovery(mgr, srv, h.DiscoveryBindAddress)
+	// Feedback taken up to the recorder's last flush is written: it stops taking more first.
+	feedback.BeforeFinalFlush = srv.Drain
+	return addDiscovery(mgr, srv, h.DiscoveryBindAddress, h.DiscoveryDrainDelay)
 }
 
 // discoveryTLS is the discovery API's TLS configuration for the tls.crt and tls.key in

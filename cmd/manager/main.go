@@ -67,6 +67,7 @@ type healthOptions struct {
 	DiscoveryBindAddress  string
 	DiscoveryTokenFile    string
 	DiscoveryCertDir      string
+	DiscoveryDrainDelay   time.Duration // discovery goes on answering this long after SIGTERM
 	BootPollInterval      time.Duration // the reconciler's Get of a booting instance, the engine's probes until Ready
 	// The cooldowns of standalone Proxies and the defaults of pools' spec.bans.
 	BanCooldown, BanMaxCooldown time.Duration
@@ -95,6 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.health.DiscoveryBindAddress, "discovery-bind-address", ":8082", "Address of the discovery API (0 disables it).")
 	fs.StringVar(&o.health.DiscoveryTokenFile, "discovery-token-file", "", "File holding the bearer token the discovery API requires (re-read every 30s); empty: no auth.")
 	fs.StringVar(&o.health.DiscoveryCertDir, "discovery-cert-dir", "", "Directory holding tls.crt and tls.key: the discovery API serves HTTPS with them, reloaded when they change; empty: plain HTTP.")
+	fs.DurationVar(&o.health.DiscoveryDrainDelay, "discovery-drain-delay", 5*time.Second, "After SIGTERM the discovery API goes on answering this long, so that the Service's endpoints drop the pod before its port closes; the leader's work stops and the lease is released at once. 0: close at once.")
 	fs.DurationVar(&o.health.BanCooldown, "ban-cooldown", bans.DefaultCooldown, "How long a proxy reported banned on a site is left out of ?domain= answers for that site; each further ban of the pair doubles it. A pool's spec.bans.cooldownSeconds overrides it.")
 	fs.DurationVar(&o.health.BanMaxCooldown, "ban-max-cooldown", bans.DefaultMaxCooldown, "The longest ban cooldown the doubling reaches. A pool's spec.bans.maxCooldownSeconds overrides it.")
 	fs.IntVar(&o.health.BanMaxCoolingPercent, "ban-max-cooling-percent", bans.DefaultMaxCoolingPercent, "A ?domain= request is answered 503 with Retry-After when more than this percentage of the proxies it matches are cooling for its site. A pool's spec.bans.maxCoolingPercent overrides it for requests naming the pool.")
@@ -182,7 +184,8 @@ func run(args []string, stderr io.Writer) int {
 		log.Error(err, "creating the manager")
 		return 1
 	}
-	if err := setupComponents(mgr, providers, o); err != nil {
+	disc, err := setupComponents(mgr, providers, o)
+	if err != nil {
 		log.Error(err, "setting up components")
 		return 1
 	}
@@ -191,7 +194,12 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	log.Info("starting manager", "providers", len(providers), "leaderElect", o.leaderElect)
-	if err := mgr.Start(ctx); err != nil {
+	err = mgr.Start(ctx)
+	// The discovery API may still be draining (--discovery-drain-delay).
+	if werr := disc.waitServed(o.health.DiscoveryDrainDelay + 10*time.Second); werr != nil {
+		log.Error(werr, "waiting for the discovery api to drain")
+	}
+	if err != nil {
 		log.Error(err, "manager stopped")
 		return 1
 	}
@@ -266,8 +274,9 @@ func metricsOptions(o *options) metricsserver.Options {
 	return m
 }
 
-// setupComponents adds the reconciler and its companions to mgr.
-func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o *options) error {
+// setupComponents adds the reconciler and its companions to mgr; it returns the
+// discovery API's server, nil when it is off.
+func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o *options) (*listeningServer, error) {
 	// The rendered configuration takes the credentials from the Secrets the Proxies name;
 	// the probe and discovery from each Proxy's snapshot of what its instance was built
 	// with (the referenced Secret for a Proxy without one). Both read through the
@@ -288,10 +297,10 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 		FailedRecheckInterval: o.failedRecheck,
 	}
 	if err := r.SetupWithManager(mgr, o.maxConcurrentReconciles); err != nil {
-		return fmt.Errorf("proxy reconciler: %w", err)
+		return nil, fmt.Errorf("proxy reconciler: %w", err)
 	}
 	if err := addReadyChecks(mgr, providers); err != nil { // readiness.go
-		return fmt.Errorf("readiness checks: %w", err)
+		return nil, fmt.Errorf("readiness checks: %w", err)
 	}
 	return setupHealth(mgr, providers, o.health, r.Wake, proxyconfig.SnapshotCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials)
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -71,11 +72,22 @@ func providersLoaded(providers map[string]provider.Provider) healthz.Checker {
 }
 
 // listeningServer runs the discovery API on a listener it opens itself, so that it knows
-// when the port is bound; its check passes from then until the server stops.
+// when the port is bound; its check passes from then until the manager stops.
+//
+// When the manager stops (SIGTERM), the server goes on answering for drain
+// (--discovery-drain-delay) while Start returns at once: the manager then stops the
+// leader's work and releases the lease without waiting, and the Service's endpoints have
+// time to drop the terminating pod before its listener closes, so that no crawler is
+// refused a connection during an upgrade or a failover. run waits for the drain
+// (waitServed) before the process exits.
 type listeningServer struct {
 	addr      string
 	srv       *discovery.Server
+	drain     time.Duration
+	log       logr.Logger
 	listening atomic.Bool
+	started   atomic.Bool
+	served    chan struct{} // closed once the server has stopped, after Start
 }
 
 // NeedLeaderElection is false: every replica serves discovery.
@@ -86,9 +98,59 @@ func (l *listeningServer) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("discovery api: listening on %s: %w", l.addr, err)
 	}
+	if l.served == nil {
+		l.served = make(chan struct{})
+	}
+	l.started.Store(true)
 	l.listening.Store(true)
-	defer l.listening.Store(false)
-	return l.srv.Serve(ctx, ln)
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		defer close(l.served)
+		errc <- l.srv.Serve(serveCtx, ln)
+	}()
+	select {
+	case err := <-errc:
+		l.listening.Store(false)
+		stopServing()
+		return err
+	case <-ctx.Done():
+	}
+	l.listening.Store(false)
+	l.srv.Drain() // reads go on; feedback goes to another replica
+	if l.drain <= 0 {
+		stopServing()
+		return <-errc
+	}
+	l.log.Info("discovery api draining: answering until the Service drops this replica", "drain", l.drain)
+	go func() {
+		t := time.NewTimer(l.drain)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case err := <-errc: // it stopped on its own
+			errc <- err
+		}
+		stopServing()
+		if err := <-errc; err != nil {
+			l.log.Error(err, "discovery api stopped while draining")
+		}
+		l.log.Info("discovery api stopped")
+	}()
+	return nil
+}
+
+// waitServed waits, up to limit, for a started server to stop (the end of its drain).
+func (l *listeningServer) waitServed(limit time.Duration) error {
+	if l == nil || !l.started.Load() {
+		return nil
+	}
+	select {
+	case <-l.served:
+		return nil
+	case <-time.After(limit):
+		return fmt.Errorf("the discovery api on %s still serving %s after the manager stopped", l.addr, limit)
+	}
 }
 
 func (l *listeningServer) check(*http.Request) error {
@@ -99,10 +161,10 @@ func (l *listeningServer) check(*http.Request) error {
 }
 
 // addDiscovery adds srv to mgr on addr, with its readiness check.
-func addDiscovery(mgr ctrl.Manager, srv *discovery.Server, addr string) error {
-	l := &listeningServer{addr: addr, srv: srv}
+func addDiscovery(mgr ctrl.Manager, srv *discovery.Server, addr string, drain time.Duration) (*listeningServer, error) {
+	l := &listeningServer{addr: addr, srv: srv, drain: drain, log: ctrl.Log.WithName("discovery"), served: make(chan struct{})}
 	if err := mgr.Add(l); err != nil {
-		return err
+		return nil, err
 	}
-	return mgr.AddReadyzCheck("discovery", l.check)
+	return l, mgr.AddReadyzCheck("discovery", l.check)
 }

@@ -46,6 +46,10 @@ type Recorder struct {
 	WriteInterval time.Duration
 	Clock         clock.Clock // default: the real clock
 	Log           logr.Logger
+	// BeforeFinalFlush, when set, is called once the recorder is told to stop and before
+	// its last flush: the discovery server's Drain, so that no report it takes is left
+	// unwritten.
+	BeforeFinalFlush func()
 
 	mu      sync.Mutex
 	pending map[types.NamespacedName][]timedReport
@@ -108,6 +112,9 @@ func (r *Recorder) Start(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			if r.BeforeFinalFlush != nil {
+				r.BeforeFinalFlush()
+			}
 			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			r.Flush(fctx)
 			cancel()

@@ -209,3 +209,33 @@ func TestRecorderUsesThePoolsPolicy(t *testing.T) {
 		}
 	}
 }
+
+// Told to stop, the recorder calls BeforeFinalFlush (the discovery server's Drain, which
+// stops new feedback) and then writes what is pending, including a report taken up to
+// that moment.
+func TestRecorderStopsFeedbackBeforeItsLastFlush(t *testing.T) {
+	ctx := testenv.Context(t)
+	env := shared.Env(t)
+	c := env.Client
+	ns := env.Namespace(t, ctx, "bans")
+	px := newProxy(t, ctx, c, ns, "p1")
+	key := client.ObjectKeyFromObject(px)
+	r := &Recorder{Client: c, Reader: c, APIReader: c, Policy: DefaultPolicy}
+	r.BeforeFinalFlush = func() { r.Add(key, Report{Site: "late.example", Outcome: Banned}) }
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Start(rctx) }()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the recorder did not stop within 30s of its context's end")
+	}
+	got := get(t, ctx, c, key)
+	if len(got.Status.Cooldowns) != 1 || got.Status.Cooldowns[0].Site != "late.example" {
+		t.Errorf("cooldowns %+v, want the report taken before the last flush", got.Status.Cooldowns)
+	}
+}

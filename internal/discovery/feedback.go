@@ -84,6 +84,13 @@ func (s *Server) feedback(w http.ResponseWriter, r *http.Request) {
 	if snap == nil {
 		return
 	}
+	s.fbMu.RLock()
+	defer s.fbMu.RUnlock()
+	if s.draining {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, Message: "this replica is shutting down and takes no more feedback; send the reports again (another replica takes them)"})
+		return
+	}
 	ans := feedbackAnswer{Rejected: []feedbackRejected{}}
 	for i := range body.Reports {
 		rep := &body.Reports[i]

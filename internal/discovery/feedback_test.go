@@ -302,3 +302,33 @@ func tokenServerOpts(t *testing.T, src Source, opts Options) http.Handler {
 	opts.TokenFile = path
 	return newTestServer(t, src, opts).Handler()
 }
+
+// A draining server (the manager is stopping) refuses feedback with 503 and Retry-After,
+// for the crawler to send it again to another replica, and hands its sink nothing; reads
+// are still answered.
+func TestFeedbackRefusedWhileDraining(t *testing.T) {
+	sk := &sink{}
+	srv := newTestServer(t, fixture(), Options{Feedback: sk})
+	h := srv.Handler()
+	report := `{"reports":[{"proxy":"crawl/a","domain":"example.com","outcome":"banned"}]}`
+	if res, body := post(t, h, "/v1/feedback", report); res.StatusCode != http.StatusOK {
+		t.Fatalf("before Drain: %d %s", res.StatusCode, body)
+	}
+	srv.Drain()
+	srv.Drain() // more than once is fine
+	res, body := post(t, h, "/v1/feedback", report)
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != "1" || !strings.Contains(body, "shutting down") {
+		t.Errorf("while draining: %d Retry-After %q %s, want 503, Retry-After 1, saying it is shutting down", res.StatusCode, res.Header.Get("Retry-After"), body)
+	}
+	sk.mu.Lock()
+	n := len(sk.got)
+	sk.mu.Unlock()
+	if n != 1 {
+		t.Errorf("the sink took %d reports, want only the one sent before Drain", n)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/proxies", nil))
+	if rec.Code != http.StatusOK {
+		t.Errorf("GET /v1/proxies while draining: %d, want 200", rec.Code)
+	}
+}

@@ -60,6 +60,21 @@ type Server struct {
 	opts Options
 	auth *tokenAuth
 	mux  *http.ServeMux
+
+	// fbMu is held for reading while a feedback request hands its reports to the sink;
+	// Drain takes it for writing, so that no report is taken after Drain returns.
+	fbMu     sync.RWMutex
+	draining bool
+}
+
+// Drain makes the server refuse feedback from now on (503, Retry-After: 1), for the
+// crawler to send it again to another replica, while it goes on answering reads. It
+// returns once no request is still handing reports to the sink, so a sink that flushes
+// after Drain loses none. It may be called more than once.
+func (s *Server) Drain() {
+	s.fbMu.Lock()
+	s.draining = true
+	s.fbMu.Unlock()
 }
 
 // New builds a server over src. It fails when a token file is configured but unreadable
