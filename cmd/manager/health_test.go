@@ -22,7 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health/healthtest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
@@ -96,6 +98,34 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 	var picked struct{ Name, URL, EgressIP string }
 	if err := json.Unmarshal([]byte(body), &picked); code != http.StatusOK || err != nil || picked.Name != "edge" || picked.EgressIP != "127.0.0.9" {
 		t.Errorf("pick: %d %s", code, body)
+	}
+
+	// A ban reported to discovery lands in status.cooldowns. Then every status field has
+	// one owner, written by server-side apply: the reconciler, the health engine and the
+	// feedback recorder each own theirs.
+	req, _ := http.NewRequest(http.MethodPost, "http://"+disc+"/v1/feedback",
+		strings.NewReader(`{"reports":[{"proxy":"default/edge","domain":"shop.example.com","outcome":"banned"}]}`))
+	req.Header.Set("Authorization", "Bearer t0ken")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("POST /v1/feedback: %d", res.StatusCode)
+	}
+	settled := &v1alpha1.Proxy{}
+	mgr.waitUntil("the ban to be in status.cooldowns", func() (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(px), settled); err != nil {
+			return false, err
+		}
+		return len(settled.Status.Cooldowns) == 1, fmt.Errorf("cooldowns %+v", settled.Status.Cooldowns)
+	})
+	for _, fault := range testenv.StatusOwnership(settled, statusapply.ProxyController, statusapply.ProxyHealth, bans.FieldManager) {
+		t.Errorf("status ownership: %s", fault)
+	}
+	if owners := testenv.StatusManagers(settled); len(owners) != 3 {
+		t.Errorf("status managers %v, want the reconciler, the health engine and the feedback recorder", owners)
 	}
 
 	mgr.waitUntil("ProviderHealth kvm2-home with one target per host", func() (bool, error) {

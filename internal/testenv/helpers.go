@@ -2,7 +2,9 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -91,4 +93,63 @@ func StatusManagers(obj client.Object) map[string]string {
 		}
 	}
 	return owners
+}
+
+// StatusOwnership checks that every status field of obj is owned by exactly one field
+// manager, by server-side apply, and by one of managers. It returns one line per fault
+// (a field with two owners, a manager not in managers, a status write by Update), none
+// when the ownership is clean.
+func StatusOwnership(obj client.Object, managers ...string) []string {
+	allowed := map[string]bool{}
+	for _, m := range managers {
+		allowed[m] = true
+	}
+	owners := map[string][]string{}
+	var faults []string
+	for _, mf := range obj.GetManagedFields() {
+		if mf.Subresource != "status" || mf.FieldsV1 == nil {
+			continue
+		}
+		var fields map[string]any
+		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+			faults = append(faults, fmt.Sprintf("%s: fieldsV1 %v", mf.Manager, err))
+			continue
+		}
+		status, _ := fields["f:status"].(map[string]any)
+		if len(status) == 0 {
+			continue
+		}
+		if mf.Operation != metav1.ManagedFieldsOperationApply {
+			faults = append(faults, fmt.Sprintf("%s writes status by %s, not by server-side apply", mf.Manager, mf.Operation))
+		}
+		if !allowed[mf.Manager] {
+			faults = append(faults, fmt.Sprintf("%s owns status fields; the writers are %v", mf.Manager, managers))
+		}
+		var walk func(prefix string, m map[string]any)
+		walk = func(prefix string, m map[string]any) {
+			for k, v := range m {
+				if k == "." {
+					continue
+				}
+				child, _ := v.(map[string]any)
+				if len(child) == 0 || (len(child) == 1 && child["."] != nil) {
+					owners[prefix+"."+k] = append(owners[prefix+"."+k], mf.Manager)
+					continue
+				}
+				walk(prefix+"."+k, child)
+			}
+		}
+		walk("status", status)
+	}
+	paths := make([]string, 0, len(owners))
+	for p := range owners {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		if len(owners[p]) > 1 {
+			faults = append(faults, fmt.Sprintf("%s is owned by %v", p, owners[p]))
+		}
+	}
+	return faults
 }
