@@ -172,6 +172,7 @@ proxy answers 407:
 With kubectl (built into the cache, the API server's version):
 
   $k get proxies -A
+  $k wait --for=condition=Ready proxy/$PROXY_NAME
   $k describe proxy $PROXY_NAME
   sed 's/^  name: $PROXY_NAME\$/  name: proxy-2/' $SAMPLE | $k apply -f -
   $k get proxies -w
@@ -207,6 +208,9 @@ cmd_up() {
   log "waiting for $PROXY_NS/$PROXY_NAME to be Ready (the guest boots under emulation when there is no KVM: minutes)"
   "$DEMOCTL" wait --kubeconfig "$KUBECONFIG_PATH" --namespace "$PROXY_NS" --name "$PROXY_NAME" --timeout "${TIMEOUT}s" ||
     die "see $STATE/manager.log"
+  log "the Ready condition, as kubectl wait (and Flux or Argo CD) reads it:"
+  "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" wait --namespace "$PROXY_NS" --for=condition=Ready "proxy/$PROXY_NAME" --timeout=120s ||
+    die "the Proxy is Ready but its Ready condition is not True; see $STATE/manager.log"
   report
 }
 

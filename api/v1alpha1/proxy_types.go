@@ -60,6 +60,23 @@ const (
 	ConditionPreempted = "Preempted"
 )
 
+// Conditions on both Proxies and ProxyPools for tools that judge an object by its status
+// the way sigs.k8s.io/cli-utils' kstatus does (kubectl wait, Flux, Argo CD). Each object
+// has Ready; Reconciling and Stalled are there only while True ("abnormal-true"), and
+// never both.
+const (
+	// ConditionReady is True when the object is what it should be: a Proxy Ready (its
+	// probe passes), a pool with replicas children all up to date and available.
+	ConditionReady = "Ready"
+	// ConditionReconciling is True while the operator is working towards Ready and needs
+	// nothing from the user: creating, booting, waiting for a probe, rolling out, scaling.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when the object cannot become Ready without a change by
+	// the user (a permanent provider error, a missing or unlabelled Secret, a broken
+	// template, a progress deadline passed); its reason and message say which.
+	ConditionStalled = "Stalled"
+)
+
 // Labels and annotations on Proxies and the Secrets they use.
 const (
 	// ReplaceAnnotation set to a new value on a Proxy asks for its instance to be built

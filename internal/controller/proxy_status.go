@@ -103,7 +103,8 @@ func (s *scope) event(typ, reason, action, format string, args ...any) {
 }
 
 // reconcilerConditions are the Proxy conditions the reconciler owns.
-var reconcilerConditions = []string{v1alpha1.ConditionProvisioned, v1alpha1.ConditionConfigOutdated, v1alpha1.ConditionPreempted}
+var reconcilerConditions = []string{v1alpha1.ConditionProvisioned, v1alpha1.ConditionConfigOutdated, v1alpha1.ConditionPreempted,
+	v1alpha1.ConditionReady, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled}
 
 // proxyStatusOf is the part of st the reconciler owns and applies under the
 // proxy-controller field manager (docs/architecture.md, "Who writes which status field").
@@ -136,6 +137,7 @@ func (r *ProxyReconciler) patchStatus(ctx context.Context, s *scope) error {
 	}
 	s.px.Status.ObservedGeneration = s.px.Generation
 	s.readiness()
+	setKstatus(&s.px.Status.Conditions, s.px.Generation, proxyKstate(s.px))
 	want := proxyStatusOf(&s.px.Status)
 	if equality.Semantic.DeepEqual(want, proxyStatusOf(&s.base.Status)) {
 		return nil

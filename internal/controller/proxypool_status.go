@@ -101,6 +101,7 @@ func (s *poolScope) setConditions(n poolCounts) {
 
 	status, reason, msg := s.progress(n)
 	set(v1alpha1.PoolConditionProgressing, status, reason, msg)
+	setKstatus(&pool.Status.Conditions, pool.Generation, poolKstate(pool.Status.Conditions))
 }
 
 // progress is the Progressing condition: what the pool is doing, or why it is not.

@@ -151,6 +151,8 @@ func TestDeployedOperator(t *testing.T) {
 		if who.from(ready.Status.IP) == 0 {
 			t.Fatalf("Ready, but the probe target never saw the guest's address %s", ready.Status.IP)
 		}
+		// The Ready condition is there for kubectl wait (and kstatus readers).
+		e.mustRun(t, e.kubectl, "wait", "-n", proxyNS, "--for=condition=Ready", "proxy/"+proxyName, "--timeout=60s")
 	})
 	want := fmt.Sprintf("http://%s:%d", ready.Status.IP, ready.Spec.Port)
 

@@ -1,0 +1,90 @@
+package controller
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// kstate is what the Ready, Reconciling and Stalled conditions say about an object
+// (v1alpha1.ConditionReady): it is current (Ready), in progress (Reconciling) or stuck
+// until the user changes something (Stalled). reason and message are the conditions'.
+type kstate struct {
+	ready, stalled  bool
+	reason, message string
+}
+
+// setKstatus sets conds' Ready condition from k, and Reconciling or Stalled while they
+// are True, removing them otherwise, at generation gen.
+func setKstatus(conds *[]metav1.Condition, gen int64, k kstate) {
+	set := func(typ string, status metav1.ConditionStatus) {
+		meta.SetStatusCondition(conds, metav1.Condition{Type: typ, Status: status, Reason: k.reason, Message: k.message, ObservedGeneration: gen})
+	}
+	switch {
+	case k.ready:
+		set(v1alpha1.ConditionReady, metav1.ConditionTrue)
+		meta.RemoveStatusCondition(conds, v1alpha1.ConditionReconciling)
+		meta.RemoveStatusCondition(conds, v1alpha1.ConditionStalled)
+	case k.stalled:
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse)
+		set(v1alpha1.ConditionStalled, metav1.ConditionTrue)
+		meta.RemoveStatusCondition(conds, v1alpha1.ConditionReconciling)
+	default:
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse)
+		set(v1alpha1.ConditionReconciling, metav1.ConditionTrue)
+		meta.RemoveStatusCondition(conds, v1alpha1.ConditionStalled)
+	}
+}
+
+// proxyKstate: a Ready Proxy is current; a Failed one, or one held back by a Secret or an
+// egress configuration that needs the user (Provisioned=False, CredentialsUnavailable
+// or EgressUnavailable), is stalled; every other phase is work in progress.
+func proxyKstate(px *v1alpha1.Proxy) kstate {
+	st := &px.Status
+	msg := st.Message
+	if msg == "" {
+		msg = "phase " + string(st.Phase)
+	}
+	prov := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProvisioned)
+	switch {
+	case st.Phase == v1alpha1.PhaseReady:
+		return kstate{ready: true, reason: v1alpha1.ReasonProbeSucceeded, message: "the proxy runs and its health probe passes"}
+	case st.Phase == v1alpha1.PhaseFailed:
+		reason := "Failed"
+		if prov != nil && prov.Status == metav1.ConditionFalse {
+			reason = prov.Reason
+		}
+		return kstate{stalled: true, reason: reason, message: msg}
+	case prov != nil && prov.Status == metav1.ConditionFalse &&
+		(prov.Reason == v1alpha1.ReasonCredentialsUnavailable || prov.Reason == v1alpha1.ReasonEgressUnavailable):
+		return kstate{stalled: true, reason: prov.Reason, message: prov.Message}
+	case st.Phase == v1alpha1.PhaseRunning:
+		return kstate{reason: string(st.Phase), message: "the instance runs; waiting for the health probe through the proxy to pass"}
+	case st.Phase == "":
+		return kstate{reason: string(v1alpha1.PhasePending), message: "not reconciled yet"}
+	default:
+		return kstate{reason: string(st.Phase), message: msg}
+	}
+}
+
+// poolKstate: a complete pool is current; one whose Progressing condition is False for
+// any reason but Complete (a broken template, an unreadable Secret, a stall, the
+// progress deadline) or whose placement names an unknown provider or zone is stalled;
+// otherwise the pool is rolling out, scaling or waiting for its children.
+func poolKstate(conds []metav1.Condition) kstate {
+	prog := meta.FindStatusCondition(conds, v1alpha1.PoolConditionProgressing)
+	place := meta.FindStatusCondition(conds, v1alpha1.PoolConditionPlacementValid)
+	switch {
+	case prog != nil && prog.Status == metav1.ConditionFalse && prog.Reason == v1alpha1.PoolReasonComplete:
+		return kstate{ready: true, reason: prog.Reason, message: prog.Message}
+	case prog != nil && prog.Status == metav1.ConditionFalse:
+		return kstate{stalled: true, reason: prog.Reason, message: prog.Message}
+	case place != nil && place.Status == metav1.ConditionFalse:
+		return kstate{stalled: true, reason: place.Reason, message: place.Message}
+	case prog != nil:
+		return kstate{reason: prog.Reason, message: prog.Message}
+	default:
+		return kstate{reason: "Reconciling", message: "not reconciled yet"}
+	}
+}
