@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -62,6 +63,12 @@ func Start(tune ...func(*rest.Config)) (*Env, error) {
 		return nil, err
 	}
 	env := &envtest.Environment{CRDDirectoryPaths: []string{crds}, ErrorIfCRDPathMissing: true}
+	// envtest's default of 20 s per try is too short for kube-apiserver on a loaded
+	// 2-core machine (five tries of 20 s each failed at a load of 17); a slow start is not
+	// a failure. KUBEBUILDER_CONTROLPLANE_START_TIMEOUT still overrides it.
+	if os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") == "" {
+		env.ControlPlaneStartTimeout = 2 * time.Minute
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting envtest from KUBEBUILDER_ASSETS=%s (make envtest builds the binaries): %w",
