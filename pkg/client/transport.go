@@ -40,6 +40,10 @@ type TransportConfig struct {
 	// sooner, once that many are waiting (default 500).
 	FlushInterval time.Duration
 	FlushSize     int
+	// BanMemory is how long the Transport itself avoids a proxy for a host after the host
+	// banned it (default 30 s): until discovery's answers leave the proxy out (about two
+	// seconds after the report), a fast crawl would otherwise keep being handed it.
+	BanMemory time.Duration
 	// OnFeedbackError receives what went wrong sending reports: an error, or reports the
 	// API rejected. nil: dropped.
 	OnFeedbackError func(error)
@@ -78,6 +82,9 @@ type Transport struct {
 	startOnce sync.Once
 	closeOnce sync.Once
 	closed    atomic.Bool
+	// recent holds the proxies banned lately, by host: ref -> until when they are avoided.
+	recentMu sync.Mutex
+	recent   map[string]map[string]time.Time
 }
 
 const (
@@ -122,6 +129,9 @@ func (c *Client) Transport(cfg TransportConfig) *Transport {
 	if t.cfg.FlushInterval <= 0 {
 		t.cfg.FlushInterval = time.Second
 	}
+	if t.cfg.BanMemory <= 0 {
+		t.cfg.BanMemory = 30 * time.Second
+	}
 	if t.cfg.FlushSize <= 0 {
 		t.cfg.FlushSize = 500
 	}
@@ -153,6 +163,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	rewindable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	var tried []string
 	px, err := t.c.Pick(req.Context(), q)
+	if avoid := t.avoided(domain); err == nil && slices.Contains(avoid, px.Ref()) {
+		if alt, ok := t.another(req.Context(), q, host, avoid); ok {
+			px = alt
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		if err != nil {
 			return nil, fmt.Errorf("egress proxy for %s %s: %w", req.Method, req.URL.Redacted(), err)
@@ -167,10 +182,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return res, nil
 		}
 		t.report(Report{Proxy: px.Ref(), Domain: domain, Outcome: outcome, RetryAfter: wait})
-		if outcome != Banned || attempt >= t.maxRetry || !rewindable {
+		if outcome != Banned {
 			return res, nil
 		}
-		next, ok := t.another(req.Context(), q, host, tried)
+		t.remember(domain, px.Ref())
+		if attempt >= t.maxRetry || !rewindable {
+			return res, nil
+		}
+		next, ok := t.another(req.Context(), q, host, append(tried, t.avoided(domain)...))
 		if !ok {
 			return res, nil // no other proxy to try: the site's answer stands
 		}
@@ -238,6 +257,41 @@ func (t *Transport) another(ctx context.Context, q Query, host string, tried []s
 		}
 	}
 	return Proxy{}, false
+}
+
+// remember avoids ref for host for BanMemory.
+func (t *Transport) remember(host, ref string) {
+	t.recentMu.Lock()
+	defer t.recentMu.Unlock()
+	if t.recent == nil {
+		t.recent = map[string]map[string]time.Time{}
+	}
+	if t.recent[host] == nil {
+		t.recent[host] = map[string]time.Time{}
+	}
+	t.recent[host][ref] = time.Now().Add(t.cfg.BanMemory)
+}
+
+// avoided are the proxies host banned within BanMemory.
+func (t *Transport) avoided(host string) []string {
+	if host == "" {
+		return nil
+	}
+	t.recentMu.Lock()
+	defer t.recentMu.Unlock()
+	var refs []string
+	now := time.Now()
+	for ref, until := range t.recent[host] {
+		if now.Before(until) {
+			refs = append(refs, ref)
+		} else {
+			delete(t.recent[host], ref)
+		}
+	}
+	if len(t.recent[host]) == 0 {
+		delete(t.recent, host)
+	}
+	return refs
 }
 
 // report queues r for the next flush.

@@ -219,3 +219,35 @@ func TestTransportErrors(t *testing.T) {
 		t.Errorf("a dead proxy: %v", err)
 	}
 }
+
+// Until discovery leaves a banned proxy out, the Transport itself avoids it for the host
+// that banned it, for BanMemory: a crawl faster than the feedback sees the ban once.
+func TestTransportRemembersBans(t *testing.T) {
+	for _, tc := range []struct {
+		memory time.Duration
+		bans   int64
+	}{{0, 1}, {time.Nanosecond, 20}} {
+		f := newFleet(t, discovery.Options{})
+		c := newClient(t, f.url, testToken)
+		sticky, err := c.Pick(context.Background(), client.Query{Domain: "shop.example.com"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newSite(t, "example.com", sticky.EgressIP)
+		// No report reaches discovery during the crawl.
+		tr := c.Transport(client.TransportConfig{FlushInterval: time.Hour, BanMemory: tc.memory})
+		hc := &http.Client{Transport: tr}
+		for i := range 20 {
+			if code, _ := fetch(t, hc, s.url("shop.example.com", fmt.Sprintf("/%d", i))); code != http.StatusOK {
+				t.Fatalf("page %d: %d", i, code)
+			}
+		}
+		if st := tr.Stats(); st.Banned != tc.bans || st.Retries != tc.bans {
+			t.Errorf("BanMemory %s: stats %+v, want %d bans, each retried", tc.memory, st, tc.bans)
+		}
+		if n := int64(s.count(sticky.EgressIP, "shop.example.com")); n != tc.bans {
+			t.Errorf("BanMemory %s: %d requests through the banned proxy, want %d", tc.memory, n, tc.bans)
+		}
+		tr.Close()
+	}
+}

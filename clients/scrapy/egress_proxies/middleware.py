@@ -13,6 +13,7 @@ the picked URL into Proxy-Authorization::
 import hashlib
 import logging
 import threading
+import time
 from urllib.parse import urlsplit
 
 from scrapy import signals
@@ -51,6 +52,8 @@ class EgressProxiesMiddleware:
     EGRESS_PROXIES_BAN_CODES       statuses reported as banned (default [403])
     EGRESS_PROXIES_THROTTLE_CODES  statuses reported as throttled, with Retry-After (default [429])
     EGRESS_PROXIES_MAX_BAN_RETRIES how many other proxies a banned request goes through (default 2)
+    EGRESS_PROXIES_BAN_MEMORY      seconds the middleware itself avoids a proxy for a host that
+                                   banned it, until discovery leaves it out (default 30)
     EGRESS_PROXIES_REPORT_OK       report 2xx answers as ok (default True)
     EGRESS_PROXIES_FLUSH_INTERVAL  seconds between feedback batches (default 1.0)
     EGRESS_PROXIES_FEEDBACK_ATTEMPTS  attempts per feedback batch (default 5)
@@ -69,6 +72,8 @@ class EgressProxiesMiddleware:
         self.max_ban_retries = s.getint("EGRESS_PROXIES_MAX_BAN_RETRIES", 2)
         self.report_ok = s.getbool("EGRESS_PROXIES_REPORT_OK", True)
         self.flush_interval = s.getfloat("EGRESS_PROXIES_FLUSH_INTERVAL", 1.0)
+        self.ban_memory = s.getfloat("EGRESS_PROXIES_BAN_MEMORY", 30.0)
+        self._recent = {}  # host -> {proxy: monotonic deadline}
         self._lock = threading.Lock()
         self._pending = []
         self._loop = None
@@ -170,13 +175,35 @@ class EgressProxiesMiddleware:
             q["domain"] = domain
         else:
             q["key"] = host
+        ref = lambda p: f"{p['namespace']}/{p['name']}"  # noqa: E731
+        avoid = self._avoided(domain)
+        first = None
         if not tried:
-            return self.discovery.pick(**q)
-        rank = lambda p: hashlib.sha256(f"{host}\0{p['namespace']}/{p['name']}".encode()).digest()  # noqa: E731
+            first = self.discovery.pick(**q)
+            if ref(first) not in avoid:
+                return first
+            # banned here lately, and discovery does not know yet: another, if any
+        skip = set(tried) | set(avoid)
+        rank = lambda p: hashlib.sha256(f"{host}\0{ref(p)}".encode()).digest()  # noqa: E731
         for p in sorted(self.discovery.list(**q), key=rank, reverse=True):
-            if f"{p['namespace']}/{p['name']}" not in tried:
+            if ref(p) not in skip:
                 return p
-        return None
+        return first
+
+    def _remember(self, host, ref):
+        with self._lock:
+            self._recent.setdefault(host, {})[ref] = time.monotonic() + self.ban_memory
+
+    def _avoided(self, host):
+        """The proxies host banned within EGRESS_PROXIES_BAN_MEMORY."""
+        if not host:
+            return []
+        now = time.monotonic()
+        with self._lock:
+            recent = self._recent.get(host, {})
+            for ref in [r for r, until in recent.items() if until <= now]:
+                del recent[ref]
+            return list(recent)
 
     def _assign(self, proxy, request, domain, tried):
         if proxy is None:
@@ -204,6 +231,7 @@ class EgressProxiesMiddleware:
         if status in self.ban_codes:
             self.stats.inc_value(STATS + "banned")
             self._report(ref, domain, "banned")
+            self._remember(domain, ref)
             tried = state["tried"] + [ref]
             if len(tried) > self.max_ban_retries:
                 return response

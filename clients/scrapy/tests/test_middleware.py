@@ -174,3 +174,20 @@ def test_an_unavailable_api_drops_the_request_with_a_clear_reason():
     with pytest.raises(NoEgressProxy, match=r"no egress proxy for http://shop.example.com/x: discovery GET .* 503 site example.com is saturated \(retry after 30s\)"):
         mw._unavailable(Failure(err), req)
     assert mw.stats.get_value("egress_proxies/unavailable") == 1
+
+
+@pytest.mark.parametrize("memory,expect_other", [(None, True), (0, False)])
+def test_a_banned_proxy_is_avoided_for_its_host_until_discovery_knows(memory, expect_other):
+    mw = middleware() if memory is None else middleware(EGRESS_PROXIES_BAN_MEMORY=memory)
+    req = Request("http://shop.example.com/1")
+    assign(mw, req)
+    assert req.meta[META]["proxy"] == "crawl/p2"
+    mw.process_response(req, respond(req, 403), None)
+    # The discovery API still picks p2 (the report has not reached it yet).
+    nxt = Request("http://shop.example.com/2")
+    assign(mw, nxt)
+    assert (nxt.meta[META]["proxy"] != "crawl/p2") == expect_other
+    # Another host is not affected, and the list is asked only when needed.
+    other = Request("http://news.example.org/1")
+    assign(mw, other)
+    assert other.meta[META]["proxy"] == "crawl/p2" and mw.discovery.calls[-1][0] == "pick"
