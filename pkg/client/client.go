@@ -292,6 +292,8 @@ type Report struct {
 	RetryAfter time.Duration
 }
 
+// MarshalJSON writes the report as the API takes it, RetryAfter as retryAfterSeconds
+// (for a throttle only).
 func (r Report) MarshalJSON() ([]byte, error) {
 	w := struct {
 		Proxy      string   `json:"proxy"`
