@@ -196,7 +196,7 @@ func TestTransportErrors(t *testing.T) {
 	f.setCooldown("p3", "example.com", time.Now().Add(200*time.Second))
 	_, err := hc.Get(s.url("shop.example.com", "/page/1"))
 	var ae *client.Error
-	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.RetryAfter < 80*time.Second || ae.RetryAfter > 91*time.Second ||
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.RetryAfter < 30*time.Second || ae.RetryAfter > 90*time.Second ||
 		!strings.Contains(err.Error(), s.url("shop.example.com", "/page/1")) || !strings.Contains(err.Error(), "saturated") {
 		t.Errorf("saturated site: %v", err)
 	}
