@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -239,4 +241,21 @@ func TestFeedbackGivesUp(t *testing.T) {
 func httputilProxy(w http.ResponseWriter, r *http.Request, target string) {
 	u, _ := url.Parse(target)
 	httputil.NewSingleHostReverseProxy(u).ServeHTTP(w, r)
+}
+
+// Over https the client trusts the CA Config.TLS gives; without it the error names the URL.
+func TestTLS(t *testing.T) {
+	f := newFleet(t, discovery.Options{})
+	ts := httptest.NewTLSServer(f.srv.Handler())
+	t.Cleanup(ts.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(ts.Certificate())
+	c := newClient(t, ts.URL, testToken, func(c *client.Config) { c.TLS = &tls.Config{RootCAs: pool} })
+	if l, err := c.List(context.Background(), client.Query{}); err != nil || len(l) != 3 {
+		t.Fatalf("List over TLS: %v %v", l, err)
+	}
+	_, err := newClient(t, ts.URL, testToken).List(context.Background(), client.Query{})
+	if err == nil || !strings.Contains(err.Error(), ts.URL+"/v1/proxies") || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("an untrusted certificate: %v", err)
+	}
 }
