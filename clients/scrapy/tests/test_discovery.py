@@ -1,4 +1,6 @@
 import json
+import ssl
+import subprocess
 import time
 
 import pytest
@@ -79,3 +81,19 @@ def test_feedback_gives_up_and_does_not_retry_a_refusal(stub):
         d.feedback([{"proxy": "crawl/p2", "domain": "example.com", "outcome": "ok"}])
     assert e.value.status == 401 and len(stub.requests) == 1
     assert f"POST {stub.url}/v1/feedback: 401 missing bearer token" in str(e.value)
+
+
+def test_https_with_a_ca_file(stub, tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(cert), str(key))
+    stub.server.socket = ctx.wrap_socket(stub.server.socket, server_side=True)
+    url = stub.url.replace("http://", "https://")
+    stub.default = (200, {}, {"count": 0, "proxies": []})
+    assert Discovery(url, ca_file=str(cert)).list() == []
+    with pytest.raises(DiscoveryError) as e:
+        Discovery(url).list()
+    assert e.value.status == 0 and "CERTIFICATE_VERIFY_FAILED" in str(e.value) and url + "/v1/proxies" in str(e.value)
