@@ -97,7 +97,7 @@ envtest: ## Build kube-apiserver and etcd for envtest into the cache (once per v
 ##@ Test
 
 .PHONY: test
-test: lint verify-generated test-unit test-integration-kvm2 test-e2e test-deploy ## Run every test tier.
+test: lint verify-generated test-unit test-integration-crawl test-integration-kvm2 test-e2e test-deploy ## Run every test tier.
 
 # Each gate runs even when an earlier one failed, so one run lists every finding; lint
 # fails if any did. Missing tools are built (staticcheck) or installed (shellcheck, by
@@ -128,6 +128,14 @@ test-unit: envtest ## Unit and envtest tiers, with -race.
 	EPO_REQUIRE_ENVTEST=1 KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh kube-apiserver etcd kubectl) HELM=$$(hack/helm.sh) \
 	  go test -race -count=1 $(GO_TEST_FLAGS) ./...
 	hack/fuzz-smoke.sh
+
+.PHONY: test-integration-crawl
+test-integration-crawl: envtest ## Real crawlers (Scrapy, and Go's pkg/client) through the manager's discovery API, over envtest and loopback proxies.
+	@# Debian's Scrapy and pytest, for Debian's python3 (another one may come first on PATH).
+	hack/crawl-deps.sh
+	cd clients/scrapy && PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests
+	EPO_REQUIRE_ENVTEST=1 KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) \
+	  go test -tags=integration -count=1 -timeout=10m -v $(GO_TEST_FLAGS) ./test/crawl/...
 
 .PHONY: test-integration-kvm2
 test-integration-kvm2: ## The kvm2 provider against a real libvirtd over a real sshd on this machine.

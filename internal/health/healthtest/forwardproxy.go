@@ -5,6 +5,7 @@
 package healthtest
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/base64"
 	"io"
@@ -48,6 +49,7 @@ type ForwardProxy struct {
 	mu      sync.Mutex
 	auth    *Auth
 	sources []netip.Prefix
+	hosts   map[string]string
 }
 
 // Auth is the basic-auth a proxy demands. A request without Proxy-Authorization is
@@ -66,13 +68,38 @@ func New(tb testing.TB, egressIP string) *ForwardProxy {
 	if egressIP != "" {
 		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(egressIP)}
 	}
-	p := &ForwardProxy{transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true, Proxy: nil}, dialer: d}
+	p := &ForwardProxy{dialer: d}
+	p.transport = &http.Transport{DialContext: p.dial, DisableKeepAlives: true, Proxy: nil}
 	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
 	u, _ := url.Parse(p.srv.URL)
 	port, _ := strconv.Atoi(u.Port())
 	p.Host, p.Port = u.Hostname(), int32(port)
 	tb.Cleanup(p.Close)
 	return p
+}
+
+// Resolve makes the proxy connect to ip whenever a request names host, as a resolver
+// would: sites with names of their own (shop.example.com) served on loopback.
+func (p *ForwardProxy) Resolve(host, ip string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hosts == nil {
+		p.hosts = map[string]string{}
+	}
+	p.hosts[host] = ip
+}
+
+// dial connects to addr from the proxy's egress address, through the names Resolve set.
+func (p *ForwardProxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		p.mu.Lock()
+		ip, ok := p.hosts[host]
+		p.mu.Unlock()
+		if ok {
+			addr = net.JoinHostPort(ip, port)
+		}
+	}
+	return p.dialer.DialContext(ctx, network, addr)
 }
 
 // SetMode switches how the proxy answers from the next request on.
@@ -187,7 +214,7 @@ func (p *ForwardProxy) serve(w http.ResponseWriter, r *http.Request) {
 
 // tunnel answers a CONNECT: it dials the target and copies bytes both ways.
 func (p *ForwardProxy) tunnel(w http.ResponseWriter, r *http.Request) {
-	up, err := p.dialer.DialContext(r.Context(), "tcp", r.Host)
+	up, err := p.dial(r.Context(), "tcp", r.Host)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return

@@ -1,0 +1,137 @@
+"""A small client of the egress-proxies-operator discovery API (standard library only).
+
+Every call blocks; the Scrapy middleware runs them in Twisted's thread pool.
+"""
+
+import json
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+MAX_BATCH = 1000
+RETRYABLE = (429, 502, 503, 504)
+
+
+class DiscoveryError(Exception):
+    """An answer of the discovery API other than success, or no answer at all.
+
+    ``status`` is the HTTP status (0 when the API could not be reached) and
+    ``retry_after`` the answer's Retry-After in seconds (0 when it had none).
+    """
+
+    def __init__(self, method, url, status, message, retry_after=0.0):
+        self.method, self.url, self.status = method, url, status
+        self.message, self.retry_after = message, retry_after
+        text = f"discovery {method} {url}: "
+        text += f"{status} {message}" if status else message
+        if retry_after:
+            text += f" (retry after {retry_after:g}s)"
+        super().__init__(text)
+
+
+def _retry_after(headers):
+    try:
+        return max(0.0, float(headers.get("Retry-After", "0")))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+class Discovery:
+    """Lists and picks proxies and sends feedback.
+
+    ``url`` is the API's base URL (http:// or https://), ``token`` the discovery token
+    (sent as Authorization: Bearer), ``ca_file`` the CA bundle that signed an https API's
+    certificate (None: the system's).
+    """
+
+    def __init__(self, url, token="", ca_file=None, timeout=10.0,
+                 feedback_attempts=5, retry_backoff=0.25, max_retry_wait=30.0):
+        parsed = urllib.parse.urlsplit(url or "")
+        if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.query or parsed.fragment or "@" in parsed.netloc:
+            raise ValueError(f"discovery URL {url!r}: want http://host:port or https://host:port")
+        self.base = url.rstrip("/")
+        self.token = token.strip() if token else ""
+        self.timeout = timeout
+        self.feedback_attempts = max(1, int(feedback_attempts))
+        self.retry_backoff = retry_backoff
+        self.max_retry_wait = max_retry_wait
+        self.ssl = ssl.create_default_context(cafile=ca_file) if parsed.scheme == "https" else None
+        # The API is reached directly, never through a proxy from the environment.
+        handlers = [urllib.request.ProxyHandler({})]
+        if self.ssl is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=self.ssl))
+        self.opener = urllib.request.build_opener(*handlers)
+
+    def _call(self, method, path, params=None, body=None):
+        url = self.base + path
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        req = urllib.request.Request(url, method=method, data=body)
+        req.add_header("Accept", "application/json")
+        if body is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", "Bearer " + self.token)
+        try:
+            with self.opener.open(req, timeout=self.timeout) as res:
+                return json.loads(res.read())
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                message = json.loads(raw).get("error") or raw.decode(errors="replace")
+            except (ValueError, AttributeError):
+                message = raw[:200].decode(errors="replace").strip()
+            raise DiscoveryError(method, url, e.code, message, _retry_after(e.headers)) from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise DiscoveryError(method, url, 0, str(getattr(e, "reason", e))) from None
+
+    @staticmethod
+    def _params(key=None, domain=None, label_selector=None, namespace=None, pool=None, credentials=False):
+        params = {k: v for k, v in (("key", key), ("domain", domain), ("labelSelector", label_selector),
+                                    ("namespace", namespace), ("pool", pool)) if v}
+        if credentials:
+            params["credentials"] = "true"
+        return params
+
+    def list(self, **query):
+        """The healthy proxies the query matches (GET /v1/proxies), as dicts."""
+        query.pop("key", None)
+        return self._call("GET", "/v1/proxies", self._params(**query))["proxies"]
+
+    def pick(self, **query):
+        """The proxy for key, or for domain's site without a key (GET /v1/proxies/pick)."""
+        if not query.get("key") and not query.get("domain"):
+            raise ValueError("discovery pick: give key or domain")
+        return self._call("GET", "/v1/proxies/pick", self._params(**query))
+
+    def feedback(self, reports):
+        """Sends reports (dicts with proxy, domain, outcome and, for throttled,
+        retryAfterSeconds) in batches of at most 1,000 (POST /v1/feedback). A batch is
+        sent again after a connection failure or a 429, 502, 503 or 504, after the
+        answer's Retry-After (a draining replica answers 503 with Retry-After: 1) or a
+        back-off. Returns (accepted, rejected), rejected indexed into reports."""
+        accepted, rejected = 0, []
+        for off in range(0, len(reports), MAX_BATCH):
+            batch = reports[off:off + MAX_BATCH]
+            ans = self._send(json.dumps({"reports": batch}).encode())
+            accepted += ans.get("accepted", 0)
+            for r in ans.get("rejected") or []:
+                rejected.append(dict(r, index=r["index"] + off))
+        return accepted, rejected
+
+    def _send(self, body):
+        backoff = self.retry_backoff
+        for attempt in range(1, self.feedback_attempts + 1):
+            try:
+                return self._call("POST", "/v1/feedback", body=body)
+            except DiscoveryError as e:
+                if e.status and e.status not in RETRYABLE:
+                    raise
+                if attempt == self.feedback_attempts:
+                    raise DiscoveryError(e.method, e.url, e.status, f"{e.message} (gave up after {attempt} attempts)",
+                                         e.retry_after) from None
+                time.sleep(min(e.retry_after or backoff, self.max_retry_wait))
+                backoff = min(2 * backoff, self.max_retry_wait)
+        raise AssertionError("unreachable")

@@ -1,0 +1,193 @@
+import pytest
+from scrapy.exceptions import NotConfigured
+from scrapy.http import HtmlResponse, Request
+from scrapy.utils.test import get_crawler
+
+from egress_proxies.discovery import DiscoveryError
+from egress_proxies.middleware import META, EgressProxiesMiddleware, NoEgressProxy
+
+PROXIES = [{"name": f"p{i}", "namespace": "crawl", "url": f"http://u:pw@127.0.0.1:{3000 + i}"} for i in (2, 3, 4)]
+
+
+class Recorder:
+    """What the middleware asks the discovery API, with the fleet above as answers."""
+
+    token = "t"
+
+    def __init__(self):
+        self.calls, self.sent = [], []
+        self.fail = None
+
+    def pick(self, **q):
+        self.calls.append(("pick", q))
+        return PROXIES[0]
+
+    def list(self, **q):
+        self.calls.append(("list", q))
+        return PROXIES
+
+    def feedback(self, reports):
+        if self.fail:
+            raise self.fail
+        self.sent.extend(reports)
+        return len(reports) - 1, [{"index": 0, "proxy": reports[0]["proxy"], "error": "unknown proxy"}]
+
+
+def middleware(**settings):
+    settings.setdefault("EGRESS_PROXIES_URL", "http://proxy-operator:8082")
+    settings.setdefault("EGRESS_PROXIES_TOKEN", "t")
+    crawler = get_crawler(settings_dict=settings)
+    crawler.stats.open_spider(None)
+    mw = EgressProxiesMiddleware.from_crawler(crawler)
+    mw.discovery = Recorder()
+    return mw
+
+
+def assign(mw, request):
+    """process_request's work without the reactor: choose, then assign."""
+    host, domain, tried = mw._plan(request)
+    return mw._assign(mw._choose(host, domain, tried), request, domain, tried)
+
+
+def respond(request, status, headers=None):
+    return HtmlResponse(request.url, status=status, headers=headers or {}, body=b"", request=request)
+
+
+def test_settings_are_checked(tmp_path):
+    with pytest.raises(NotConfigured):
+        EgressProxiesMiddleware.from_crawler(get_crawler(settings_dict={}))
+    with pytest.raises(ValueError, match="EGRESS_PROXIES_URL"):
+        EgressProxiesMiddleware.from_crawler(get_crawler(settings_dict={"EGRESS_PROXIES_URL": "proxy-operator"}))
+    empty = tmp_path / "token"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match=f"EGRESS_PROXIES_TOKEN_FILE '{empty}' is empty"):
+        EgressProxiesMiddleware.from_crawler(get_crawler(settings_dict={"EGRESS_PROXIES_URL": "http://h:1", "EGRESS_PROXIES_TOKEN_FILE": str(empty)}))
+    with pytest.raises(ValueError, match="EGRESS_PROXIES_TOKEN_FILE .*No such file"):
+        EgressProxiesMiddleware.from_crawler(get_crawler(settings_dict={"EGRESS_PROXIES_URL": "http://h:1", "EGRESS_PROXIES_TOKEN_FILE": str(tmp_path / "nope")}))
+    good = tmp_path / "good"
+    good.write_text("s3cret\n")
+    mw = EgressProxiesMiddleware.from_crawler(get_crawler(settings_dict={"EGRESS_PROXIES_URL": "http://h:1", "EGRESS_PROXIES_TOKEN_FILE": str(good)}))
+    assert mw.discovery.token == "s3cret" and mw.query["credentials"] is True
+
+
+def test_a_request_gets_the_pick_for_its_domain():
+    mw = middleware(EGRESS_PROXIES_LABEL_SELECTOR="tier=gold", EGRESS_PROXIES_POOL="shops")
+    req = Request("http://www.shop.example.com/page/1")
+    assign(mw, req)
+    assert req.meta["proxy"] == PROXIES[0]["url"]
+    assert req.meta[META] == {"proxy": "crawl/p2", "domain": "www.shop.example.com", "tried": []}
+    assert mw.discovery.calls == [("pick", {"label_selector": "tier=gold", "namespace": None, "pool": "shops",
+                                           "credentials": True, "domain": "www.shop.example.com"})]
+
+
+def test_a_spiders_own_proxy_is_left_alone():
+    mw = middleware()
+    req = Request("http://shop.example.com/", meta={"proxy": "http://mine:3128"})
+    assert mw.process_request(req, None) is None
+    assert req.meta["proxy"] == "http://mine:3128" and mw.discovery.calls == []
+    assert mw.process_response(req, respond(req, 403), None).status == 403
+    assert mw._pending == []
+
+
+def test_a_ban_is_reported_and_retried_through_other_proxies():
+    mw = middleware()
+    req = Request("http://shop.example.com/page/1")
+    assign(mw, req)
+    retry = mw.process_response(req, respond(req, 403), None)
+    assert isinstance(retry, Request) and retry.dont_filter and "proxy" not in retry.meta
+    assert retry.meta[META]["tried"] == ["crawl/p2"]
+    assign(mw, retry)
+    assert mw.discovery.calls[-1][0] == "list"
+    second = retry.meta[META]["proxy"]
+    assert second in ("crawl/p3", "crawl/p4") and retry.meta["proxy"] != PROXIES[0]["url"]
+
+    again = mw.process_response(retry, respond(retry, 403), None)
+    assign(mw, again)
+    assert again.meta[META]["tried"] == ["crawl/p2", second]
+    third = again.meta[META]["proxy"]
+    assert third not in ("crawl/p2", second)
+    last = mw.process_response(again, respond(again, 403), None)
+    assert last.status == 403, "after two retries the site's answer stands"
+    assert [r["outcome"] for r in mw._pending] == ["banned"] * 3
+    assert [r["proxy"] for r in mw._pending] == ["crawl/p2", second, third]
+    assert mw.stats.get_value("egress_proxies/banned") == 3 and mw.stats.get_value("egress_proxies/retries") == 2
+
+    # With every proxy tried there is none left to assign.
+    everything = Request("http://shop.example.com/", meta={META: {"proxy": "crawl/p4", "domain": "shop.example.com",
+                                                                 "tried": ["crawl/p2", "crawl/p3", "crawl/p4"]}})
+    with pytest.raises(NoEgressProxy, match="every proxy for it has been tried"):
+        assign(mw, everything)
+
+
+def test_throttles_oks_and_custom_codes():
+    mw = middleware(EGRESS_PROXIES_BAN_CODES=[503], EGRESS_PROXIES_THROTTLE_CODES=["429", "420"], EGRESS_PROXIES_MAX_BAN_RETRIES=0)
+    req = Request("http://shop.example.com/")
+    assign(mw, req)
+    assert mw.process_response(req, respond(req, 429, {"Retry-After": "7"}), None).status == 429
+    assert mw.process_response(req, respond(req, 420), None).status == 420
+    assert mw.process_response(req, respond(req, 200), None).status == 200
+    assert mw.process_response(req, respond(req, 403), None).status == 403
+    assert mw.process_response(req, respond(req, 503), None).status == 503
+    assert mw._pending == [
+        {"proxy": "crawl/p2", "domain": "shop.example.com", "outcome": "throttled", "retryAfterSeconds": 7.0},
+        {"proxy": "crawl/p2", "domain": "shop.example.com", "outcome": "throttled"},
+        {"proxy": "crawl/p2", "domain": "shop.example.com", "outcome": "ok"},
+        {"proxy": "crawl/p2", "domain": "shop.example.com", "outcome": "banned"},
+    ]
+    quiet = middleware(EGRESS_PROXIES_REPORT_OK=False)
+    req = Request("http://shop.example.com/")
+    assign(quiet, req)
+    quiet.process_response(req, respond(req, 200), None)
+    assert quiet._pending == [] and quiet.stats.get_value("egress_proxies/ok") == 1
+
+
+def test_hosts_that_are_no_site_are_picked_by_key_and_not_reported():
+    mw = middleware()
+    for url in ("http://10.1.2.3/", "http://localhost:8080/", "http://[::1]/"):
+        req = Request(url)
+        assign(mw, req)
+        assert "key" in mw.discovery.calls[-1][1] and "domain" not in mw.discovery.calls[-1][1]
+        assert mw.process_response(req, respond(req, 403), None).status == 403
+    assert mw._pending == []
+
+
+def test_flush_counts_what_the_api_took():
+    mw = middleware()
+    mw._report("crawl/p2", "shop.example.com", "ok")
+    mw._report("crawl/p3", "shop.example.com", "banned")
+    mw.flush()
+    assert len(mw.discovery.sent) == 2 and mw._pending == []
+    assert mw.stats.get_value("egress_proxies/reported") == 1 and mw.stats.get_value("egress_proxies/rejected") == 1
+    mw.flush()  # nothing waiting: no request
+    assert len(mw.discovery.sent) == 2
+    mw.discovery.fail = DiscoveryError("POST", "http://h/v1/feedback", 503, "shutting down")
+    mw._report("crawl/p2", "shop.example.com", "ok")
+    mw.flush()
+    assert mw.stats.get_value("egress_proxies/feedback_errors") == 1 and mw.stats.get_value("egress_proxies/rejected") == 2
+
+
+def test_an_unavailable_api_drops_the_request_with_a_clear_reason():
+    from twisted.python.failure import Failure
+    mw = middleware()
+    req = Request("http://shop.example.com/x")
+    err = DiscoveryError("GET", "http://h/v1/proxies/pick?domain=shop.example.com", 503, "site example.com is saturated", 30)
+    with pytest.raises(NoEgressProxy, match=r"no egress proxy for http://shop.example.com/x: discovery GET .* 503 site example.com is saturated \(retry after 30s\)"):
+        mw._unavailable(Failure(err), req)
+    assert mw.stats.get_value("egress_proxies/unavailable") == 1
+
+
+@pytest.mark.parametrize("memory,expect_other", [(None, True), (0, False)])
+def test_a_banned_proxy_is_avoided_for_its_host_until_discovery_knows(memory, expect_other):
+    mw = middleware() if memory is None else middleware(EGRESS_PROXIES_BAN_MEMORY=memory)
+    req = Request("http://shop.example.com/1")
+    assign(mw, req)
+    assert req.meta[META]["proxy"] == "crawl/p2"
+    mw.process_response(req, respond(req, 403), None)
+    # The discovery API still picks p2 (the report has not reached it yet).
+    nxt = Request("http://shop.example.com/2")
+    assign(mw, nxt)
+    assert (nxt.meta[META]["proxy"] != "crawl/p2") == expect_other
+    # Another host is not affected, and the list is asked only when needed.
+    other = Request("http://news.example.org/1")
+    assign(mw, other)
+    assert other.meta[META]["proxy"] == "crawl/p2" and mw.discovery.calls[-1][0] == "pick"
