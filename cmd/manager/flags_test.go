@@ -33,6 +33,8 @@ func TestFlagDefaults(t *testing.T) {
 		{"ban-cooldown", o.health.BanCooldown, 5 * time.Minute},
 		{"ban-max-cooldown", o.health.BanMaxCooldown, 24 * time.Hour},
 		{"ban-max-cooling-percent", o.health.BanMaxCoolingPercent, 50},
+		{"ban-retire-after-sites", o.health.BanRetireAfterSites, 5},
+		{"ban-retire-window", o.health.BanRetireWindow, time.Hour},
 		{"leader-elect", o.leaderElect, false},
 		{"metrics-bind-address", o.metricsAddr, ":8443"},
 		{"metrics-secure", o.metricsSecure, true}, // HTTPS behind TokenReview and SubjectAccessReview
@@ -65,6 +67,12 @@ func TestFlagErrors(t *testing.T) {
 	}
 	if o, err := parseFlags([]string{"--install-id", "homelab-staging_2"}, io.Discard); err != nil || o.installID != "homelab-staging_2" {
 		t.Errorf("--install-id homelab-staging_2: %v, %+v", err, o)
+	}
+	for _, bad := range [][]string{{"--ban-retire-after-sites=-1"}, {"--ban-retire-after-sites=101"}, {"--ban-retire-window=0s"}, {"--ban-retire-window=-1m"}} {
+		flag := strings.SplitN(strings.TrimPrefix(bad[0], "--"), "=", 2)[0]
+		if _, err := parseFlags(bad, io.Discard); err == nil || !strings.Contains(err.Error(), "--"+flag) {
+			t.Errorf("%s: %v, want an error naming --%s", bad[0], err, flag)
+		}
 	}
 	o, err := parseFlags([]string{"--zap-log-level=debug", "--quota-retry=90s"}, io.Discard)
 	if err != nil || o.quotaRetry != 90*time.Second {
