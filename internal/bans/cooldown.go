@@ -247,14 +247,15 @@ func NextEnd(cds []v1alpha1.ProxyCooldown, now time.Time) time.Time {
 }
 
 // BannedSites are the sites of cds with a ban reported within p.RetireWindow before now
-// (by LastBanned), sorted, and the time the oldest of them leaves the window.
+// (by LastBanned; one stamped after now, by a replica whose clock runs ahead, counts
+// too), sorted, and the time the oldest of them leaves the window.
 func BannedSites(cds []v1alpha1.ProxyCooldown, now time.Time, p Policy) ([]string, time.Time) {
 	p = p.withDefaults()
 	from := now.Add(-p.RetireWindow)
 	var sites []string
 	var leaves time.Time
 	for i := range cds {
-		if lb := cds[i].LastBanned; cds[i].Bans > 0 && lb != nil && lb.After(from) && !lb.After(now) {
+		if lb := cds[i].LastBanned; cds[i].Bans > 0 && lb != nil && lb.After(from) {
 			sites = append(sites, cds[i].Site)
 			if at := lb.Add(p.RetireWindow); leaves.IsZero() || at.Before(leaves) {
 				leaves = at
