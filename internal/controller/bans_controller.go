@@ -48,6 +48,11 @@ func init() {
 	metrics.Registry.MustRegister(poolCoolingPairs, poolSaturatedSites, proxyRetirements)
 }
 
+// +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxies;proxypools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxies,verbs=patch
+// +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxies/status;proxypools/status,verbs=get;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
 // BansReconciler acts, on the leader alone, on what crawlers reported into the Proxies'
 // status.cooldowns (internal/bans.Recorder writes them on every replica). For each Proxy
 // it keeps status.coolingSites and the Retired condition, and retires a proxy banned on
