@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 )
 
 func TestFlagDefaults(t *testing.T) {
@@ -77,5 +79,18 @@ func TestFlagErrors(t *testing.T) {
 	o, err := parseFlags([]string{"--zap-log-level=debug", "--quota-retry=90s"}, io.Discard)
 	if err != nil || o.quotaRetry != 90*time.Second {
 		t.Errorf("parsing zap and duration flags: %v, %+v", err, o)
+	}
+}
+
+// The ban flags make the policy of standalone Proxies and of pools' unset spec.bans
+// fields, the feedback recorder's and the ban controller's alike.
+func TestBanFlagsMakeThePolicy(t *testing.T) {
+	o, err := parseFlags([]string{"--ban-cooldown=1m", "--ban-max-cooldown=2h", "--ban-retire-after-sites=0", "--ban-retire-window=30m"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bans.Policy{Cooldown: time.Minute, MaxCooldown: 2 * time.Hour, RetireAfterSites: 0, RetireWindow: 30 * time.Minute}
+	if got := banPolicy(o.health); got != want {
+		t.Errorf("banPolicy = %+v, want %+v", got, want)
 	}
 }
