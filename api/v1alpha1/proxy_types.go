@@ -58,6 +58,13 @@ const (
 	// successor is Ready (its probe succeeded), when the reconciler removes it. Its message says which
 	// instance went, where and when.
 	ConditionPreempted = "Preempted"
+	// ConditionRetired is True, reason BannedOnManySites, while the operator holds the
+	// Proxy cordoned because crawlers reported it banned on too many sites within the
+	// retirement window (the egress.hrajfrisbee.cz/retired annotation is there). Written
+	// by the leader under the proxy-bans field manager.
+	ConditionRetired = "Retired"
+	// ReasonBannedOnManySites is the Retired condition's reason.
+	ReasonBannedOnManySites = "BannedOnManySites"
 )
 
 // Conditions on both Proxies and ProxyPools for tools that judge an object by its status
@@ -391,6 +398,11 @@ type ProxyStatus struct {
 	// +kubebuilder:validation:MaxItems=100
 	// +optional
 	Cooldowns []ProxyCooldown `json:"cooldowns,omitempty"`
+	// CoolingSites counts the sites the proxy is cooling for now (entries of cooldowns
+	// whose until is in the future). Written by the leader under the proxy-bans field
+	// manager, again when a cooldown ends.
+	// +optional
+	CoolingSites int32 `json:"coolingSites,omitempty"`
 }
 
 // CooldownOutcome is the last outcome that shaped a cooldown.
@@ -420,6 +432,10 @@ type ProxyCooldown struct {
 	Bans int32 `json:"bans,omitempty"`
 	// LastOutcome is the outcome of the last report that changed the entry.
 	LastOutcome CooldownOutcome `json:"lastOutcome"`
+	// LastBanned is when the last ban of the streak was reported: retirement counts the
+	// sites a proxy was banned on within a window by it.
+	// +optional
+	LastBanned *metav1.Time `json:"lastBanned,omitempty"`
 }
 
 // Proxy is one egress HTTP proxy.
@@ -434,6 +450,7 @@ type ProxyCooldown struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Egress IP",type=string,JSONPath=`.status.egressIP`,priority=1
 // +kubebuilder:printcolumn:name="VM Age",type=date,JSONPath=`.status.conditions[?(@.type=="Provisioned")].lastTransitionTime`,priority=1,description="Since the Provisioned condition last changed: the VM's age while it runs"
+// +kubebuilder:printcolumn:name="Cooling",type=integer,JSONPath=`.status.coolingSites`,priority=1,description="How many sites crawlers reported the proxy banned or throttled on and it is cooling for now"
 // +kubebuilder:printcolumn:name="Latency (ms)",type=integer,JSONPath=`.status.probeLatencyMilliseconds`,priority=1,description="The last successful probe's latency through the proxy"
 type Proxy struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -17,6 +17,10 @@ const (
 	// CordonAnnotation set to "true" on a Proxy takes it out of discovery and its pool's
 	// EndpointSlice at once and makes it the first child of its pool to be replaced.
 	CordonAnnotation = "egress.hrajfrisbee.cz/cordon"
+	// RetiredAnnotation is set, with the cordon, on a Proxy the operator retired because
+	// crawlers reported it banned on too many sites; its value says which and when. While
+	// it is there the proxy is not retired again.
+	RetiredAnnotation = "egress.hrajfrisbee.cz/retired"
 )
 
 // Condition types on a ProxyPool.
@@ -31,6 +35,16 @@ const (
 	// PoolConditionPlacementValid is False when the template or a spread entry names a
 	// provider or zone the providers config lacks.
 	PoolConditionPlacementValid = "PlacementValid"
+	// PoolConditionSaturated is True while some sites have more of the pool's serving
+	// children cooling for them than maxCoolingPercent allows: discovery answers 503 to
+	// ?pool= requests for those sites. Its message names the worst few.
+	PoolConditionSaturated = "Saturated"
+)
+
+// Reasons of the Saturated condition.
+const (
+	PoolReasonSitesSaturated  = "SitesSaturated"
+	PoolReasonNoSiteSaturated = "NoSiteSaturated"
 )
 
 // Condition reasons on a ProxyPool.
@@ -232,6 +246,17 @@ type PoolBans struct {
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	MaxCoolingPercent *int32 `json:"maxCoolingPercent,omitempty"`
+	// RetireAfterSites: a child reported banned on at least this many distinct sites
+	// within RetireWindowSeconds is retired: cordoned (and so replaced, surge-first).
+	// 0 turns retirement off. Default: --ban-retire-after-sites (5).
+	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= 100",message="spec.bans.retireAfterSites must be 0 (off) to 100 (a proxy keeps at most 100 sites)"
+	// +optional
+	RetireAfterSites *int32 `json:"retireAfterSites,omitempty"`
+	// RetireWindowSeconds is how far back the bans counted by RetireAfterSites reach.
+	// Default: --ban-retire-window (1h).
+	// +kubebuilder:validation:XValidation:rule="self > 0",message="spec.bans.retireWindowSeconds must be a positive number of seconds (default 3600)"
+	// +optional
+	RetireWindowSeconds *int32 `json:"retireWindowSeconds,omitempty"`
 }
 
 // ProxyPoolStatus is what the controller observed.
@@ -249,6 +274,11 @@ type ProxyPoolStatus struct {
 	// UpToDateReplicas counts children made from the current template.
 	// +optional
 	UpToDateReplicas int32 `json:"upToDateReplicas"`
+	// SaturatedSites counts the sites for which more of the serving children are cooling
+	// than spec.bans.maxCoolingPercent allows (the Saturated condition names the worst).
+	// Written by the leader under the proxy-bans field manager.
+	// +optional
+	SaturatedSites int32 `json:"saturatedSites,omitempty"`
 	// Selector selects the children, as a label selector string (for the scale
 	// subresource and a HorizontalPodAutoscaler).
 	// +optional

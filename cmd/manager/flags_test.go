@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 )
 
 func TestFlagDefaults(t *testing.T) {
@@ -33,6 +35,8 @@ func TestFlagDefaults(t *testing.T) {
 		{"ban-cooldown", o.health.BanCooldown, 5 * time.Minute},
 		{"ban-max-cooldown", o.health.BanMaxCooldown, 24 * time.Hour},
 		{"ban-max-cooling-percent", o.health.BanMaxCoolingPercent, 50},
+		{"ban-retire-after-sites", o.health.BanRetireAfterSites, 5},
+		{"ban-retire-window", o.health.BanRetireWindow, time.Hour},
 		{"leader-elect", o.leaderElect, false},
 		{"metrics-bind-address", o.metricsAddr, ":8443"},
 		{"metrics-secure", o.metricsSecure, true}, // HTTPS behind TokenReview and SubjectAccessReview
@@ -66,8 +70,27 @@ func TestFlagErrors(t *testing.T) {
 	if o, err := parseFlags([]string{"--install-id", "homelab-staging_2"}, io.Discard); err != nil || o.installID != "homelab-staging_2" {
 		t.Errorf("--install-id homelab-staging_2: %v, %+v", err, o)
 	}
+	for _, bad := range [][]string{{"--ban-retire-after-sites=-1"}, {"--ban-retire-after-sites=101"}, {"--ban-retire-window=0s"}, {"--ban-retire-window=-1m"}} {
+		flag := strings.SplitN(strings.TrimPrefix(bad[0], "--"), "=", 2)[0]
+		if _, err := parseFlags(bad, io.Discard); err == nil || !strings.Contains(err.Error(), "--"+flag) {
+			t.Errorf("%s: %v, want an error naming --%s", bad[0], err, flag)
+		}
+	}
 	o, err := parseFlags([]string{"--zap-log-level=debug", "--quota-retry=90s"}, io.Discard)
 	if err != nil || o.quotaRetry != 90*time.Second {
 		t.Errorf("parsing zap and duration flags: %v, %+v", err, o)
+	}
+}
+
+// The ban flags make the policy of standalone Proxies and of pools' unset spec.bans
+// fields, the feedback recorder's and the ban controller's alike.
+func TestBanFlagsMakeThePolicy(t *testing.T) {
+	o, err := parseFlags([]string{"--ban-cooldown=1m", "--ban-max-cooldown=2h", "--ban-retire-after-sites=0", "--ban-retire-window=30m"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bans.Policy{Cooldown: time.Minute, MaxCooldown: 2 * time.Hour, RetireAfterSites: 0, RetireWindow: 30 * time.Minute}
+	if got := banPolicy(o.health); got != want {
+		t.Errorf("banPolicy = %+v, want %+v", got, want)
 	}
 }

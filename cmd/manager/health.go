@@ -77,7 +77,7 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	}
 	// Every replica takes feedback and writes it into the Proxies' status.cooldowns.
 	feedback := &bans.Recorder{Client: mgr.GetClient(), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Policy: bans.Policy{Cooldown: h.BanCooldown, MaxCooldown: h.BanMaxCooldown}, Log: ctrl.Log.WithName("feedback")}
+		Policy: banPolicy(h), Log: ctrl.Log.WithName("feedback")}
 	if err := mgr.Add(feedback); err != nil {
 		return nil, fmt.Errorf("adding the feedback recorder: %w", err)
 	}
@@ -117,6 +117,12 @@ func discoveryTLS(mgr ctrl.Manager, dir string) (*tls.Config, error) {
 		return nil, fmt.Errorf("adding the discovery certificate watcher: %w", err)
 	}
 	return &tls.Config{GetCertificate: w.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}, nil
+}
+
+// banPolicy is the ban policy the flags give: standalone Proxies' and pools' defaults.
+func banPolicy(h healthOptions) bans.Policy {
+	return bans.Policy{Cooldown: h.BanCooldown, MaxCooldown: h.BanMaxCooldown,
+		RetireAfterSites: h.BanRetireAfterSites, RetireWindow: h.BanRetireWindow}
 }
 
 // poolBans reads a pool's spec.bans from the cache; nil when the pool or its spec.bans

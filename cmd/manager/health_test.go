@@ -100,9 +100,10 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 		t.Errorf("pick: %d %s", code, body)
 	}
 
-	// A ban reported to discovery lands in status.cooldowns. Then every status field has
-	// one owner, written by server-side apply: the reconciler, the health engine and the
-	// feedback recorder each own theirs.
+	// A ban reported to discovery lands in status.cooldowns, and the ban controller counts
+	// the site in status.coolingSites. Then every status field has one owner, written by
+	// server-side apply: the reconciler, the health engine, the feedback recorder and the
+	// ban controller each own theirs.
 	req, _ := http.NewRequest(http.MethodPost, "http://"+disc+"/v1/feedback",
 		strings.NewReader(`{"reports":[{"proxy":"default/edge","domain":"shop.example.com","outcome":"banned"}]}`))
 	req.Header.Set("Authorization", "Bearer t0ken")
@@ -119,13 +120,14 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(px), settled); err != nil {
 			return false, err
 		}
-		return len(settled.Status.Cooldowns) == 1, fmt.Errorf("cooldowns %+v", settled.Status.Cooldowns)
+		return len(settled.Status.Cooldowns) == 1 && settled.Status.CoolingSites == 1,
+			fmt.Errorf("cooldowns %+v, coolingSites %d", settled.Status.Cooldowns, settled.Status.CoolingSites)
 	})
-	for _, fault := range testenv.StatusOwnership(settled, statusapply.ProxyController, statusapply.ProxyHealth, bans.FieldManager) {
+	for _, fault := range testenv.StatusOwnership(settled, statusapply.ProxyController, statusapply.ProxyHealth, bans.FieldManager, statusapply.ProxyBans) {
 		t.Errorf("status ownership: %s", fault)
 	}
-	if owners := testenv.StatusManagers(settled); len(owners) != 3 {
-		t.Errorf("status managers %v, want the reconciler, the health engine and the feedback recorder", owners)
+	if owners := testenv.StatusManagers(settled); len(owners) != 4 {
+		t.Errorf("status managers %v, want the reconciler, the health engine, the feedback recorder and the ban controller", owners)
 	}
 
 	mgr.waitUntil("ProviderHealth kvm2-home with one target per host", func() (bool, error) {

@@ -72,6 +72,9 @@ type healthOptions struct {
 	// The cooldowns of standalone Proxies and the defaults of pools' spec.bans.
 	BanCooldown, BanMaxCooldown time.Duration
 	BanMaxCoolingPercent        int
+	// Retirement of standalone Proxies and the defaults of pools' spec.bans.
+	BanRetireAfterSites int
+	BanRetireWindow     time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -100,6 +103,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.health.BanCooldown, "ban-cooldown", bans.DefaultCooldown, "How long a proxy reported banned on a site is left out of ?domain= answers for that site; each further ban of the pair doubles it. A pool's spec.bans.cooldownSeconds overrides it.")
 	fs.DurationVar(&o.health.BanMaxCooldown, "ban-max-cooldown", bans.DefaultMaxCooldown, "The longest ban cooldown the doubling reaches. A pool's spec.bans.maxCooldownSeconds overrides it.")
 	fs.IntVar(&o.health.BanMaxCoolingPercent, "ban-max-cooling-percent", bans.DefaultMaxCoolingPercent, "A ?domain= request is answered 503 with Retry-After when more than this percentage of the proxies it matches are cooling for its site. A pool's spec.bans.maxCoolingPercent overrides it for requests naming the pool.")
+	fs.IntVar(&o.health.BanRetireAfterSites, "ban-retire-after-sites", bans.DefaultRetireAfterSites, "A proxy reported banned on at least this many distinct sites within --ban-retire-window is retired: cordoned, with the egress.hrajfrisbee.cz/retired annotation and a Warning event (a pool then replaces it); 0: never. A pool's spec.bans.retireAfterSites overrides it.")
+	fs.DurationVar(&o.health.BanRetireWindow, "ban-retire-window", bans.DefaultRetireWindow, "How far back the bans counted by --ban-retire-after-sites reach. A pool's spec.bans.retireWindowSeconds overrides it.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (0 disables it).")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the API server authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview); false: plain HTTP to anyone.")
 	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint; empty: a self-signed certificate made at start.")
@@ -116,6 +121,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.maxConcurrentReconciles < 1 {
 		return nil, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.maxConcurrentReconciles)
+	}
+	if o.health.BanRetireAfterSites < 0 || o.health.BanRetireAfterSites > bans.MaxEntries {
+		return nil, fmt.Errorf("--ban-retire-after-sites %d: give 0 (never retire) to %d", o.health.BanRetireAfterSites, bans.MaxEntries)
+	}
+	if o.health.BanRetireWindow <= 0 {
+		return nil, fmt.Errorf("--ban-retire-window %s: give a positive duration", o.health.BanRetireWindow)
 	}
 	if err := checkInstallID(o.installID); err != nil {
 		return nil, err
@@ -298,6 +309,17 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	}
 	if err := r.SetupWithManager(mgr, o.maxConcurrentReconciles); err != nil {
 		return nil, fmt.Errorf("proxy reconciler: %w", err)
+	}
+	// The leader (as every controller) counts cooling sites, retires burnt proxies and
+	// keeps the pools' saturation; every replica takes feedback (setupHealth).
+	br := &controller.BansReconciler{
+		Client:            mgr.GetClient(),
+		Recorder:          mgr.GetEventRecorder("proxy-bans"),
+		Policy:            banPolicy(o.health),
+		MaxCoolingPercent: o.health.BanMaxCoolingPercent,
+	}
+	if err := br.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("ban controller: %w", err)
 	}
 	if err := addReadyChecks(mgr, providers); err != nil { // readiness.go
 		return nil, fmt.Errorf("readiness checks: %w", err)

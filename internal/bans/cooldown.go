@@ -24,6 +24,8 @@ const (
 	DefaultMaxCooldown       = 24 * time.Hour
 	DefaultThrottle          = 60 * time.Second
 	DefaultMaxCoolingPercent = 50
+	DefaultRetireAfterSites  = 5
+	DefaultRetireWindow      = time.Hour
 	// MaxEntries bounds status.cooldowns of one Proxy.
 	MaxEntries = 100
 )
@@ -75,14 +77,19 @@ func Site(domain string) (string, error) {
 	return site, nil
 }
 
-// Policy is how long a proxy cools for a site after a ban.
+// Policy is how long a proxy cools for a site after a ban, and when it is retired.
 type Policy struct {
 	// Cooldown is a first ban's cooldown, doubled by each further ban up to MaxCooldown.
 	Cooldown, MaxCooldown time.Duration
+	// RetireAfterSites: a proxy banned on at least this many distinct sites within
+	// RetireWindow is retired; 0 never retires.
+	RetireAfterSites int
+	RetireWindow     time.Duration
 }
 
 // DefaultPolicy is the policy with the default durations.
-var DefaultPolicy = Policy{Cooldown: DefaultCooldown, MaxCooldown: DefaultMaxCooldown}
+var DefaultPolicy = Policy{Cooldown: DefaultCooldown, MaxCooldown: DefaultMaxCooldown,
+	RetireAfterSites: DefaultRetireAfterSites, RetireWindow: DefaultRetireWindow}
 
 // withDefaults fills unset durations and keeps MaxCooldown at least Cooldown.
 func (p Policy) withDefaults() Policy {
@@ -93,6 +100,9 @@ func (p Policy) withDefaults() Policy {
 		p.MaxCooldown = DefaultMaxCooldown
 	}
 	p.MaxCooldown = max(p.MaxCooldown, p.Cooldown)
+	if p.RetireWindow <= 0 {
+		p.RetireWindow = DefaultRetireWindow
+	}
 	return p
 }
 
@@ -115,11 +125,16 @@ type Report struct {
 }
 
 // expires is when the entry is forgotten: a ban streak is remembered for MaxCooldown
-// after its cooldown ends (a ban within that time doubles the next cooldown), a throttle
-// alone not past its end.
+// after its cooldown ends (a ban within that time doubles the next cooldown), and its
+// last ban for RetireWindow (retirement counts it that long); a throttle alone not past
+// its end.
 func expires(c *v1alpha1.ProxyCooldown, p Policy) time.Time {
 	if c.Bans > 0 {
-		return c.Until.Add(p.MaxCooldown)
+		end := c.Until.Add(p.MaxCooldown)
+		if c.LastBanned != nil {
+			end = later(end, c.LastBanned.Add(p.RetireWindow))
+		}
+		return end
 	}
 	return c.Until.Time
 }
@@ -154,6 +169,7 @@ func Apply(cds []v1alpha1.ProxyCooldown, r Report, now time.Time, p Policy) ([]v
 		next.Bans++
 		next.Until = metav1.NewTime(later(cur.Until.Time, now.Add(p.BanCooldown(next.Bans))))
 		next.LastOutcome = v1alpha1.CooldownBanned
+		next.LastBanned = &metav1.Time{Time: now.Truncate(time.Second)}
 	case Throttled:
 		d := r.RetryAfter
 		if d <= 0 {
@@ -206,6 +222,64 @@ func CoolingUntil(cds []v1alpha1.ProxyCooldown, site string, now time.Time) (tim
 		}
 	}
 	return time.Time{}, false
+}
+
+// CoolingSites counts the sites the proxy with cds cools for at now.
+func CoolingSites(cds []v1alpha1.ProxyCooldown, now time.Time) int {
+	n := 0
+	for i := range cds {
+		if now.Before(cds[i].Until.Time) {
+			n++
+		}
+	}
+	return n
+}
+
+// NextEnd is the soonest cooldown end in cds after now; zero when none cools.
+func NextEnd(cds []v1alpha1.ProxyCooldown, now time.Time) time.Time {
+	var next time.Time
+	for i := range cds {
+		if u := cds[i].Until.Time; u.After(now) && (next.IsZero() || u.Before(next)) {
+			next = u
+		}
+	}
+	return next
+}
+
+// BannedSites are the sites of cds with a ban reported within p.RetireWindow before now
+// (by LastBanned; one stamped after now, by a replica whose clock runs ahead, counts
+// too), sorted, and the time the oldest of them leaves the window.
+func BannedSites(cds []v1alpha1.ProxyCooldown, now time.Time, p Policy) ([]string, time.Time) {
+	p = p.withDefaults()
+	from := now.Add(-p.RetireWindow)
+	var sites []string
+	var leaves time.Time
+	for i := range cds {
+		if lb := cds[i].LastBanned; cds[i].Bans > 0 && lb != nil && lb.After(from) {
+			sites = append(sites, cds[i].Site)
+			if at := lb.Add(p.RetireWindow); leaves.IsZero() || at.Before(leaves) {
+				leaves = at
+			}
+		}
+	}
+	slices.Sort(sites)
+	return sites, leaves
+}
+
+// Retire reports whether a proxy with cds is to be retired at now by p: banned on at
+// least p.RetireAfterSites distinct sites within p.RetireWindow. It returns those sites.
+func Retire(cds []v1alpha1.ProxyCooldown, now time.Time, p Policy) ([]string, bool) {
+	if p.RetireAfterSites <= 0 {
+		return nil, false
+	}
+	sites, _ := BannedSites(cds, now, p)
+	return sites, len(sites) >= p.RetireAfterSites
+}
+
+// Saturated is discovery's guard: a site is saturated when cooling of the matched
+// proxies cool for it and that is more than pct percent of them, or all of them.
+func Saturated(cooling, matched, pct int) bool {
+	return cooling > 0 && (cooling*100 > pct*matched || cooling >= matched)
 }
 
 func later(a, b time.Time) time.Time {

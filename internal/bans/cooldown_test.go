@@ -3,6 +3,7 @@ package bans
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -212,5 +213,75 @@ func TestPruneKeepsTheLatestHundred(t *testing.T) {
 	}
 	if len(cds) != MaxEntries+20 {
 		t.Errorf("Prune modified its input")
+	}
+}
+
+// Retirement counts the distinct sites with a ban reported within the window, by the
+// time of each site's last ban; throttles do not count, and an entry whose cooldown and
+// streak memory ended is kept until its last ban leaves the window.
+func TestRetireCountsSitesBannedWithinTheWindow(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// A short max cooldown, so that the streak alone would be forgotten within the window.
+	p := Policy{Cooldown: time.Minute, MaxCooldown: 2 * time.Minute, RetireAfterSites: 3, RetireWindow: time.Hour}
+	var cds []v1alpha1.ProxyCooldown
+	at := func(d time.Duration, site string, o Outcome) {
+		t.Helper()
+		var changed bool
+		if cds, changed = Apply(cds, Report{Site: site, Outcome: o}, t0.Add(d), p); !changed {
+			t.Fatalf("%s on %s at +%v changed nothing", o, site, d)
+		}
+	}
+	at(0, "a.com", Banned)
+	if lb := cds[0].LastBanned; lb == nil || !lb.Time.Equal(t0) {
+		t.Fatalf("lastBanned = %v, want %v", lb, t0)
+	}
+	at(10*time.Minute, "b.com", Banned)
+	at(20*time.Minute, "c.com", Throttled)
+	if sites, ok := Retire(cds, t0.Add(21*time.Minute), p); ok {
+		t.Fatalf("retired after bans on %v and a throttle; want 3 sites banned", sites)
+	}
+	at(30*time.Minute, "d.com", Banned)
+	// Past a.com's cooldown and streak memory (3 min), but its ban is within the hour.
+	pruned, _ := Prune(cds, t0.Add(31*time.Minute), p)
+	if sites, ok := Retire(pruned, t0.Add(31*time.Minute), p); !ok || fmt.Sprint(sites) != "[a.com b.com d.com]" {
+		t.Fatalf("Retire at +31m = %v, %v; want [a.com b.com d.com], true", sites, ok)
+	}
+	sites, leaves := BannedSites(pruned, t0.Add(31*time.Minute), p)
+	if len(sites) != 3 || !leaves.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("BannedSites = %v leaving at %v; want 3, the first leaving at %v", sites, leaves, t0.Add(time.Hour))
+	}
+	// An hour after a.com's ban it has left the window (and the entry is pruned).
+	pruned, _ = Prune(cds, t0.Add(time.Hour), p)
+	if sites, ok := Retire(pruned, t0.Add(time.Hour), p); ok || len(sites) != 2 {
+		t.Fatalf("Retire an hour on = %v, %v; want b.com and d.com, not retired", sites, ok)
+	}
+	if slices.ContainsFunc(pruned, func(c v1alpha1.ProxyCooldown) bool { return c.Site == "a.com" }) {
+		t.Fatalf("a.com kept past its window and streak memory: %+v", pruned)
+	}
+	// 0 sites turns retirement off.
+	off := p
+	off.RetireAfterSites = 0
+	if _, ok := Retire(cds, t0.Add(31*time.Minute), off); ok {
+		t.Fatal("retired with retireAfterSites 0")
+	}
+	if n := CoolingSites(cds, t0.Add(30*time.Minute)); n != 1 { // d.com alone still cools
+		t.Fatalf("CoolingSites at +30m = %d, want 1", n)
+	}
+	if next := NextEnd(cds, t0.Add(30*time.Minute)); !next.Equal(t0.Add(31 * time.Minute)) {
+		t.Fatalf("NextEnd at +30m = %v, want d.com's end %v", next, t0.Add(31*time.Minute))
+	}
+}
+
+func TestSaturated(t *testing.T) {
+	for _, tc := range []struct {
+		cooling, matched, pct int
+		want                  bool
+	}{
+		{0, 10, 50, false}, {5, 10, 50, false}, {6, 10, 50, true}, {1, 1, 100, true},
+		{1, 10, 0, true}, {0, 0, 0, false}, {9, 10, 100, false}, {10, 10, 100, true},
+	} {
+		if got := Saturated(tc.cooling, tc.matched, tc.pct); got != tc.want {
+			t.Errorf("Saturated(%d of %d, %d%%) = %v, want %v", tc.cooling, tc.matched, tc.pct, got, tc.want)
+		}
 	}
 }

@@ -183,7 +183,7 @@ func (r *Recorder) write(ctx context.Context, key types.NamespacedName, reps []t
 		}
 		return false, fmt.Errorf("reading proxy %s: %w", key, err)
 	}
-	policy, err := r.policyFor(ctx, px)
+	policy, err := PolicyFor(ctx, r.Reader, px, r.Policy)
 	if err != nil {
 		return false, err
 	}
@@ -240,15 +240,15 @@ func (r *Recorder) apply(ctx context.Context, px *v1alpha1.Proxy, cds []v1alpha1
 		client.FieldOwner(FieldManager), client.ForceOwnership)
 }
 
-// policyFor is the cooldown policy of px: its pool's spec.bans over the recorder's.
-func (r *Recorder) policyFor(ctx context.Context, px *v1alpha1.Proxy) (Policy, error) {
-	p := r.Policy
+// PolicyFor is the cooldown policy of px (read through c): its pool's spec.bans over def.
+func PolicyFor(ctx context.Context, c client.Reader, px *v1alpha1.Proxy, def Policy) (Policy, error) {
+	p := def
 	ref := metav1.GetControllerOfNoCopy(px)
 	if ref == nil || ref.Kind != "ProxyPool" || ref.APIVersion != v1alpha1.GroupVersion.String() {
 		return p, nil
 	}
 	pool := &v1alpha1.ProxyPool{}
-	if err := r.Reader.Get(ctx, types.NamespacedName{Namespace: px.Namespace, Name: ref.Name}, pool); err != nil {
+	if err := c.Get(ctx, types.NamespacedName{Namespace: px.Namespace, Name: ref.Name}, pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			return p, nil
 		}
@@ -267,6 +267,12 @@ func PoolPolicy(b *v1alpha1.PoolBans, def Policy) Policy {
 	}
 	if b.MaxCooldownSeconds != nil {
 		def.MaxCooldown = time.Duration(*b.MaxCooldownSeconds) * time.Second
+	}
+	if b.RetireAfterSites != nil {
+		def.RetireAfterSites = int(*b.RetireAfterSites)
+	}
+	if b.RetireWindowSeconds != nil {
+		def.RetireWindow = time.Duration(*b.RetireWindowSeconds) * time.Second
 	}
 	return def
 }

@@ -20,6 +20,7 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
@@ -65,6 +66,14 @@ func newPoolEnvWith(t testing.TB, env *testenv.Env, proxyWorkers int, healthEver
 // count, in requests (when not nil), every request they send to the API server.
 func newPoolEnvCounting(t testing.TB, env *testenv.Env, proxyWorkers int, healthEvery time.Duration, requests *atomic.Int64) *poolEnv {
 	t.Helper()
+	return newPoolEnvSetup(t, env, proxyWorkers, healthEvery, requests, nil)
+}
+
+// newPoolEnvSetup is newPoolEnvCounting that calls setup, when not nil, with the
+// manager and the fake clock before the manager starts (to add more controllers).
+func newPoolEnvSetup(t testing.TB, env *testenv.Env, proxyWorkers int, healthEvery time.Duration, requests *atomic.Int64,
+	setup func(ctrl.Manager, *clocktesting.FakeClock)) *poolEnv {
+	t.Helper()
 	ctx := testenv.Context(t)
 	ns := env.Namespace(t, ctx, "pool")
 	var mutate func(*ctrl.Options)
@@ -96,6 +105,9 @@ func newPoolEnvCounting(t testing.TB, env *testenv.Env, proxyWorkers int, health
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up the pool reconciler: %v", err)
+	}
+	if setup != nil {
+		setup(mgr, e.clock)
 	}
 	testenv.StartManager(t, ctx, mgr)
 	if proxyWorkers <= 0 {
@@ -263,8 +275,13 @@ func (e *poolEnv) waitSettled(name string, replicas int32) *v1alpha1.ProxyPool {
 		return st.ObservedGeneration == p.Generation && st.Replicas == replicas && st.AvailableReplicas == replicas &&
 			st.UpToDateReplicas == replicas && len(kids) == int(replicas)
 	})
-	if owners := testenv.StatusManagers(pool); len(owners) != 1 || owners["proxypool-controller"] == "" {
-		e.t.Errorf("pool %s: status written by %v, want the proxypool-controller field manager alone", name, owners)
+	// The ban controller (where a test runs it) owns saturatedSites and Saturated alone.
+	owners := testenv.StatusManagers(pool)
+	bansOwn, pc := owners[statusapply.ProxyBans], owners[statusapply.ProxyPoolController]
+	delete(owners, statusapply.ProxyBans)
+	if len(owners) != 1 || pc == "" || strings.Contains(pc, "Saturated") || strings.Contains(pc, "saturatedSites") ||
+		strings.Contains(strings.NewReplacer(`"k:{\"type\":\"Saturated\"}"`, "", `"f:saturatedSites"`, "").Replace(bansOwn), `"k:{`) {
+		e.t.Errorf("pool %s: status written by %v and proxy-bans %s, want the proxypool-controller field manager alone but for saturatedSites and Saturated", name, owners, bansOwn)
 	}
 	return pool
 }
@@ -304,6 +321,8 @@ func TestProxyPool(t *testing.T) {
 		{"Rotation", testPoolRotation},
 		{"Failed", testPoolFailed},
 		{"Cordon", testPoolCordon},
+		{"Retire", testPoolRetire},
+		{"Saturated", testPoolSaturated},
 		{"Deletion", testPoolDeletion},
 		{"Placement", testPoolPlacement},
 		{"NameLength", testPoolNameLength},

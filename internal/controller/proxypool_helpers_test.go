@@ -181,14 +181,24 @@ func (e *poolEnv) waitSlice(name, what string, cond func(map[string]bool) bool) 
 // poolEvents are the notes of the pool's Events with reason.
 func (e *poolEnv) poolEvents(pool, reason string) []string {
 	e.t.Helper()
+	var out []string
+	for _, ev := range e.events("ProxyPool", pool, reason) {
+		out = append(out, ev.Note)
+	}
+	return out
+}
+
+// events are the Events about the object of kind and name with reason.
+func (e *poolEnv) events(kind, name, reason string) []eventsv1.Event {
+	e.t.Helper()
 	list := &eventsv1.EventList{}
 	if err := e.c.List(e.ctx, list, client.InNamespace(e.ns)); err != nil {
 		e.t.Fatal(err)
 	}
-	var out []string
+	var out []eventsv1.Event
 	for _, ev := range list.Items {
-		if ev.Regarding.Kind == "ProxyPool" && ev.Regarding.Name == pool && ev.Reason == reason {
-			out = append(out, ev.Note)
+		if ev.Regarding.Kind == kind && ev.Regarding.Name == name && ev.Reason == reason {
+			out = append(out, ev)
 		}
 	}
 	return out

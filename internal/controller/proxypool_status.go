@@ -54,7 +54,8 @@ func (s *poolScope) counts() poolCounts {
 }
 
 // patchPoolStatus writes the status from what this reconcile saw and did. The pool
-// reconciler is the status's only writer: it applies all of it as proxypool-controller.
+// reconciler applies all of it as proxypool-controller but saturatedSites and the
+// Saturated condition, which the ban controller applies (poolStatusOf).
 func (r *ProxyPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope) error {
 	pool := s.pool
 	n := s.counts()
@@ -70,7 +71,7 @@ func (r *ProxyPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope)
 	if equality.Semantic.DeepEqual(s.base.Status, pool.Status) {
 		return nil
 	}
-	if err := statusapply.Status(ctx, r.Client, pool, pool.Status.DeepCopy(), statusapply.ProxyPoolController); err != nil {
+	if err := statusapply.Status(ctx, r.Client, pool, poolStatusOf(&pool.Status), statusapply.ProxyPoolController); err != nil {
 		return fmt.Errorf("applying status of proxy pool %s/%s: %w", pool.Namespace, pool.Name, err)
 	}
 	return nil

@@ -85,6 +85,23 @@ func testPoolValidation(t *testing.T, env *testenv.Env) {
 		{"negative progress deadline", func(s *v1alpha1.ProxyPoolSpec) { s.ProgressDeadlineSeconds = ptr.To[int32](-5) },
 			"spec.progressDeadlineSeconds must be a positive number of seconds"},
 		{"progress deadline", func(s *v1alpha1.ProxyPoolSpec) { s.ProgressDeadlineSeconds = ptr.To[int32](1) }, ""},
+		{"bans", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Bans = &v1alpha1.PoolBans{CooldownSeconds: ptr.To[int32](60), MaxCooldownSeconds: ptr.To[int32](3600), MaxCoolingPercent: ptr.To[int32](100),
+				RetireAfterSites: ptr.To[int32](100), RetireWindowSeconds: ptr.To[int32](1)}
+		}, ""},
+		{"retirement off", func(s *v1alpha1.ProxyPoolSpec) { s.Bans = &v1alpha1.PoolBans{RetireAfterSites: ptr.To[int32](0)} }, ""},
+		{"zero cooldown", func(s *v1alpha1.ProxyPoolSpec) { s.Bans = &v1alpha1.PoolBans{CooldownSeconds: ptr.To[int32](0)} },
+			"spec.bans.cooldownSeconds in body should be greater than or equal to 1"},
+		{"cooling percent over 100", func(s *v1alpha1.ProxyPoolSpec) { s.Bans = &v1alpha1.PoolBans{MaxCoolingPercent: ptr.To[int32](101)} },
+			"spec.bans.maxCoolingPercent in body should be less than or equal to 100"},
+		{"negative retire sites", func(s *v1alpha1.ProxyPoolSpec) { s.Bans = &v1alpha1.PoolBans{RetireAfterSites: ptr.To[int32](-1)} },
+			"spec.bans.retireAfterSites must be 0 (off) to 100"},
+		{"retire sites over 100", func(s *v1alpha1.ProxyPoolSpec) { s.Bans = &v1alpha1.PoolBans{RetireAfterSites: ptr.To[int32](101)} },
+			"spec.bans.retireAfterSites must be 0 (off) to 100 (a proxy keeps at most 100 sites)"},
+		{"zero retire window", func(s *v1alpha1.ProxyPoolSpec) { s.Bans = &v1alpha1.PoolBans{RetireWindowSeconds: ptr.To[int32](0)} },
+			"spec.bans.retireWindowSeconds must be a positive number of seconds"},
+		{"negative retire window", func(s *v1alpha1.ProxyPoolSpec) { s.Bans = &v1alpha1.PoolBans{RetireWindowSeconds: ptr.To[int32](-60)} },
+			"spec.bans.retireWindowSeconds must be a positive number of seconds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := valid()

@@ -244,7 +244,7 @@ func (s *Server) guardSaturation(w http.ResponseWriter, r *http.Request, snap *S
 		return false
 	}
 	pct := s.maxCoolingPercent(r, snap, f)
-	if cooling*100 <= pct*matched && cooling < matched {
+	if !bans.Saturated(cooling, matched, pct) {
 		return false
 	}
 	saturatedAnswers.WithLabelValues(endpoint).Inc()
