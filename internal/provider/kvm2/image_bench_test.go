@@ -30,7 +30,7 @@ import (
 )
 
 // The image streaming benchmark: an image served from loopback HTTP is streamed through
-// the in-process SSH server into the fake's RPC server (fetchImage, the production path),
+// the in-process SSH server into the fake's RPC server (imagecache's Fetch, the production path),
 // and the same bytes are copied raw through the same SSH server into a socket that
 // discards them. The operator side runs in a child process, so its peak RSS is its own
 // and not the fake's, which keeps the uploaded image in memory.
@@ -55,7 +55,7 @@ type benchResult struct {
 	ImageSeconds  float64 `json:"imageSeconds"`
 	RawSeconds    float64 `json:"rawSeconds"`
 	KeepSeconds   float64 `json:"keepSeconds"`
-	PreSeconds    float64 `json:"preSeconds"` // uploadImage into a volume whose memory exists
+	PreSeconds    float64 `json:"preSeconds"` // UploadImage into a volume whose memory exists
 	ImageCPU      float64 `json:"imageCPU"`   // operator-side CPU seconds, user plus system
 	RawCPU        float64 `json:"rawCPU"`
 	HWMBeforeKiB  int64   `json:"hwmBeforeKiB"`

@@ -127,7 +127,7 @@ func TestImageFetchFailures(t *testing.T) {
 			_, err = e.p.images.Fetch(context.Background(), discardLog(), b, h, pool, e.img)
 			wantClass(t, err, tc.class, nil)
 			if !strings.Contains(err.Error(), tc.msg) {
-				t.Fatalf("fetchImage: %q does not say %q", err, tc.msg)
+				t.Fatalf("Fetch: %q does not say %q", err, tc.msg)
 			}
 			e.wantNotCached(t)
 			for _, s := range spansFor(e.host) {
