@@ -102,7 +102,13 @@ func TestImageCreatesShareOneJob(t *testing.T) {
 func TestImageJobFailureReportedOncePerWaiter(t *testing.T) {
 	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	e.srv.setMode(serveStall)
-	e.p.images.Download = time.Second
+	// The download deadline ends the stall. It covers the request, the upload's own SSH
+	// dial and the first half of the body, all of which must be through before it for the
+	// error to count exactly half: one second was too short now and then when the
+	// package's tests ran in parallel under -race on a loaded machine. The upload and
+	// transfer budgets are far away, so only the download deadline can end it.
+	e.p.images.Download = 5 * time.Second
+	e.p.hosts.budgets.smallUpload, e.p.hosts.budgets.transfer = 10*time.Minute, 10*time.Minute
 	_, err := e.createOnce("vm-a")
 	wantPending(t, err)
 	<-e.srv.halfSent
