@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 )
 
 // backend is the seam between the provider and libvirt: exactly the libvirt calls the
@@ -25,17 +26,11 @@ type backend interface {
 	ConnectGetHostname() (string, error)
 	ConnectListAllDomains(needResults int32, flags libvirt.ConnectListAllDomainsFlags) ([]libvirt.Domain, uint32, error)
 
-	StoragePoolLookupByName(name string) (libvirt.StoragePool, error)
-	StoragePoolGetInfo(pool libvirt.StoragePool) (state uint8, capacity, allocation, available uint64, err error)
-	StoragePoolRefresh(pool libvirt.StoragePool, flags uint32) error
-
-	StorageVolLookupByName(pool libvirt.StoragePool, name string) (libvirt.StorageVol, error)
-	StorageVolCreateXML(pool libvirt.StoragePool, xml string, flags libvirt.StorageVolCreateFlags) (libvirt.StorageVol, error)
-	StorageVolGetPath(vol libvirt.StorageVol) (string, error)
+	// The pool and volume calls the image cache makes (lookup, info and refresh of the
+	// pool; lookup, create, path, delete, upload and download of a volume), and the one
+	// volume call only the provider makes.
+	imagecache.Storage
 	StorageVolGetInfo(vol libvirt.StorageVol) (typ int8, capacity, allocation uint64, err error)
-	StorageVolDelete(vol libvirt.StorageVol, flags libvirt.StorageVolDeleteFlags) error
-	StorageVolUpload(vol libvirt.StorageVol, r io.Reader, offset, length uint64, flags libvirt.StorageVolUploadFlags) error
-	StorageVolDownload(vol libvirt.StorageVol, w io.Writer, offset, length uint64, flags libvirt.StorageVolDownloadFlags) error
 
 	DomainLookupByName(name string) (libvirt.Domain, error)
 	DomainDefineXMLFlags(xml string, flags libvirt.DomainDefineFlags) (libvirt.Domain, error)

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 )
 
 // DomainCreate is synchronous, so the first poll after it normally answers running; the
@@ -26,7 +27,7 @@ type createPlan struct {
 	host   provider.KVMHost
 	mtName string
 	mt     provider.KVMMachineType
-	img    image
+	img    imagecache.Image
 }
 
 // Create makes sure domain req.Name runs on the host placement.zone selects. It reads
@@ -75,7 +76,7 @@ func (p *Provider) plan(req provider.CreateRequest) (createPlan, error) {
 		return createPlan{}, provider.Errorf(provider.ErrPermanent,
 			"placement.machineType %q is not in %s.machineTypes", req.Placement.MachineType, p.typ)
 	}
-	img, err := p.planImage(req.Placement.Image)
+	img, err := p.images.Plan(req.Placement.Image)
 	if err != nil {
 		return createPlan{}, err
 	}
@@ -91,7 +92,7 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 	if log.V(2).Enabled() {
 		log.V(2).Info("kvm2 create resolved", "pool", h.Pool, "bridge", h.Bridge, "domainType", h.DomainType,
 			"machineType", plan.mtName, "vcpus", plan.mt.VCPUs, "memoryMiB", plan.mt.MemoryMiB,
-			"diskSizeGb", p.cfg.DiskSizeGb, "imageVolume", plan.img.baseVol(), "firmware", plan.img.Firmware,
+			"diskSizeGb", p.cfg.DiskSizeGb, "imageVolume", plan.img.BaseVol(), "firmware", plan.img.Firmware,
 			"cloudInitBytes", len(req.CloudInit))
 	}
 	dom, err := b.DomainLookupByName(req.Name)
@@ -114,7 +115,7 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 		return provider.Instance{}, fmt.Errorf("looking up pool %s on host %s: %w", h.Pool, h.Name, err)
 	}
 	// The image first: while its job runs, the Create returns pending and touches nothing.
-	base, err := p.baseImage(ctx, b, plan, pool)
+	base, err := p.images.Base(ctx, b, plan.host, pool, plan.img, plan.req.Name)
 	if err != nil {
 		return provider.Instance{}, err
 	}
@@ -233,7 +234,7 @@ func formatUUID(u libvirt.UUID) string {
 
 // volumes makes the disks of a new domain over base: the overlay and a freshly built
 // seed. It returns their paths.
-func (p *Provider) volumes(log logr.Logger, b backend, plan createPlan, pool libvirt.StoragePool, base baseImage) (overlay, seed string, err error) {
+func (p *Provider) volumes(log logr.Logger, b backend, plan createPlan, pool libvirt.StoragePool, base imagecache.Base) (overlay, seed string, err error) {
 	h := plan.host
 	if overlay, err = p.ensureOverlay(log, b, h, pool, plan.req.Name, base); err != nil {
 		return "", "", err
@@ -349,7 +350,7 @@ func (p *Provider) waitRunning(ctx context.Context, b backend, h provider.KVMHos
 // interrupted attempt, a Delete that removed the definition but not the volumes) and
 // may sit on another base image or hold another instance's boot: it is replaced, never
 // reused.
-func (p *Provider) ensureOverlay(log logr.Logger, b backend, h provider.KVMHost, pool libvirt.StoragePool, vm string, base baseImage) (string, error) {
+func (p *Provider) ensureOverlay(log logr.Logger, b backend, h provider.KVMHost, pool libvirt.StoragePool, vm string, base imagecache.Base) (string, error) {
 	name := overlayVolName(vm)
 	capacity := uint64(p.cfg.DiskSizeGb) << 30
 	xml, err := overlayVolumeXML(name, capacity, base.Path, base.Format)

@@ -15,6 +15,7 @@ import (
 	"github.com/kdomanski/iso9660"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 )
 
@@ -343,7 +344,7 @@ func wantFreshVolumes(t *testing.T, f *libvirtfake.Fake, vm string) {
 	if got := readISOFile(t, seed.Content, "user-data"); got != testUserData {
 		t.Fatalf("seed holds user-data %q", got)
 	}
-	base, _ := f.Volume(libvirtfake.DefaultPool, baseVolName("debian-13", "qcow2"))
+	base, _ := f.Volume(libvirtfake.DefaultPool, imagecache.BaseVolName("debian-13", "qcow2"))
 	overlay, _ := f.Volume(libvirtfake.DefaultPool, overlayVolName(vm))
 	if overlay.BackingStore != base.Path || len(overlay.Content) != 0 || overlay.XML == "" {
 		t.Fatalf("the left-over overlay was kept: %+v", overlay)

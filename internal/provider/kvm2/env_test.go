@@ -8,6 +8,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/sshtest"
 )
@@ -31,10 +32,10 @@ type testEnv struct {
 	fake  *libvirtfake.Fake // the first host's
 	host  string            // the first host's name
 	logs  *logSink
-	d     *memDialer   // the in-memory dialer (nil with withSSH)
-	ssh   *sshtest.Env // the SSH server of the first host (withSSH), or nil
-	srv   *imageServer // the image server (withImageServer), or nil
-	img   image        // debian-13 resolved from the catalogue
+	d     *memDialer       // the in-memory dialer (nil with withSSH)
+	ssh   *sshtest.Env     // the SSH server of the first host (withSSH), or nil
+	srv   *imageServer     // the image server (withImageServer), or nil
+	img   imagecache.Image // debian-13 resolved from the catalogue
 }
 
 // envConfig is what the options set; newTestEnv builds from it.
@@ -153,7 +154,7 @@ func newTestEnv(t testing.TB, opts ...envOption) *testEnv {
 		e.p.hosts.dial = e.d.dial
 	}
 	e.hs = e.p.hosts
-	e.img = must(resolveImage(c.typ, e.cfg.Images, "debian-13"))
+	e.img = must(imagecache.Resolve(c.typ, e.cfg.Images, "debian-13"))
 	return e
 }
 
@@ -200,10 +201,10 @@ func (e *testEnv) besideLogged(t testing.TB, typ, name string, opts ...Option) (
 // putBase places a complete cached base image (volume plus marker) in the default pool.
 func putBase(t testing.TB, f *libvirtfake.Fake, key, format string) {
 	t.Helper()
-	if err := f.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: baseVolName(key, format), Format: format, Capacity: 2 << 30, Allocation: 300 << 20}); err != nil {
+	if err := f.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: imagecache.BaseVolName(key, format), Format: format, Capacity: 2 << 30, Allocation: 300 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: markerVolName(key, format), Content: []byte(testDigest)}); err != nil {
+	if err := f.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: imagecache.MarkerVolName(key, format), Content: []byte(testDigest)}); err != nil {
 		t.Fatal(err)
 	}
 }

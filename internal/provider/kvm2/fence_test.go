@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
@@ -91,8 +92,8 @@ func newFenceEnv(t *testing.T, prefixes *[]string) *fenceEnv {
 		},
 		routes: map[string]string{net.JoinHostPort(mirrorAddr, port): e.srv.Listener.Addr().String()},
 	}
-	e.p.images.dialer.resolver = n
-	e.p.images.dialer.dial = n.dial
+	e.p.images.Dialer.Resolver = n
+	e.p.images.Dialer.Dial = n.dial
 	return &fenceEnv{testEnv: e, net: n, port: port}
 }
 
@@ -129,9 +130,9 @@ func TestFenceFetchesAnAllowedURLWithoutPrefixes(t *testing.T) {
 	if _, err := e.createImage("vm-a", raw); err != nil {
 		t.Fatal(err)
 	}
-	img := must(resolveImage("kvm2", nil, raw))
-	if base, ok := e.volume(img.baseVol()); !ok || string(base.Content) != string(e.srv.body) {
-		t.Fatalf("base %s missing or not the served image", img.baseVol())
+	img := must(imagecache.Resolve("kvm2", nil, raw))
+	if base, ok := e.volume(img.BaseVol()); !ok || string(base.Content) != string(e.srv.body) {
+		t.Fatalf("base %s missing or not the served image", img.BaseVol())
 	}
 	want := net.JoinHostPort(mirrorAddr, e.port)
 	for _, d := range e.net.dials() {
@@ -270,7 +271,7 @@ func TestFenceRefusals(t *testing.T) {
 			}
 			for _, d := range e.net.dials() {
 				host, _, _ := net.SplitHostPort(d)
-				if a, err := netip.ParseAddr(host); err == nil && refusedAddr(a, false) != "" && tc.prefixes == nil {
+				if a, err := netip.ParseAddr(host); err == nil && imagecache.RefusedAddr(a, false) != "" && tc.prefixes == nil {
 					t.Fatalf("a refused address was dialled: %s", d)
 				}
 				if strings.HasPrefix(d, "169.254.169.254:") {
@@ -289,11 +290,11 @@ func TestFenceRefusals(t *testing.T) {
 func TestFenceRefusesACachedURL(t *testing.T) {
 	e := newFenceEnv(t, &[]string{})
 	raw := e.mirrorURL("/images/x.qcow2")
-	e.img = must(resolveImage("kvm2", nil, raw))
+	e.img = must(imagecache.Resolve("kvm2", nil, raw))
 	e.putCached(t, e.srv.digest)
 	_, err := e.createImage("vm-a", raw)
 	wantClass(t, err, provider.ErrPermanent, nil)
-	if !isFenceError(err) {
+	if !imagecache.IsFenceError(err) {
 		t.Fatalf("Create: %v, want the fence's refusal", err)
 	}
 	if _, ok := e.volume(overlayVolName("vm-a")); ok {

@@ -24,12 +24,13 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/sshtest"
 )
 
 // The image streaming benchmark: an image served from loopback HTTP is streamed through
-// the in-process SSH server into the fake's RPC server (fetchImage, the production path),
+// the in-process SSH server into the fake's RPC server (imagecache's Fetch, the production path),
 // and the same bytes are copied raw through the same SSH server into a socket that
 // discards them. The operator side runs in a child process, so its peak RSS is its own
 // and not the fake's, which keeps the uploaded image in memory.
@@ -54,7 +55,7 @@ type benchResult struct {
 	ImageSeconds  float64 `json:"imageSeconds"`
 	RawSeconds    float64 `json:"rawSeconds"`
 	KeepSeconds   float64 `json:"keepSeconds"`
-	PreSeconds    float64 `json:"preSeconds"` // uploadImage into a volume whose memory exists
+	PreSeconds    float64 `json:"preSeconds"` // UploadImage into a volume whose memory exists
 	ImageCPU      float64 `json:"imageCPU"`   // operator-side CPU seconds, user plus system
 	RawCPU        float64 `json:"rawCPU"`
 	HWMBeforeKiB  int64   `json:"hwmBeforeKiB"`
@@ -176,7 +177,7 @@ func TestImageStreamChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	img := must(resolveImage("kvm2", cfg.Images, "bench"))
+	img := must(imagecache.Resolve("kvm2", cfg.Images, "bench"))
 	ctx := context.Background()
 	b, err := p.hosts.pooled(ctx, host.Name)
 	if err != nil {
@@ -190,7 +191,7 @@ func TestImageStreamChild(t *testing.T) {
 	res.HWMResetWorks = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 	res.HWMBeforeKiB = vmHWM(t)
 	start, cpu := time.Now(), cpuSeconds()
-	if _, err := p.fetchImage(ctx, logr.Discard(), b, h, pool, img); err != nil {
+	if _, err := p.images.Fetch(ctx, logr.Discard(), b, h, pool, img); err != nil {
 		t.Fatal(err)
 	}
 	res.ImageSeconds, res.ImageCPU = time.Since(start).Seconds(), cpuSeconds()-cpu
@@ -205,12 +206,12 @@ func TestImageStreamChild(t *testing.T) {
 		}
 	}
 	for range benchRounds() {
-		resp, err := p.getImage(ctx, http.MethodGet, img)
+		resp, err := p.images.GetImage(ctx, http.MethodGet, img)
 		if err != nil {
 			t.Fatal(err)
 		}
 		start = time.Now()
-		_, err = p.uploadImage(ctx, logr.Discard(), h, img, pre, resp.Body, resp.ContentLength)
+		_, err = p.images.UploadImage(ctx, logr.Discard(), h, img, pre, resp.Body, resp.ContentLength)
 		resp.Body.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -218,12 +219,12 @@ func TestImageStreamChild(t *testing.T) {
 		best(&res.PreSeconds, time.Since(start))
 
 		start, cpu = time.Now(), cpuSeconds()
-		res.Bytes = rawCopy(t, p.images.client, img.URL, benchRawSock)
+		res.Bytes = rawCopy(t, p.images.Client(), img.URL, benchRawSock)
 		best(&res.RawSeconds, time.Since(start))
 		res.RawCPU = cpuSeconds() - cpu
 
 		start = time.Now()
-		rawCopy(t, p.images.client, img.URL, benchKeepSock)
+		rawCopy(t, p.images.Client(), img.URL, benchKeepSock)
 		best(&res.KeepSeconds, time.Since(start))
 	}
 	fmt.Println(benchMarker + string(must(json.Marshal(res))))

@@ -56,7 +56,7 @@ func (e *testEnv) volume(name string) (libvirtfake.VolumeInfo, bool) {
 func (e *testEnv) baseUploads() []libvirtfake.Upload {
 	var out []libvirtfake.Upload
 	for _, u := range e.fake.Uploads() {
-		if u.Volume == e.img.baseVol() {
+		if u.Volume == e.img.BaseVol() {
 			out = append(out, u)
 		}
 	}
@@ -66,14 +66,14 @@ func (e *testEnv) baseUploads() []libvirtfake.Upload {
 // wantCached fails unless the pool holds the whole image and a marker with its digest.
 func (e *testEnv) wantCached(t *testing.T) {
 	t.Helper()
-	base, ok := e.volume(e.img.baseVol())
+	base, ok := e.volume(e.img.BaseVol())
 	if !ok || string(base.Content) != string(e.srv.body) {
 		t.Fatalf("base volume missing or not the served image (found %v, %d bytes)", ok, len(base.Content))
 	}
 	if base.Format != "qcow2" {
 		t.Fatalf("base format after the pool refresh is %q, want qcow2", base.Format)
 	}
-	marker, ok := e.volume(e.img.markerVol())
+	marker, ok := e.volume(e.img.MarkerVol())
 	if !ok || string(marker.Content) != e.srv.digest {
 		t.Fatalf("marker %q (found %v), want %s", marker.Content, ok, e.srv.digest)
 	}
@@ -82,10 +82,10 @@ func (e *testEnv) wantCached(t *testing.T) {
 // wantNotCached fails when a marker exists, or a base that is not being written.
 func (e *testEnv) wantNotCached(t *testing.T) {
 	t.Helper()
-	if _, ok := e.volume(e.img.markerVol()); ok {
+	if _, ok := e.volume(e.img.MarkerVol()); ok {
 		t.Fatal("a marker was written for a failed fetch")
 	}
-	if _, ok := e.volume(e.img.baseVol()); ok {
+	if _, ok := e.volume(e.img.BaseVol()); ok {
 		t.Fatal("the base volume of a failed fetch was left in the pool")
 	}
 }
@@ -93,11 +93,11 @@ func (e *testEnv) wantNotCached(t *testing.T) {
 // putCached places a base volume holding the served image and a marker holding content.
 func (e *testEnv) putCached(t *testing.T, marker string) {
 	t.Helper()
-	if err := e.fake.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: e.img.baseVol(), Format: "qcow2",
+	if err := e.fake.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: e.img.BaseVol(), Format: "qcow2",
 		Content: []byte("an older copy")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fake.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: e.img.markerVol(), Content: []byte(marker)}); err != nil {
+	if err := e.fake.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: e.img.MarkerVol(), Content: []byte(marker)}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -39,7 +39,7 @@ func TestImageFailingBodyOverSSH(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			e := newTestEnv(t, withImageServer(nil), withTestHost("img"), withSSH())
-			e.p.images.download = 1500 * time.Millisecond
+			e.p.images.Download = 1500 * time.Millisecond
 			e.srv.setMode(tc.mode)
 			_, err := e.create("vm-a")
 			wantClass(t, err, provider.ErrTransient, nil)
@@ -57,7 +57,7 @@ func TestImageFailingBodyOverSSH(t *testing.T) {
 			// The next attempt, with the mirror fixed, fetches the image within the
 			// usual budget.
 			e.srv.setMode(serveOK)
-			e.p.images.download = 0
+			e.p.images.Download = 0
 			if _, err := e.create("vm-a"); err != nil {
 				t.Fatal(err)
 			}

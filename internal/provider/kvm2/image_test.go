@@ -2,7 +2,6 @@ package kvm2
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -17,39 +16,6 @@ import (
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
-
-func TestResolveImage(t *testing.T) {
-	catalogue := map[string]provider.KVMImage{
-		"debian-13": {URL: "https://cloud.debian.org/images/debian-13.qcow2", SHA256: "AB", Format: "qcow2", Firmware: "uefi"},
-		"old":       {URL: "http://mirror/old.raw", Format: "raw", Firmware: "bios"},
-	}
-	img, err := resolveImage("kvm2", catalogue, "debian-13")
-	if err != nil || img.Key != "debian-13" || img.SHA256 != "ab" || img.baseVol() != "base-debian-13.qcow2" ||
-		img.markerVol() != "base-debian-13.qcow2.sha256" || img.Firmware != "uefi" {
-		t.Fatalf("catalogue key: %+v %v", img, err)
-	}
-	img, err = resolveImage("kvm2", catalogue, "old")
-	if err != nil || img.baseVol() != "base-old.raw" || img.Firmware != "bios" {
-		t.Fatalf("raw bios entry: %+v %v", img, err)
-	}
-	// A URL used directly: qcow2 and uefi, keyed by the first 16 hex of its sha256
-	// (echo -n URL | sha256sum).
-	url := "https://example.com/images/noble.img"
-	img, err = resolveImage("kvm2", catalogue, url)
-	if err != nil || img.URL != url || img.Format != "qcow2" || img.Firmware != "uefi" || img.SHA256 != "" {
-		t.Fatalf("url: %+v %v", img, err)
-	}
-	if img.Key != "163582dbbd2eb33e" || img.baseVol() != "base-163582dbbd2eb33e.qcow2" {
-		t.Fatalf("url key %q, base %q", img.Key, img.baseVol())
-	}
-	for _, ref := range []string{"ubuntu", "", "ftp://example.com/x.qcow2", "https://", "file:///etc/passwd"} {
-		_, err := resolveImage("kvm2", catalogue, ref)
-		want := `placement.image "` + ref + `" is neither a key in kvm2.images nor an http(s) URL`
-		if !errors.Is(err, provider.ErrPermanent) || err.Error() != want {
-			t.Errorf("ref %q: got %v, want permanent %q", ref, err, want)
-		}
-	}
-}
 
 func TestImageFetchedOnFirstCreateThenCached(t *testing.T) {
 	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
@@ -101,7 +67,7 @@ func TestImageFetchedOnFirstCreateThenCached(t *testing.T) {
 		t.Fatal("no client span kvm2.download")
 	}
 	u := must(url.Parse(e.srv.URL))
-	for key, want := range map[string]string{"kvm2.volume": e.img.baseVol(), "kvm2.url_host": u.Host,
+	for key, want := range map[string]string{"kvm2.volume": e.img.BaseVol(), "kvm2.url_host": u.Host,
 		"kvm2.sha256_configured": "false", "kvm2.bytes": strconv.Itoa(testImageSize)} {
 		if v, ok := attr(span, key); !ok || v.String() != want {
 			t.Errorf("span attribute %s = %q, want %q", key, v.String(), want)
@@ -117,7 +83,7 @@ func TestImageFetchedOnFirstCreateThenCached(t *testing.T) {
 		t.Fatalf("a cached image was fetched again: %d GETs, %d HEADs", e.srv.gets.Load(), e.srv.heads.Load())
 	}
 	overlay, _ := e.volume(overlayVolName("vm-b"))
-	if overlay.BackingStore != libvirtfake.DefaultPoolPath+"/"+e.img.baseVol() {
+	if overlay.BackingStore != libvirtfake.DefaultPoolPath+"/"+e.img.BaseVol() {
 		t.Fatalf("overlay backs onto %q", overlay.BackingStore)
 	}
 }
@@ -158,10 +124,10 @@ func TestImageFetchFailures(t *testing.T) {
 			}
 			// And the fetch on its own, without the precheck in front of it.
 			b, h, pool := e.pooled(t)
-			_, err = e.p.fetchImage(context.Background(), discardLog(), b, h, pool, e.img)
+			_, err = e.p.images.Fetch(context.Background(), discardLog(), b, h, pool, e.img)
 			wantClass(t, err, tc.class, nil)
 			if !strings.Contains(err.Error(), tc.msg) {
-				t.Fatalf("fetchImage: %q does not say %q", err, tc.msg)
+				t.Fatalf("Fetch: %q does not say %q", err, tc.msg)
 			}
 			e.wantNotCached(t)
 			for _, s := range spansFor(e.host) {
@@ -176,7 +142,7 @@ func TestImageFetchFailures(t *testing.T) {
 func TestImageCrashMidDownloadIsRefetched(t *testing.T) {
 	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	// What a crash leaves: a base volume, part written, and no marker.
-	if err := e.fake.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: e.img.baseVol(),
+	if err := e.fake.PutVolume(libvirtfake.DefaultPool, libvirtfake.VolumeInfo{Name: e.img.BaseVol(),
 		Content: e.srv.body[:1000], Capacity: testImageSize}); err != nil {
 		t.Fatal(err)
 	}
@@ -195,9 +161,9 @@ func TestImageMarkerForcesRefetch(t *testing.T) {
 		sha          bool
 		reason       string
 	}{
-		{name: "garbage", marker: "not a digest at all", reason: cacheBadMarker},
-		{name: "short hex", marker: "abcdef", reason: cacheBadMarker},
-		{name: "differs from configured", marker: strings.Repeat("0", 64), sha: true, reason: cacheWrongDigest},
+		{name: "garbage", marker: "not a digest at all", reason: "marker does not hold a sha256 digest"},
+		{name: "short hex", marker: "abcdef", reason: "marker does not hold a sha256 digest"},
+		{name: "differs from configured", marker: strings.Repeat("0", 64), sha: true, reason: "marker differs from the configured sha256"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var sha func(string) string
@@ -226,7 +192,7 @@ func TestImageValidMarkerIsUsedAsIs(t *testing.T) {
 	if _, err := e.create("vm-a"); err != nil {
 		t.Fatal(err)
 	}
-	base, _ := e.volume(e.img.baseVol())
+	base, _ := e.volume(e.img.BaseVol())
 	if string(base.Content) != "an older copy" || e.srv.gets.Load()+e.srv.heads.Load() != 0 {
 		t.Fatalf("cached base replaced (%q) or URL asked (%d requests)", base.Content, e.srv.gets.Load()+e.srv.heads.Load())
 	}
@@ -248,7 +214,7 @@ func TestImageHeadRefusedFallsBackToGet(t *testing.T) {
 func TestImageStalledMirrorEndsByDownloadDeadline(t *testing.T) {
 	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	e.srv.setMode(serveStall)
-	e.p.images.download = 1500 * time.Millisecond
+	e.p.images.Download = 1500 * time.Millisecond
 	// The upload and transfer budgets are far away, so only the download deadline can end
 	// it however loaded the machine is.
 	e.p.hosts.budgets.smallUpload, e.p.hosts.budgets.transfer = 10*time.Minute, 10*time.Minute
@@ -268,21 +234,4 @@ func TestImageStalledMirrorEndsByDownloadDeadline(t *testing.T) {
 		t.Fatalf("base upload %+v, want a clean end after the half that arrived", ups)
 	}
 	e.wantNotCached(t)
-}
-
-func TestWithoutURL(t *testing.T) {
-	raw := "https://op:s3cret@mirror.example:8443/img/debian.qcow2?sig=abc"
-	for _, msg := range []string{
-		"image URL " + raw + " answered 404 Not Found",
-		"image URL " + urlForUsers(raw) + " answered 404 Not Found",
-		`Get "https://op:***@mirror.example:8443/img/debian.qcow2?sig=abc": EOF`,
-	} {
-		got := withoutURL(msg, raw)
-		if strings.Contains(got, "/img/") || strings.Contains(got, "s3cret") || !strings.Contains(got, "mirror.example:8443") {
-			t.Errorf("withoutURL(%q) = %q", msg, got)
-		}
-	}
-	if strings.Contains(urlForUsers(raw), "s3cret") {
-		t.Errorf("urlForUsers keeps the password: %s", urlForUsers(raw))
-	}
 }

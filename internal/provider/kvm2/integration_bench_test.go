@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 )
 
 // BenchmarkKVM2Operations_realHost measures Create with the image cached, Get of the
@@ -85,7 +87,7 @@ func BenchmarkKVM2ImageUpload_realHost(b *testing.B) {
 	b.Run("provider", func(b *testing.B) {
 		p := e.newProvider(itEnvOptions{format: "raw", imageURL: srv.URL + "/bench.raw"})
 		h := p.cfg.Hosts[0]
-		img, err := resolveImage(p.typ, p.cfg.Images, e.names.image())
+		img, err := imagecache.Resolve(p.typ, p.cfg.Images, e.names.image())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -101,7 +103,7 @@ func BenchmarkKVM2ImageUpload_realHost(b *testing.B) {
 		b.SetBytes(size)
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			if _, err := p.fetchImage(ctx, p.log, be, h, pool, img); err != nil {
+			if _, err := p.images.Fetch(ctx, p.log, be, h, pool, img); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()

@@ -21,6 +21,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 )
 
 // The integration tier drives the provider against the libvirt host hack/libvirt-host.sh
@@ -304,8 +305,8 @@ func (e *itRealEnv) sweep() {
 
 // removeImage deletes the test's cached base and its marker, in either format.
 func (e *itRealEnv) removeImage() {
-	for _, v := range []string{baseVolName(e.names.image(), "qcow2"), markerVolName(e.names.image(), "qcow2"),
-		baseVolName(e.names.image(), "raw"), markerVolName(e.names.image(), "raw")} {
+	for _, v := range []string{imagecache.BaseVolName(e.names.image(), "qcow2"), imagecache.MarkerVolName(e.names.image(), "qcow2"),
+		imagecache.BaseVolName(e.names.image(), "raw"), imagecache.MarkerVolName(e.names.image(), "raw")} {
 		if e.hasVolume(v) {
 			itMustVirsh(e.t, "vol-delete", "--pool", e.host.pool, v)
 		}

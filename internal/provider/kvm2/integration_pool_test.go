@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
@@ -24,7 +25,7 @@ func TestKVM2ImageCache_realHost(t *testing.T) {
 	e := itNewRealEnv(t, "cache")
 	t.Cleanup(e.removeImage)
 	p := e.newProvider(itEnvOptions{diskSizeGb: 1})
-	baseVol, markerVol := baseVolName(e.names.image(), "qcow2"), markerVolName(e.names.image(), "qcow2")
+	baseVol, markerVol := imagecache.BaseVolName(e.names.image(), "qcow2"), imagecache.MarkerVolName(e.names.image(), "qcow2")
 	sum := sha256.Sum256(itTinyQcow2(t))
 	digest := hex.EncodeToString(sum[:])
 
@@ -99,7 +100,7 @@ func TestKVM2Quota_realHost(t *testing.T) {
 		n[i], _ = strconv.ParseUint(m[i], 10, 64)
 	}
 	// The image figure counts the cached copy's marker volume too.
-	image := uint64(len(itTinyQcow2(t))) + markerLen
+	image := uint64(len(itTinyQcow2(t))) + imagecache.MarkerLen
 	if n[3] != image || n[4] != uint64(disk)<<30 || n[2] != n[3]+n[4]+n[5] {
 		t.Errorf("quota numbers %v: want image %d (with its marker), disk %d and needed = image+disk+seed", m[1:], image, uint64(disk)<<30)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 )
 
 // TestKVM2Check_realHost runs the health check against the host and creates nothing.
@@ -132,7 +133,7 @@ func TestKVM2Lifecycle_realHost(t *testing.T) {
 
 	overlay := filepath.Join(e.host.poolPath, req.Name+".qcow2")
 	seed := filepath.Join(e.host.poolPath, req.Name+"-seed.iso")
-	base := filepath.Join(e.host.poolPath, baseVolName(e.names.image(), "qcow2"))
+	base := filepath.Join(e.host.poolPath, imagecache.BaseVolName(e.names.image(), "qcow2"))
 	var dom itDumpedDomain
 	if err := xml.Unmarshal([]byte(itMustVirsh(t, "dumpxml", req.Name)), &dom); err != nil {
 		t.Fatal(err)
@@ -220,7 +221,7 @@ func (e *itRealEnv) checkDeleted(t *testing.T, p *Provider, name, id, nvram stri
 	if _, err := os.Stat(nvram); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("NVRAM file %s after Delete: %v, want it gone", nvram, err)
 	}
-	for _, v := range []string{baseVolName(e.names.image(), "qcow2"), markerVolName(e.names.image(), "qcow2")} {
+	for _, v := range []string{imagecache.BaseVolName(e.names.image(), "qcow2"), imagecache.MarkerVolName(e.names.image(), "qcow2")} {
 		if !e.hasVolume(v) {
 			t.Errorf("cached %s is gone after Delete; it must stay for the next VM", v)
 		}

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
@@ -46,11 +47,11 @@ func testUploadKilled(t *testing.T, short string, all bool) {
 	opts := itEnvOptions{diskSizeGb: 1, format: "raw", imageURL: srv.URL + "/big.raw"}
 	p := e.newProvider(opts)
 	req := e.request(e.names.vm(1), "uid-upkill")
-	base := filepath.Join(e.host.poolPath, baseVolName(e.names.image(), "raw"))
+	base := filepath.Join(e.host.poolPath, imagecache.BaseVolName(e.names.image(), "raw"))
 
 	type result struct{ err error }
 	done := make(chan result, 1)
-	wantInErr := "base image " + baseVolName(e.names.image(), "raw")
+	wantInErr := "base image " + imagecache.BaseVolName(e.names.image(), "raw")
 	go func() {
 		ctx := itCtxFor(t)
 		for {
@@ -88,10 +89,10 @@ func testUploadKilled(t *testing.T, short string, all bool) {
 	itWantErr(t, r.err, provider.ErrTransient, wantInErr)
 	t.Logf("create with the upload cut: %v", r.err)
 	srv.openGate()
-	if e.hasVolume(markerVolName(e.names.image(), "raw")) {
+	if e.hasVolume(imagecache.MarkerVolName(e.names.image(), "raw")) {
 		t.Fatalf("an image marker exists after a cut upload")
 	}
-	left := e.hasVolume(baseVolName(e.names.image(), "raw"))
+	left := e.hasVolume(imagecache.BaseVolName(e.names.image(), "raw"))
 	t.Logf("base volume left by the cut upload: %v", left)
 	if all && !left {
 		t.Fatalf("with every connection killed the incomplete base cannot have been removed, yet it is gone")
@@ -111,7 +112,7 @@ func testUploadKilled(t *testing.T, short string, all bool) {
 // second download), records its digest and completes.
 func (e *itRealEnv) checkRefetch(t *testing.T, p *Provider, req provider.CreateRequest, srv *itImageServer, size int64) {
 	t.Helper()
-	base := filepath.Join(e.host.poolPath, baseVolName(e.names.image(), "raw"))
+	base := filepath.Join(e.host.poolPath, imagecache.BaseVolName(e.names.image(), "raw"))
 	inst, err := createSettled(itCtxFor(t), p, req)
 	if err != nil {
 		t.Fatalf("create after the cut upload: %v", err)
@@ -123,7 +124,7 @@ func (e *itRealEnv) checkRefetch(t *testing.T, p *Provider, req provider.CreateR
 	if _, err := io.Copy(want, io.LimitReader(&itPatternReader{}, size)); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.markerContent(t, markerVolName(e.names.image(), "raw")); got != hex.EncodeToString(want.Sum(nil)) {
+	if got := e.markerContent(t, imagecache.MarkerVolName(e.names.image(), "raw")); got != hex.EncodeToString(want.Sum(nil)) {
 		t.Errorf("marker %q, want the sha256 of the whole image", got)
 	}
 	if fi, err := os.Stat(base); err != nil || fi.Size() != size {

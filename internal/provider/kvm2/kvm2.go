@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
 
@@ -32,7 +33,7 @@ type Provider struct {
 	log       logr.Logger
 	hosts     *hosts
 	locks     *nameLocks
-	images    *imageCache
+	images    *imagecache.Cache
 	now       func() time.Time
 
 	runningWait time.Duration
@@ -93,11 +94,17 @@ func NewOfType(pc provider.ProviderConfig, typ string, log logr.Logger, opts ...
 		log:         log.WithName(typ).WithValues("provider", pc.Name),
 		hosts:       hs,
 		locks:       newNameLocks(),
-		images:      newImageCache(),
 		now:         time.Now,
 		runningWait: defaultRunningWait,
 		runningPoll: defaultRunningPoll,
 	}
+	p.images = imagecache.New(imagecache.Config{
+		Type: typ, KVM: &p.cfg, Hosts: cacheHosts{hs}, Locks: imageLocks, Log: p.log, Tracer: rpcTracer,
+		VolumeXML: rawVolumeXML,
+		Failed: func(log logr.Logger, op string, err error) error {
+			return failed(log, op, err, classifyInCreate)
+		},
+	})
 	for _, o := range opts {
 		o(p)
 	}
@@ -111,7 +118,7 @@ func withDefaults(cfg provider.KVMConfig) provider.KVMConfig { return cfg.WithDe
 // Close cancels the image jobs and waits for them to end (a cancelled fetch removes its
 // half-written base and never writes the marker), then drops the pooled connections.
 func (p *Provider) Close() error {
-	p.images.jobs.close()
+	p.images.Close()
 	return p.hosts.close()
 }
 
@@ -197,3 +204,26 @@ func (l *nameLocks) lock(ctx context.Context, name string) (unlock func(), err e
 		return nil, ctx.Err()
 	}
 }
+
+// Lock takes the lock on name for the image cache (imagecache.Locker).
+func (l *nameLocks) Lock(ctx context.Context, name string) (unlock func(), err error) {
+	return l.lock(ctx, name)
+}
+
+// imageLocks are the fetch locks of every provider in the process: entries of either type
+// that name the same host share the base volumes in its pool, so they must share the
+// locks too, or one would take the other's half-written base for an interrupted fetch.
+var imageLocks = newNameLocks()
+
+// cacheHosts are the provider's hosts as the image cache reaches them.
+type cacheHosts struct{ hs *hosts }
+
+func (c cacheHosts) Pooled(ctx context.Context, host string) (imagecache.Storage, error) {
+	return c.hs.pooled(ctx, host)
+}
+
+func (c cacheHosts) DialFresh(ctx context.Context, host string) (imagecache.Storage, func(), error) {
+	return c.hs.dialFresh(ctx, host)
+}
+
+func (c cacheHosts) Transfer() time.Duration { return c.hs.budgets.transfer }

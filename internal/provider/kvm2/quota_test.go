@@ -1,23 +1,14 @@
 package kvm2
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"testing"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 )
-
-func TestNeededBytes(t *testing.T) {
-	if got, want := neededBytes(435_000_000, 10), uint64(435_000_000+10<<30+16<<20); got != want {
-		t.Fatalf("neededBytes = %d, want %d", got, want)
-	}
-	if got := neededBytes(0, 0); got != 16<<20 {
-		t.Fatalf("a cached image and no disk still reserve the seed: %d", got)
-	}
-}
 
 // setAvailable makes the pool's free space exactly avail bytes.
 func setAvailable(t *testing.T, f *libvirtfake.Fake, avail uint64) {
@@ -45,7 +36,7 @@ func TestPoolSpaceBoundary(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
-			imageBytes := uint64(testImageSize + markerLen) // the base and its marker
+			imageBytes := uint64(testImageSize + imagecache.MarkerLen) // the base and its marker
 			if tc.cached {
 				e.putCached(t, e.srv.digest)
 				imageBytes = 0
@@ -89,34 +80,5 @@ func TestPoolNotRunningIsPermanent(t *testing.T) {
 	}
 	if e.srv.heads.Load()+e.srv.gets.Load() != 0 {
 		t.Fatal("the image URL was asked although the pool is stopped")
-	}
-}
-
-func TestImageLengthLookup(t *testing.T) {
-	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
-	for _, tc := range []struct {
-		mode        string
-		heads, gets int32
-		class       error
-	}{
-		{mode: serveOK, heads: 1},
-		{mode: serveHead405, heads: 1, gets: 1},
-		{mode: "501", heads: 1, gets: 1, class: provider.ErrTransient},
-		{mode: "403", heads: 1, gets: 1, class: provider.ErrPermanent},
-		{mode: serveChunked, heads: 1, gets: 1, class: provider.ErrPermanent},
-	} {
-		e.srv.heads.Store(0)
-		e.srv.gets.Store(0)
-		e.srv.setMode(tc.mode)
-		n, err := e.p.imageLength(context.Background(), e.img)
-		if tc.class == nil && (err != nil || n != testImageSize) {
-			t.Fatalf("%s: length %d, %v", tc.mode, n, err)
-		}
-		if tc.class != nil {
-			wantClass(t, err, tc.class, nil)
-		}
-		if e.srv.heads.Load() != tc.heads || e.srv.gets.Load() != tc.gets {
-			t.Fatalf("%s: %d HEADs and %d GETs, want %d and %d", tc.mode, e.srv.heads.Load(), e.srv.gets.Load(), tc.heads, tc.gets)
-		}
 	}
 }

@@ -8,20 +8,15 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
 
-// Names of what a VM leaves in the host's pool. The domain itself carries the VM's name.
+// Names of what a VM leaves in the host's pool. The domain itself carries the VM's name;
+// the cached base image and its marker are named by imagecache.BaseVolName and
+// imagecache.MarkerVolName.
 
 // overlayVolName is the VM's own disk, a qcow2 backed by the base image.
 func overlayVolName(vm string) string { return vm + ".qcow2" }
 
 // seedVolName is the VM's NoCloud seed ISO.
 func seedVolName(vm string) string { return vm + "-seed.iso" }
-
-// baseVolName is the cached base image of catalogue key (or URL key) key.
-func baseVolName(key, format string) string { return "base-" + key + "." + format }
-
-// markerVolName is the small raw volume holding the base image's digest; its presence
-// marks the base as complete.
-func markerVolName(key, format string) string { return baseVolName(key, format) + ".sha256" }
 
 // providerID is how an instance is named outside the provider: hosts/<host>/domains/<vm>.
 func providerID(host, vm string) string { return "hosts/" + host + "/domains/" + vm }

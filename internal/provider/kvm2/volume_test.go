@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
@@ -15,8 +16,8 @@ func TestVolumeNames(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
 		{overlayVolName(vm), "proxy-0123456789abcdef.qcow2"},
 		{seedVolName(vm), "proxy-0123456789abcdef-seed.iso"},
-		{baseVolName("debian-13", "qcow2"), "base-debian-13.qcow2"},
-		{markerVolName("debian-13", "raw"), "base-debian-13.raw.sha256"},
+		{imagecache.BaseVolName("debian-13", "qcow2"), "base-debian-13.qcow2"},
+		{imagecache.MarkerVolName("debian-13", "raw"), "base-debian-13.raw.sha256"},
 		{providerID("beelink", vm), "hosts/beelink/domains/proxy-0123456789abcdef"},
 	} {
 		if c.got != c.want {

@@ -1,4 +1,4 @@
-package kvm2
+package imagecache
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func (j *imageJob) pending() error {
 }
 
 // jobs is the part of the image cache that runs fetches off the caller: the jobs in
-// flight by imageLockKey, the failures not yet reported to every waiter, and the context
+// flight by ImageLockKey, the failures not yet reported to every waiter, and the context
 // the jobs run on, which Close cancels.
 type jobs struct {
 	ctx    context.Context
@@ -138,40 +138,39 @@ func (js *jobs) close() {
 	js.wg.Wait()
 }
 
-// baseImage is the image step of a Create: the base of plan's image in pool when it is
-// cached, else the pending result of the job fetching it (started here when none runs,
+// Base is the image step of a Create of instance name on host h: the base of img in pool
+// when it is cached, else the pending result of the job fetching it (started here when none runs,
 // after the pool-space precheck), or once, to each Create that waited on it, the error of
 // a job that failed. The download never runs on ctx: it belongs to the provider.
-func (p *Provider) baseImage(ctx context.Context, b backend, plan createPlan, pool libvirt.StoragePool) (baseImage, error) {
-	h, img, name := plan.host, plan.img, plan.req.Name
-	key := imageLockKey(h, img)
-	if err := p.images.jobs.failure(key, name); err != nil {
-		return baseImage{}, err
+func (c *Cache) Base(ctx context.Context, b Storage, h provider.KVMHost, pool libvirt.StoragePool, img Image, name string) (Base, error) {
+	key := ImageLockKey(h, img)
+	if err := c.jobs.failure(key, name); err != nil {
+		return Base{}, err
 	}
-	if err := p.images.jobs.join(key, name); err != nil {
-		return baseImage{}, err
+	if err := c.jobs.join(key, name); err != nil {
+		return Base{}, err
 	}
-	cache, err := p.checkPoolSpace(ctx, b, h, pool, img)
+	cache, err := c.checkPoolSpace(ctx, b, h, pool, img)
 	if err != nil {
-		return baseImage{}, err
+		return Base{}, err
 	}
 	if cache.complete() && cache.base != nil {
 		return basePath(b, h, img, *cache.base)
 	}
 	first := provider.Progress{Reason: provider.ReasonImageDownloading,
 		Message: fmt.Sprintf("fetching base image %s to host %s", img.Key, h.Name)}
-	return baseImage{}, p.images.jobs.start(key, name, first, func(ctx context.Context) error {
-		return p.fetchJob(ctx, h, img)
+	return Base{}, c.jobs.start(key, name, first, func(ctx context.Context) error {
+		return c.fetchJob(ctx, h, img)
 	})
 }
 
 // fetchJob is the body of an image job: on the host's pooled connection and under the
 // image's fetch lock, it fetches img unless a complete copy is found there by then
 // (another provider's job for the same host may have cached it).
-func (p *Provider) fetchJob(ctx context.Context, h provider.KVMHost, img image) error {
-	log := p.log.WithValues("host", h.Name, "volume", img.baseVol())
+func (c *Cache) fetchJob(ctx context.Context, h provider.KVMHost, img Image) error {
+	log := c.log.WithValues("host", h.Name, "volume", img.BaseVol())
 	err := func() error {
-		b, err := p.hosts.pooled(ctx, h.Name)
+		b, err := c.hosts.Pooled(ctx, h.Name)
 		if err != nil {
 			return err
 		}
@@ -179,20 +178,20 @@ func (p *Provider) fetchJob(ctx context.Context, h provider.KVMHost, img image) 
 		if err != nil {
 			return fmt.Errorf("looking up pool %s on host %s: %w", h.Pool, h.Name, err)
 		}
-		unlock, err := p.images.locks.lock(ctx, imageLockKey(h, img))
+		unlock, err := c.locks.Lock(ctx, ImageLockKey(h, img))
 		if err != nil {
 			return provider.Transient(fmt.Errorf("waiting for the fetch of base image %s on host %s: %w",
-				img.baseVol(), h.Name, err))
+				img.BaseVol(), h.Name, err))
 		}
 		defer unlock()
-		if _, ok, err := p.cachedImage(log, b, h, pool, img); err != nil || ok {
+		if _, ok, err := c.cachedImage(log, b, h, pool, img); err != nil || ok {
 			return err
 		}
-		_, err = p.fetchImage(ctx, log, b, h, pool, img)
+		_, err = c.Fetch(ctx, log, b, h, pool, img)
 		return err
 	}()
 	if err != nil {
-		err = failed(log, "image fetch", err, classifyInCreate)
+		err = c.failed(log, "image fetch", err)
 		log.Info("base image fetch failed", "class", provider.ClassName(err), "error", err.Error())
 	}
 	return err

@@ -1,4 +1,4 @@
-package kvm2
+package imagecache
 
 import (
 	"context"
@@ -17,20 +17,19 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 )
 
-// fetchImage downloads img into a new base volume in pool on host h and writes its marker
+// Fetch downloads img into a new base volume in pool on host h and writes its marker
 // last. The bytes stream from the URL into StorageVolUpload on a connection of their own,
 // hashed on the way; nothing is held in memory beyond one transfer buffer. The whole fetch
 // runs within the transfer budget, under a kvm2.download span. b is the pooled backend:
 // it creates the volume, refreshes the pool and writes the marker.
-func (p *Provider) fetchImage(ctx context.Context, log logr.Logger, b backend, h provider.KVMHost, pool libvirt.StoragePool, img image) (vol libvirt.StorageVol, err error) {
-	ctx, cancel := context.WithTimeout(ctx, p.hosts.budgets.transfer)
+func (c *Cache) Fetch(ctx context.Context, log logr.Logger, b Storage, h provider.KVMHost, pool libvirt.StoragePool, img Image) (vol libvirt.StorageVol, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.hosts.Transfer())
 	defer cancel()
 	src := urlForUsers(img.URL)
-	ctx, span := rpcTracer.Start(ctx, "kvm2.download", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("kvm2.host", h.Name), attribute.String("kvm2.volume", img.baseVol()),
+	ctx, span := c.tracer.Start(ctx, "kvm2.download", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("kvm2.host", h.Name), attribute.String("kvm2.volume", img.BaseVol()),
 			attribute.String("kvm2.url_host", urlHost(img.URL)), attribute.Bool("kvm2.sha256_configured", img.SHA256 != "")))
 	defer func() {
 		if err != nil {
@@ -42,9 +41,9 @@ func (p *Provider) fetchImage(ctx context.Context, log logr.Logger, b backend, h
 		span.End()
 	}()
 	start := time.Now()
-	dlCtx, dlCancel := context.WithTimeout(ctx, p.downloadBudget())
+	dlCtx, dlCancel := context.WithTimeout(ctx, c.downloadBudget())
 	defer dlCancel()
-	resp, err := p.getImage(dlCtx, http.MethodGet, img)
+	resp, err := c.GetImage(dlCtx, http.MethodGet, img)
 	if err != nil {
 		return vol, err
 	}
@@ -53,14 +52,14 @@ func (p *Provider) fetchImage(ctx context.Context, log logr.Logger, b backend, h
 	span.SetAttributes(attribute.Int64("kvm2.bytes", length))
 	log.V(1).Info("fetching base image into host pool", "url", src, "size", length)
 
-	xml, err := rawVolumeXML(img.baseVol(), uint64(length))
+	xml, err := c.volumeXML(img.BaseVol(), uint64(length))
 	if err != nil {
 		return vol, provider.Permanent(err)
 	}
 	if vol, err = b.StorageVolCreateXML(pool, xml, 0); err != nil {
-		return vol, fmt.Errorf("creating base image %s in pool %s on host %s: %w", img.baseVol(), h.Pool, h.Name, err)
+		return vol, fmt.Errorf("creating base image %s in pool %s on host %s: %w", img.BaseVol(), h.Pool, h.Name, err)
 	}
-	digest, err := p.uploadImage(ctx, log, h, img, vol, resp.Body, length)
+	digest, err := c.UploadImage(ctx, log, h, img, vol, resp.Body, length)
 	if err == nil && img.SHA256 != "" && digest != img.SHA256 {
 		err = provider.Errorf(provider.ErrPermanent, "image %s has sha256 %s, not the configured %s", src, digest, img.SHA256)
 	}
@@ -72,33 +71,33 @@ func (p *Provider) fetchImage(ctx context.Context, log logr.Logger, b backend, h
 		}
 		return vol, err
 	}
-	if err := p.writeMarker(b, h, pool, img, digest); err != nil {
+	if err := c.writeMarker(b, h, pool, img, digest); err != nil {
 		return vol, err
 	}
 	log.V(1).Info("base image cached", "size", length, "duration", time.Since(start), "digest", digest)
 	return vol, nil
 }
 
-// getImage sends one request for img's URL and returns the response when its status and
+// GetImage sends one request for img's URL and returns the response when its status and
 // length make an image of it. The request asks for the body as it is: a transparently
 // compressed body would hide its length. A URL from the Proxy goes through the URL fence
 // (fence.go): its refusals are permanent and named as they are.
-func (p *Provider) getImage(ctx context.Context, method string, img image) (*http.Response, error) {
+func (c *Cache) GetImage(ctx context.Context, method string, img Image) (*http.Response, error) {
 	src := urlForUsers(img.URL)
-	ctx = withFence(ctx, p.fenceFor(img))
+	ctx = withFence(ctx, c.fenceFor(img))
 	req, err := http.NewRequestWithContext(ctx, method, img.URL, nil)
 	if err != nil {
 		return nil, provider.Permanent(fmt.Errorf("image URL %s: %w", src, err))
 	}
 	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := p.images.client.Do(req)
+	resp, err := c.client.Do(req)
 	if err != nil {
 		// net/http's error repeats the URL; the message names it once.
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		if isFenceError(err) {
+		if IsFenceError(err) {
 			return nil, err
 		}
 		return nil, provider.Transient(fmt.Errorf("fetching image %s: %w", src, err))
@@ -136,17 +135,17 @@ func checkImageResponse(resp *http.Response, src string) error {
 	return nil
 }
 
-// uploadImage streams body, length bytes, into vol on a connection dialled for the
+// UploadImage streams body, length bytes, into vol on a connection dialled for the
 // transfer and closed after it, and returns the sha256 of what was read. A body that fails
-// or ends early is reported here, not through the stream: see imagecache.SourceReader.
-func (p *Provider) uploadImage(ctx context.Context, log logr.Logger, h provider.KVMHost, img image, vol libvirt.StorageVol, body io.Reader, length int64) (string, error) {
-	fb, closeFn, err := p.hosts.dialFresh(ctx, h.Name)
+// or ends early is reported here, not through the stream: see SourceReader.
+func (c *Cache) UploadImage(ctx context.Context, log logr.Logger, h provider.KVMHost, img Image, vol libvirt.StorageVol, body io.Reader, length int64) (string, error) {
+	fb, closeFn, err := c.hosts.DialFresh(ctx, h.Name)
 	if err != nil {
 		return "", err
 	}
 	defer closeFn()
-	src := imagecache.NewSourceReader(body)
-	stop := p.reportProgress(ctx, log, h, img, src, length)
+	src := NewSourceReader(body)
+	stop := c.reportProgress(ctx, log, h, img, src, length)
 	uerr := fb.StorageVolUpload(vol, src, 0, uint64(length), 0)
 	stop()
 	n, digest, rerr := src.Finish()
@@ -156,7 +155,7 @@ func (p *Provider) uploadImage(ctx context.Context, log logr.Logger, h provider.
 		return "", provider.Transient(fmt.Errorf("downloading image %s to host %s: the body ended after %d of %d bytes: %w",
 			urlForUsers(img.URL), h.Name, n, length, rerr))
 	case uerr != nil:
-		return "", fmt.Errorf("uploading base image %s to pool %s on host %s: %w", img.baseVol(), h.Pool, h.Name, uerr)
+		return "", fmt.Errorf("uploading base image %s to pool %s on host %s: %w", img.BaseVol(), h.Pool, h.Name, uerr)
 	case n != length:
 		return "", provider.Errorf(provider.ErrTransient, "downloading image %s to host %s: the body ended after %d of %d bytes",
 			urlForUsers(img.URL), h.Name, n, length)
@@ -166,23 +165,23 @@ func (p *Provider) uploadImage(ctx context.Context, log logr.Logger, h provider.
 
 // writeMarker refreshes the pool, so libvirt reads the base's real format, and then
 // records digest in the marker volume: the base is complete from this moment on.
-func (p *Provider) writeMarker(b backend, h provider.KVMHost, pool libvirt.StoragePool, img image, digest string) error {
+func (c *Cache) writeMarker(b Storage, h provider.KVMHost, pool libvirt.StoragePool, img Image, digest string) error {
 	if err := b.StoragePoolRefresh(pool, 0); err != nil {
 		return fmt.Errorf("refreshing pool %s on host %s: %w", h.Pool, h.Name, err)
 	}
-	xml, err := rawVolumeXML(img.markerVol(), markerLen)
+	xml, err := c.volumeXML(img.MarkerVol(), MarkerLen)
 	if err != nil {
 		return provider.Permanent(err)
 	}
 	vol, err := b.StorageVolCreateXML(pool, xml, 0)
 	if err != nil {
-		return fmt.Errorf("creating image marker %s in pool %s on host %s: %w", img.markerVol(), h.Pool, h.Name, err)
+		return fmt.Errorf("creating image marker %s in pool %s on host %s: %w", img.MarkerVol(), h.Pool, h.Name, err)
 	}
-	if err := b.StorageVolUpload(vol, strings.NewReader(digest), 0, markerLen, 0); err != nil {
+	if err := b.StorageVolUpload(vol, strings.NewReader(digest), 0, MarkerLen, 0); err != nil {
 		if derr := b.StorageVolDelete(vol, 0); derr != nil {
 			err = errors.Join(err, derr)
 		}
-		return fmt.Errorf("writing image marker %s in pool %s on host %s: %w", img.markerVol(), h.Pool, h.Name, err)
+		return fmt.Errorf("writing image marker %s in pool %s on host %s: %w", img.MarkerVol(), h.Pool, h.Name, err)
 	}
 	return nil
 }
@@ -190,7 +189,7 @@ func (p *Provider) writeMarker(b backend, h provider.KVMHost, pool libvirt.Stora
 // reportProgress reports the download of img to the caller (provider.ReportProgress) and at
 // V(1): once at the start, then at most every progressEvery while bytes arrive. The
 // returned stop ends the reports; none is made after it returns.
-func (p *Provider) reportProgress(ctx context.Context, log logr.Logger, h provider.KVMHost, img image, src *imagecache.SourceReader, total int64) (stop func()) {
+func (c *Cache) reportProgress(ctx context.Context, log logr.Logger, h provider.KVMHost, img Image, src *SourceReader, total int64) (stop func()) {
 	report := func(done int64) {
 		msg := fmt.Sprintf("downloading base image %s to host %s: %s of %s (%d%%)",
 			img.Key, h.Name, mib(done), mib(total), done*100/total)
@@ -203,7 +202,7 @@ func (p *Provider) reportProgress(ctx context.Context, log logr.Logger, h provid
 	go func() {
 		defer close(finished)
 		last := int64(0)
-		t := time.NewTimer(p.images.progressEvery)
+		t := time.NewTimer(c.ProgressEvery)
 		defer t.Stop()
 		for {
 			select {
@@ -215,7 +214,7 @@ func (p *Provider) reportProgress(ctx context.Context, log logr.Logger, h provid
 				last = done
 				report(done)
 			}
-			t.Reset(p.images.progressEvery)
+			t.Reset(c.ProgressEvery)
 		}
 	}()
 	return func() { close(quit); <-finished }

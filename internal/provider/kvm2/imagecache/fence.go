@@ -1,4 +1,4 @@
-package kvm2
+package imagecache
 
 import (
 	"context"
@@ -51,12 +51,12 @@ func (f *urlFence) refuse(format string, args ...any) error {
 }
 
 // fenceFor is the fence of img, or nil for a catalogue image.
-func (p *Provider) fenceFor(img image) *urlFence {
+func (c *Cache) fenceFor(img Image) *urlFence {
 	if !img.fromSpec {
 		return nil
 	}
-	f := &urlFence{block: p.typ, host: urlHost(img.URL), listed: p.cfg.AllowedImageURLPrefixes != nil}
-	for _, s := range p.cfg.ImageURLPrefixes() {
+	f := &urlFence{block: c.typ, host: urlHost(img.URL), listed: c.cfg.AllowedImageURLPrefixes != nil}
+	for _, s := range c.cfg.ImageURLPrefixes() {
 		// Validation has parsed every entry already; one that fails here matches nothing.
 		if pre, err := provider.ParseImageURLPrefix(s); err == nil {
 			f.prefixes = append(f.prefixes, pre)
@@ -74,7 +74,7 @@ func (f *urlFence) admit(u *url.URL, redirect bool) error {
 		subject = "the redirect to host " + u.Host
 	}
 	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
-		if what := refusedAddr(a, f.listed); what != "" {
+		if what := RefusedAddr(a, f.listed); what != "" {
 			return f.refuse("%s goes to %s, %s, %s", subject, u.Hostname(), what, f.because(what))
 		}
 	}
@@ -94,7 +94,7 @@ func (f *urlFence) admit(u *url.URL, redirect bool) error {
 
 // checkAddr checks the address a connection to host is about to go to.
 func (f *urlFence) checkAddr(host string, a netip.Addr) error {
-	what := refusedAddr(a, f.listed)
+	what := RefusedAddr(a, f.listed)
 	if what == "" {
 		return nil
 	}
@@ -120,9 +120,9 @@ var metadataAddrs = []netip.Addr{netip.MustParseAddr("169.254.169.254"), netip.M
 
 const metadataWhat = "the cloud metadata address"
 
-// refusedAddr says what a is when a fenced fetch may not connect to it, or "". With
+// RefusedAddr says what a is when a fenced fetch may not connect to it, or "". With
 // onlyMetadata (the prefix list is set) only the metadata addresses are refused.
-func refusedAddr(a netip.Addr, onlyMetadata bool) string {
+func RefusedAddr(a netip.Addr, onlyMetadata bool) string {
 	a = a.Unmap().WithZone("")
 	for _, m := range metadataAddrs {
 		if a == m {
@@ -156,30 +156,31 @@ func fenceFrom(ctx context.Context) *urlFence {
 	return f
 }
 
-// resolver is what the fenced dialer asks for a name's addresses; *net.Resolver in
+// Resolver is what the fenced dialer asks for a name's addresses; *net.Resolver in
 // production.
-type resolver interface {
+type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// fenceDialer is the image client's DialContext. An unfenced request dials as
+// FenceDialer is the image client's DialContext. An unfenced request dials as
 // http.DefaultTransport does. A fenced one resolves the name itself, checks each address
 // and dials only addresses that passed, by address, so what was checked is what is
 // connected to.
-type fenceDialer struct {
-	resolver resolver
-	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
+type FenceDialer struct {
+	Resolver Resolver
+	Dial     func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-func newFenceDialer() *fenceDialer {
+func newFenceDialer() *FenceDialer {
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second} // as http.DefaultTransport
-	return &fenceDialer{resolver: net.DefaultResolver, dial: d.DialContext}
+	return &FenceDialer{Resolver: net.DefaultResolver, Dial: d.DialContext}
 }
 
-func (d *fenceDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+// DialContext connects a request of the image client, fenced or not.
+func (d *FenceDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	f := fenceFrom(ctx)
 	if f == nil {
-		return d.dial(ctx, network, addr)
+		return d.Dial(ctx, network, addr)
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -195,7 +196,7 @@ func (d *fenceDialer) DialContext(ctx context.Context, network, addr string) (ne
 			refused = err
 			continue
 		}
-		conn, err := d.dial(ctx, network, net.JoinHostPort(a.String(), port))
+		conn, err := d.Dial(ctx, network, net.JoinHostPort(a.String(), port))
 		if err == nil {
 			return conn, nil
 		}
@@ -211,11 +212,11 @@ func (d *fenceDialer) DialContext(ctx context.Context, network, addr string) (ne
 	return nil, fmt.Errorf("resolving host %s: no addresses", host)
 }
 
-func (d *fenceDialer) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
+func (d *FenceDialer) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		return []netip.Addr{a}, nil
 	}
-	addrs, err := d.resolver.LookupNetIP(ctx, "ip", host)
+	addrs, err := d.Resolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {
 		return nil, fmt.Errorf("resolving host %s: %w", host, err)
 	}
@@ -247,8 +248,8 @@ func fenceRedirect(req *http.Request, via []*http.Request) error {
 	return nil
 }
 
-// isFenceError reports whether err is a refusal of the fence.
-func isFenceError(err error) bool {
+// IsFenceError reports whether err is a refusal of the fence.
+func IsFenceError(err error) bool {
 	var fe *fenceError
 	return errors.As(err, &fe)
 }

@@ -1,4 +1,4 @@
-package kvm2
+package imagecache
 
 import (
 	"context"
@@ -22,8 +22,8 @@ func neededBytes(imageBytes uint64, diskSizeGb int) uint64 {
 // checkPoolSpace is the pool-space precheck, run before a Create makes any volume: the
 // pool must be running and have room for everything the Create is about to put in it.
 // Too little room is ErrQuotaExceeded, which the reconciler answers with a wait. It
-// returns what the pool holds of the image, for the image step (baseImage).
-func (p *Provider) checkPoolSpace(ctx context.Context, b backend, h provider.KVMHost, pool libvirt.StoragePool, img image) (cacheState, error) {
+// returns what the pool holds of the image, for the image step (Base).
+func (c *Cache) checkPoolSpace(ctx context.Context, b Storage, h provider.KVMHost, pool libvirt.StoragePool, img Image) (cacheState, error) {
 	state, _, _, available, err := b.StoragePoolGetInfo(pool)
 	if err != nil {
 		return cacheState{}, fmt.Errorf("reading pool %s on host %s: %w", h.Pool, h.Name, err)
@@ -38,18 +38,18 @@ func (p *Provider) checkPoolSpace(ctx context.Context, b backend, h provider.KVM
 	}
 	var imageBytes uint64
 	if !cache.complete() {
-		n, err := p.imageLength(ctx, img)
+		n, err := c.imageLength(ctx, img)
 		if err != nil {
 			return cacheState{}, err
 		}
 		// The marker is written next to the base, after the fetch.
-		imageBytes = uint64(n) + markerLen
+		imageBytes = uint64(n) + MarkerLen
 	}
-	need := neededBytes(imageBytes, p.cfg.DiskSizeGb)
+	need := neededBytes(imageBytes, c.cfg.DiskSizeGb)
 	if need > available {
 		return cacheState{}, provider.Errorf(provider.ErrQuotaExceeded,
 			"storage pool %s on host %s has %d bytes available, %d needed (image %d, disk %d, seed %d)",
-			h.Pool, h.Name, available, need, imageBytes, uint64(p.cfg.DiskSizeGb)<<30, uint64(seedReserve))
+			h.Pool, h.Name, available, need, imageBytes, uint64(c.cfg.DiskSizeGb)<<30, uint64(seedReserve))
 	}
 	return cache, nil
 }
@@ -58,15 +58,15 @@ func (p *Provider) checkPoolSpace(ctx context.Context, b backend, h provider.KVM
 // mirror answers HEAD with anything but 2xx (many refuse it, with 405, 403 or 501 alike) a
 // GET whose body is closed unread, and whose status is then the one that counts. A URL the
 // fence refuses is not asked again.
-func (p *Provider) imageLength(ctx context.Context, img image) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.images.head)
+func (c *Cache) imageLength(ctx context.Context, img Image) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.Head)
 	defer cancel()
-	resp, err := p.getImage(ctx, http.MethodHead, img)
-	if err != nil && (isFenceError(err) || provider.Class(err) == provider.ErrTransient && ctx.Err() != nil) {
+	resp, err := c.GetImage(ctx, http.MethodHead, img)
+	if err != nil && (IsFenceError(err) || provider.Class(err) == provider.ErrTransient && ctx.Err() != nil) {
 		return 0, err
 	}
 	if err != nil {
-		resp, err = p.getImage(ctx, http.MethodGet, img)
+		resp, err = c.GetImage(ctx, http.MethodGet, img)
 		if err != nil {
 			return 0, err
 		}
