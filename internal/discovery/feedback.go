@@ -217,9 +217,15 @@ func (s *Snapshot) saturation(f *filter) (matched, cooling int, soonest time.Tim
 			}
 		}
 	}
+	// The items cooling for the site, marked once for every match of this request.
+	f.cool, f.coolSet = make([]uint64, (len(s.items)+63)/64), true
 	for _, it := range s.bySite[f.site] {
 		until, cool := bans.CoolingUntil(it.cooldowns, f.site, f.now)
-		if !cool || !g.match(it) {
+		if !cool {
+			continue
+		}
+		f.cool[it.idx>>6] |= 1 << (uint(it.idx) & 63)
+		if !g.match(it) {
 			continue
 		}
 		cooling++

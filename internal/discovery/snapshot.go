@@ -41,6 +41,7 @@ type item struct {
 	obj  []byte // the object and a newline, as pick serves it
 	line []byte
 	seed uint64
+	idx  int // its index in Snapshot.items
 }
 
 // Snapshot is an immutable view of every published proxy, sorted by namespace and name.
@@ -70,7 +71,7 @@ func NewSnapshot(entries []Entry) *Snapshot {
 		if err != nil { // a struct of strings, bools and a string map cannot fail
 			panic(err)
 		}
-		s.items[i] = item{Entry: e, json: b, obj: append(b[:len(b):len(b)], '\n'), line: []byte(e.URL + "\n"), seed: nodeSeed(e.Namespace + "/" + e.Name)}
+		s.items[i] = item{Entry: e, json: b, obj: append(b[:len(b):len(b)], '\n'), line: []byte(e.URL + "\n"), seed: nodeSeed(e.Namespace + "/" + e.Name), idx: i}
 	}
 	f := &filter{}
 	s.healthyJSON = s.appendJSON(nil, f)
@@ -92,6 +93,10 @@ type filter struct {
 	// site, from ?domain=, leaves out the proxies cooling for it at now.
 	site string
 	now  time.Time
+	// cool marks, by item index, the items cooling for site at now, once the snapshot
+	// has worked them out (Snapshot.saturation); until then match asks each item.
+	cool    []uint64
+	coolSet bool
 }
 
 func (f *filter) empty() bool {
@@ -107,9 +112,17 @@ func (f *filter) match(it *item) bool {
 		f.provider != "" && f.provider != it.Provider,
 		f.zone != "" && f.zone != it.Zone,
 		f.region != "" && f.region != it.Region,
-		f.pool != "" && f.pool != it.Pool,
-		f.site != "" && it.coolingFor(f.site, f.now):
+		f.pool != "" && f.pool != it.Pool:
 		return false
+	}
+	if f.site != "" {
+		if f.coolSet { // the common case, tested here rather than through a call
+			if f.cool[it.idx>>6]&(1<<(uint(it.idx)&63)) != 0 {
+				return false
+			}
+		} else if it.coolingFor(f.site, f.now) {
+			return false
+		}
 	}
 	return f.selector == nil || f.selector.Matches(labels.Set(it.Labels))
 }
