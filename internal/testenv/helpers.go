@@ -111,7 +111,7 @@ func StatusOwnership(obj client.Object, managers ...string) []string {
 			continue
 		}
 		var fields map[string]any
-		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+		if err := json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields); err != nil {
 			faults = append(faults, fmt.Sprintf("%s: fieldsV1 %v", mf.Manager, err))
 			continue
 		}
