@@ -22,7 +22,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) *Snapshot {
 // list serves GET /v1/proxies.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	req, aerr := parseQuery(r.URL.Query(), paramNamespace, paramProvider, paramZone, paramRegion,
-		paramLabelSelector, paramHealthy, paramFormat, paramCredentials, paramPool, paramDomain)
+		paramLabelSelector, paramHealthy, paramFormat, paramCredentials, paramPool, paramDomain, paramDistinctEgress)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -34,6 +34,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	snap := s.snapshot(w, r)
 	if snap == nil || s.guardSaturation(w, r, snap, &req.filter, endpointList) {
 		return
+	}
+	if req.distinctEgress {
+		req.filter.only = snap.distinctEgress(&req.filter)
 	}
 	if req.credentials {
 		s.credentialed(w, r, req, snap.matching(&req.filter))

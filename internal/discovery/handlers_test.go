@@ -194,3 +194,44 @@ func TestWhoami(t *testing.T) {
 		t.Errorf("text: %q", rec.Body.String())
 	}
 }
+
+// ?distinctEgress=true lists one proxy per egress address, with the other filters and in
+// both formats; a proxy without a known address is listed as its own identity.
+func TestListDistinctEgress(t *testing.T) {
+	withEgress := func(e Entry, ip string) Entry { e.EgressIP = ip; return e }
+	src := newStaticSource(
+		withEgress(entry("crawl", "a", true, "kvm2-home", "eu", "eu-1", nil), "198.51.100.1"),
+		withEgress(entry("crawl", "b", true, "kvm2-home", "eu", "eu-1", nil), "198.51.100.1"),
+		withEgress(entry("crawl", "c", true, "kvm2-home", "eu", "eu-2", nil), "198.51.100.2"),
+		withEgress(entry("crawl", "d", false, "kvm2-home", "eu", "eu-2", nil), "198.51.100.3"),
+		entry("crawl", "e", true, "kvm2-home", "eu", "eu-2", nil),
+	)
+	h := newTestServer(t, src, Options{}).Handler()
+	_, body := get(t, h, "/v1/proxies?distinctEgress=true")
+	l := decodeList(t, body)
+	got := names(l)
+	if l.Count != 3 || (got != "crawl/a,crawl/c,crawl/e" && got != "crawl/b,crawl/c,crawl/e") {
+		t.Fatalf("distinctEgress=true: %q (count %d); want one of a and b, then c and e", got, l.Count)
+	}
+	for i := 0; i < 5; i++ {
+		if _, again := get(t, h, "/v1/proxies?distinctEgress=true"); names(decodeList(t, again)) != got {
+			t.Fatalf("the choice changed between requests: %q then %q", got, names(decodeList(t, again)))
+		}
+	}
+	if _, b := get(t, h, "/v1/proxies?distinctEgress=true&healthy=any&zone=eu-2"); names(decodeList(t, b)) != "crawl/c,crawl/d,crawl/e" {
+		t.Errorf("distinctEgress with zone and healthy=any: %q", names(decodeList(t, b)))
+	}
+	if _, b := get(t, h, "/v1/proxies?distinctEgress=true&format=text"); strings.Count(b, "\n") != 3 {
+		t.Errorf("distinctEgress text: %q, want 3 lines", b)
+	}
+	if _, b := get(t, h, "/v1/proxies?distinctEgress=false"); names(decodeList(t, b)) != "crawl/a,crawl/b,crawl/c,crawl/e" {
+		t.Errorf("distinctEgress=false: %q", names(decodeList(t, b)))
+	}
+	res, b := get(t, h, "/v1/proxies?distinctEgress=yes")
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(b, `invalid value \"yes\" for distinctEgress`) || !strings.Contains(b, `"parameter":"distinctEgress"`) {
+		t.Errorf("distinctEgress=yes: %d %s", res.StatusCode, b)
+	}
+	if res, b := get(t, h, "/v1/proxies/pick?key=k&distinctEgress=true"); res.StatusCode != http.StatusBadRequest || !strings.Contains(b, "unknown parameter") {
+		t.Errorf("pick with distinctEgress: %d %s (pick always spreads over egress addresses)", res.StatusCode, b)
+	}
+}

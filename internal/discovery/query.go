@@ -24,6 +24,8 @@ const (
 	paramCredentials   = "credentials"
 	paramPool          = "pool"
 	paramDomain        = "domain"
+	// paramDistinctEgress=true lists at most one proxy per egress address.
+	paramDistinctEgress = "distinctEgress"
 )
 
 const (
@@ -37,6 +39,8 @@ type request struct {
 	format      string
 	key         string
 	credentials bool // each URL with user:password@
+	// distinctEgress: one proxy per egress identity (Snapshot.distinctEgress).
+	distinctEgress bool
 }
 
 // parseQuery parses q for an endpoint that accepts the parameters in allowed.
@@ -93,6 +97,13 @@ func parseQuery(q url.Values, allowed ...string) (*request, *apiError) {
 		r.credentials = true
 	default:
 		return nil, badParam(paramCredentials, fmt.Sprintf("invalid value %q for credentials: use true or false (the default)", c))
+	}
+	switch d := q.Get(paramDistinctEgress); d {
+	case "", "false":
+	case "true":
+		r.distinctEgress = true
+	default:
+		return nil, badParam(paramDistinctEgress, fmt.Sprintf("invalid value %q for distinctEgress: use true or false (the default)", d))
 	}
 	switch f := q.Get(paramFormat); f {
 	case "", formatJSON:

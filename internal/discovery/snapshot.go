@@ -41,6 +41,9 @@ type item struct {
 	obj  []byte // the object and a newline, as pick serves it
 	line []byte
 	seed uint64
+	// egressSeed seeds the proxy's egress identity: its egress address when known,
+	// else seed (an identity of its own).
+	egressSeed uint64
 }
 
 // Snapshot is an immutable view of every published proxy, sorted by namespace and name.
@@ -71,6 +74,10 @@ func NewSnapshot(entries []Entry) *Snapshot {
 			panic(err)
 		}
 		s.items[i] = item{Entry: e, json: b, obj: append(b[:len(b):len(b)], '\n'), line: []byte(e.URL + "\n"), seed: nodeSeed(e.Namespace + "/" + e.Name)}
+		s.items[i].egressSeed = s.items[i].seed
+		if e.EgressIP != "" {
+			s.items[i].egressSeed = nodeSeed(e.EgressIP)
+		}
 	}
 	f := &filter{}
 	s.healthyJSON = s.appendJSON(nil, f)
@@ -92,11 +99,14 @@ type filter struct {
 	// site, from ?domain=, leaves out the proxies cooling for it at now.
 	site string
 	now  time.Time
+	// only, when not nil, admits only these items (?distinctEgress=true: one per
+	// egress identity, chosen by distinctEgress).
+	only map[*item]struct{}
 }
 
 func (f *filter) empty() bool {
 	return f.namespace == "" && f.provider == "" && f.zone == "" && f.region == "" && f.pool == "" &&
-		f.selector == nil && !f.anyHealth && !f.unhealthyOnly && f.site == ""
+		f.selector == nil && !f.anyHealth && !f.unhealthyOnly && f.site == "" && f.only == nil
 }
 
 func (f *filter) match(it *item) bool {
@@ -110,6 +120,11 @@ func (f *filter) match(it *item) bool {
 		f.pool != "" && f.pool != it.Pool,
 		f.site != "" && it.coolingFor(f.site, f.now):
 		return false
+	}
+	if f.only != nil {
+		if _, ok := f.only[it]; !ok {
+			return false
+		}
 	}
 	return f.selector == nil || f.selector.Matches(labels.Set(it.Labels))
 }
@@ -159,20 +174,55 @@ func (s *Snapshot) matching(f *filter) []*item {
 	return out
 }
 
-// pick returns the proxy that wins key among the items f matches (rendezvous hashing),
-// or nil when none matches. Ties go to the earlier item, so the answer is deterministic.
+// pick returns the proxy that wins key among the items f matches, or nil when none
+// matches: the egress identity with the highest score for key, then among the proxies
+// of that identity the one with the highest score (rendezvous.go). Ties go to the
+// earlier item, so the answer is deterministic.
 func (s *Snapshot) pick(key string, f *filter, skip map[*item]bool) *item {
 	k := hashString(key)
 	var best *item
-	var bestScore uint64
+	var bestIdentity, bestScore uint64
 	for i := range s.items {
 		it := &s.items[i]
 		if !f.match(it) || skip[it] {
 			continue
 		}
-		if sc := score(k, it.seed); best == nil || sc > bestScore {
-			best, bestScore = it, sc
+		id := score(k, it.egressSeed)
+		switch {
+		case best == nil || id > bestIdentity:
+			best, bestIdentity, bestScore = it, id, score(k, it.seed)
+		case id == bestIdentity && it.egressSeed == best.egressSeed:
+			if sc := score(k, it.seed); sc > bestScore {
+				best, bestScore = it, sc
+			}
 		}
 	}
 	return best
+}
+
+// distinctEgress is the set of items ?distinctEgress=true admits among those f matches:
+// for each egress identity, the proxy of that identity with the highest score for the
+// identity itself. The choice stays the same from request to request while the set does,
+// and a proxy joining an address displaces the chosen one only if it outscores it.
+func (s *Snapshot) distinctEgress(f *filter) map[*item]struct{} {
+	type choice struct {
+		it    *item
+		score uint64
+	}
+	best := map[uint64]choice{}
+	for i := range s.items {
+		it := &s.items[i]
+		if !f.match(it) {
+			continue
+		}
+		sc := score(it.egressSeed, it.seed)
+		if c, ok := best[it.egressSeed]; !ok || sc > c.score {
+			best[it.egressSeed] = choice{it, sc}
+		}
+	}
+	out := make(map[*item]struct{}, len(best))
+	for _, c := range best {
+		out[c.it] = struct{}{}
+	}
+	return out
 }
