@@ -310,6 +310,10 @@ type ProxyStatus struct {
 	// IP is the address to reach the proxy at.
 	// +optional
 	IP string `json:"ip,omitempty"`
+	// IPv6 is the instance's external IPv6 address, when its provider gives it one
+	// (gce with stackType IPV4_IPV6); ip stays the IPv4 address.
+	// +optional
+	IPv6 string `json:"ipv6,omitempty"`
 	// Healthy is true when the last probe through the proxy succeeded.
 	// +optional
 	Healthy bool `json:"healthy,omitempty"`

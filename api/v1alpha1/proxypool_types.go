@@ -31,6 +31,9 @@ const (
 	// PoolConditionPlacementValid is False when the template or a spread entry names a
 	// provider or zone the providers config lacks.
 	PoolConditionPlacementValid = "PlacementValid"
+	// PoolConditionEgressShared is True when two or more available children leave from
+	// one egress address (status.egressIP): to the sites they reach they are one proxy.
+	PoolConditionEgressShared = "EgressShared"
 )
 
 // Condition reasons on a ProxyPool.
@@ -55,6 +58,12 @@ const (
 	PoolReasonPlacementValid         = "Valid"
 	PoolReasonUnknownProvider        = "UnknownProvider"
 	PoolReasonUnknownZone            = "UnknownZone"
+	// PoolReasonSharedEgressIP (EgressShared=True): the message names each shared
+	// address and the children leaving from it.
+	PoolReasonSharedEgressIP = "SharedEgressIP"
+	// PoolReasonDistinctEgressIPs (EgressShared=False): no two available children share
+	// a known egress address.
+	PoolReasonDistinctEgressIPs = "DistinctEgressIPs"
 )
 
 // PoolDeletionOrder says which children go first when a pool has more than it needs.
@@ -262,7 +271,12 @@ type ProxyPoolStatus struct {
 	// complete.
 	// +optional
 	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
-	// Conditions: Available, Progressing and PlacementValid.
+	// DistinctEgressIPs counts the distinct egress addresses (status.egressIP, the
+	// address the health probe's target saw) among the available children. A child
+	// whose address is not known yet is not counted.
+	// +optional
+	DistinctEgressIPs int32 `json:"distinctEgressIPs"`
+	// Conditions: Available, Progressing, PlacementValid and EgressShared.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -282,6 +296,7 @@ type ProxyPoolStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`
 // +kubebuilder:printcolumn:name="Up-To-Date",type=integer,JSONPath=`.status.upToDateReplicas`
+// +kubebuilder:printcolumn:name="Egress IPs",type=integer,JSONPath=`.status.distinctEgressIPs`,description="Distinct egress addresses among the available children"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.conditions[?(@.type=="Progressing")].reason`,priority=1,description="The Progressing condition's reason: why a stalled pool cannot proceed (Stalled, ProgressDeadlineExceeded, CredentialsUnavailable, ...)"
 type ProxyPool struct {

@@ -317,6 +317,7 @@ func TestProxyPool(t *testing.T) {
 		{"EndpointSlice", testPoolEndpointSlice},
 		{"EndpointSliceShards", testPoolSliceShards},
 		{"Metrics", testPoolMetrics},
+		{"EgressIdentities", testPoolEgressIdentities},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, env) })
 	}

@@ -67,6 +67,7 @@ func (r *ProxyPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope)
 	}
 	s.setConditions(n)
 	recordPoolMetrics(s, n)
+	s.setEgressIdentities()
 	if equality.Semantic.DeepEqual(s.base.Status, pool.Status) {
 		return nil
 	}
