@@ -235,3 +235,39 @@ func TestListDistinctEgress(t *testing.T) {
 		t.Errorf("pick with distinctEgress: %d %s (pick always spreads over egress addresses)", res.StatusCode, b)
 	}
 }
+
+// ?ipFamily=6 lists and picks among the proxies with an IPv6 address, each by its IPv6
+// URL; 4, the default, by the IPv4 one.
+func TestIPFamily(t *testing.T) {
+	withV6 := func(e Entry, ip string) Entry { e.urlIPv6 = urlIPv6(ip, 3128); return e }
+	src := newStaticSource(
+		withV6(entry("crawl", "a", true, "gce-eu", "eu", "eu-1", nil), "2001:db8:1::"),
+		entry("crawl", "b", true, "gce-eu", "eu", "eu-1", nil),
+		withV6(entry("crawl", "c", false, "gce-eu", "eu", "eu-1", nil), "2001:db8:3::"),
+	)
+	h := newTestServer(t, src, Options{}).Handler()
+	for _, q := range []string{"", "?ipFamily=4"} {
+		_, body := get(t, h, "/v1/proxies"+q)
+		if l := decodeList(t, body); names(l) != "crawl/a,crawl/b" || !strings.HasPrefix(l.Proxies[0].URL, "http://10.0.") {
+			t.Errorf("/v1/proxies%s: %s", q, body)
+		}
+	}
+	_, body := get(t, h, "/v1/proxies?ipFamily=6")
+	l := decodeList(t, body)
+	if names(l) != "crawl/a" || l.Proxies[0].URL != "http://[2001:db8:1::]:3128" {
+		t.Errorf("ipFamily=6: %s", body)
+	}
+	if _, body := get(t, h, "/v1/proxies?ipFamily=6&healthy=any&format=text"); body != "http://[2001:db8:1::]:3128\nhttp://[2001:db8:3::]:3128\n" {
+		t.Errorf("ipFamily=6 text: %q", body)
+	}
+	if _, body := get(t, h, "/v1/proxies/pick?key=k&ipFamily=6&format=text"); body != "http://[2001:db8:1::]:3128\n" {
+		t.Errorf("pick ipFamily=6: %q", body)
+	}
+	if res, body := get(t, h, "/v1/proxies/pick?key=k&ipFamily=6&zone=eu-2"); res.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("pick ipFamily=6 matching none: %d %s", res.StatusCode, body)
+	}
+	res, b := get(t, h, "/v1/proxies?ipFamily=v6")
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(b, `invalid value \"v6\" for ipFamily: use 4 (the default) or 6`) {
+		t.Errorf("ipFamily=v6: %d %s", res.StatusCode, b)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -31,6 +32,9 @@ type Entry struct {
 	auth *v1alpha1.Proxy
 	// cooldowns is status.cooldowns, for ?domain=; never served.
 	cooldowns []v1alpha1.ProxyCooldown
+	// urlIPv6 is the URL over the proxy's IPv6 address (status.ipv6), "" without one;
+	// ?ipFamily=6 serves it as url.
+	urlIPv6 string
 }
 
 // item is an Entry with the per-request work done ahead of time: its JSON encoding,
@@ -57,10 +61,41 @@ type Snapshot struct {
 	byName, byURL map[string]*item
 	bySite        map[string][]*item
 	healthy       int
+	// ipv6 is the snapshot ?ipFamily=6 answers from: the proxies with an IPv6 address,
+	// each with its IPv6 URL as url.
+	ipv6 *Snapshot
 }
 
 // NewSnapshot builds a snapshot from entries; it takes ownership of the slice.
 func NewSnapshot(entries []Entry) *Snapshot {
+	var v6 []Entry
+	for _, e := range entries {
+		if e.urlIPv6 != "" {
+			e.URL, e.urlIPv6 = e.urlIPv6, ""
+			v6 = append(v6, e)
+		}
+	}
+	s := newSnapshot(entries)
+	s.ipv6 = newSnapshot(v6)
+	// Feedback names a proxy by the URL it was handed, of either family.
+	for i := range s.ipv6.items {
+		it := &s.ipv6.items[i]
+		if u := strings.ToLower(it.URL); s.byURL[u] == nil {
+			s.byURL[u] = s.byName[it.Namespace+"/"+it.Name]
+		}
+	}
+	return s
+}
+
+// family is the snapshot that answers for IP family 4 or 6.
+func (s *Snapshot) family(ipv6 bool) *Snapshot {
+	if ipv6 {
+		return s.ipv6
+	}
+	return s
+}
+
+func newSnapshot(entries []Entry) *Snapshot {
 	sort.Slice(entries, func(i, j int) bool {
 		if entries[i].Namespace != entries[j].Namespace {
 			return entries[i].Namespace < entries[j].Namespace
