@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func fixture() *staticSource {
@@ -269,5 +272,43 @@ func TestIPFamily(t *testing.T) {
 	res, b := get(t, h, "/v1/proxies?ipFamily=v6")
 	if res.StatusCode != http.StatusBadRequest || !strings.Contains(b, `invalid value \"v6\" for ipFamily: use 4 (the default) or 6`) {
 		t.Errorf("ipFamily=v6: %d %s", res.StatusCode, b)
+	}
+}
+
+// The IPv6 URLs work with the rest of the API: feedback names a proxy by the IPv6 URL it
+// was handed, ?domain= leaves out a proxy cooling for the site (its cooldowns are the
+// same whichever address it is reached at), and ?distinctEgress=true keeps one proxy per
+// egress address.
+func TestIPFamilyWithFeedbackDomainAndDistinctEgress(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	v6 := func(e Entry, ip, egress string) Entry {
+		e.urlIPv6, e.EgressIP = urlIPv6(ip, 3128), egress
+		return e
+	}
+	src := newStaticSource(
+		cool(v6(entry("crawl", "a", true, "gce-eu", "eu", "eu-1", nil), "2001:db8:a::", "198.51.100.1"), "example.com", clk.Now().Add(time.Hour)),
+		v6(entry("crawl", "b", true, "gce-eu", "eu", "eu-1", nil), "2001:db8:b::", "198.51.100.2"),
+		v6(entry("crawl", "c", true, "gce-eu", "eu", "eu-1", nil), "2001:db8:c::", "198.51.100.2"),
+		v6(entry("crawl", "d", true, "gce-eu", "eu", "eu-1", nil), "2001:db8:d::", "198.51.100.3"),
+	)
+	sk := &sink{}
+	h := newTestServer(t, src, Options{Feedback: sk, Clock: clk, MaxCoolingPercent: 50}).Handler()
+
+	res, body := post(t, h, "/v1/feedback", `{"reports":[{"proxy":"http://[2001:DB8:B::]:3128","domain":"example.org","outcome":"banned"}]}`)
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `"accepted":1`) || len(sk.got) != 1 || !strings.HasPrefix(sk.got[0], "crawl/b ") {
+		t.Errorf("feedback by IPv6 URL: %d %s, recorded %q", res.StatusCode, body, sk.got)
+	}
+	if _, body := get(t, h, "/v1/proxies?ipFamily=6&domain=example.com"); names(decodeList(t, body)) != "crawl/b,crawl/c,crawl/d" {
+		t.Errorf("ipFamily=6&domain=example.com: %s; want the cooling a left out", body)
+	}
+	_, body = get(t, h, "/v1/proxies?ipFamily=6&distinctEgress=true")
+	l := decodeList(t, body)
+	if got := names(l); got != "crawl/a,crawl/b,crawl/d" && got != "crawl/a,crawl/c,crawl/d" {
+		t.Errorf("ipFamily=6&distinctEgress=true: %s; want a, one of b and c, d", body)
+	}
+	for _, p := range l.Proxies {
+		if !strings.HasPrefix(p.URL, "http://[2001:db8:") {
+			t.Errorf("ipFamily=6 served %s by %s", p.Name, p.URL)
+		}
 	}
 }

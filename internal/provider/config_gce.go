@@ -293,7 +293,7 @@ func MixedFamilies(ranges []string) string {
 		return ""
 	}
 	return fmt.Sprintf("mixes IPv4 (%s) and IPv6 (%s) ranges, which one GCE firewall rule cannot hold; "+
-		"the provider's VMs have IPv4 addresses only, so list the IPv4 ranges", v4, v6)
+		"the rules the provider writes admit IPv4 sources only, so list the IPv4 ranges", v4, v6)
 }
 
 // gceZoneRegion is the region of a zone name (europe-west1-b: europe-west1).

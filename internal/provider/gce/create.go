@@ -163,7 +163,7 @@ func (p *Provider) dualStackHint(err error) error {
 	if msg := strings.ToLower(err.Error()); !strings.Contains(msg, "ipv6") && !strings.Contains(msg, "stacktype") {
 		return err
 	}
-	return fmt.Errorf("%w; gce.stackType IPV4_IPV6 needs subnetwork %s to be dual-stack (stack type IPV4_IPV6 with an external IPv6 range: "+
+	return fmt.Errorf("%w; with gce.stackType IPV4_IPV6 the subnetwork %s must be dual-stack (stack type IPV4_IPV6 with an external IPv6 range: "+
 		"gcloud compute networks subnets update --stack-type=IPV4_IPV6 --ipv6-access-type=EXTERNAL)", err, p.cfg.Subnetwork)
 }
 
