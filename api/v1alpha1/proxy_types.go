@@ -107,6 +107,11 @@ const (
 	// Secret and the key or line. The Proxy waits for the Secret, like
 	// CredentialsUnavailable.
 	ReasonEgressUnavailable = "EgressUnavailable"
+	// ReasonEgressMismatch (Healthy=False): the probe target saw the proxy's traffic
+	// leave from another address than the egressIP its WireGuard Secret states, so the
+	// traffic does not go through the exit it should (a leak, or the wrong exit). The
+	// proxy is out of rotation at once; the message names both addresses.
+	ReasonEgressMismatch = "EgressMismatch"
 )
 
 // Event reasons on a Proxy that are no condition reason.
