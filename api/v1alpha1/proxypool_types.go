@@ -34,6 +34,9 @@ const (
 	// PoolConditionEgressShared is True when two or more available children leave from
 	// one egress address (status.egressIP): to the sites they reach they are one proxy.
 	PoolConditionEgressShared = "EgressShared"
+	// PoolConditionEgressExhausted (only with spec.egress.wireguard) is True when the pool
+	// needs more children than it has free WireGuard configurations for.
+	PoolConditionEgressExhausted = "EgressExhausted"
 )
 
 // Condition reasons on a ProxyPool.
@@ -64,6 +67,12 @@ const (
 	// PoolReasonDistinctEgressIPs (EgressShared=False): no two available children share
 	// a known egress address.
 	PoolReasonDistinctEgressIPs = "DistinctEgressIPs"
+	// PoolReasonNoFreeEgress (EgressExhausted=True): the message says how many
+	// configurations the selector matches, how many are free and how many are needed.
+	PoolReasonNoFreeEgress = "NoFreeEgress"
+	// PoolReasonEgressAvailable (EgressExhausted=False): every child the pool wants has
+	// a configuration of its own.
+	PoolReasonEgressAvailable = "EgressAvailable"
 )
 
 // PoolDeletionOrder says which children go first when a pool has more than it needs.
@@ -220,6 +229,29 @@ type ProxyPoolSpec struct {
 	// /v1/feedback). Unset fields take the manager's flags.
 	// +optional
 	Bans *PoolBans `json:"bans,omitempty"`
+	// Egress hands each child an exit of its own.
+	// +optional
+	Egress *PoolEgress `json:"egress,omitempty"`
+}
+
+// PoolEgress says how a pool's children leave.
+type PoolEgress struct {
+	// WireGuard gives each child one WireGuard configuration of its own.
+	// +optional
+	WireGuard *PoolWireGuard `json:"wireguard,omitempty"`
+}
+
+// PoolWireGuard hands the pool's children WireGuard configurations from a set of Secrets.
+type PoolWireGuard struct {
+	// SecretSelector selects the WireGuard Secrets of the pool's namespace (each opted in
+	// with egress.hrajfrisbee.cz/proxy-credentials: "true" and holding wg0.conf, and
+	// optionally egressIP, as for spec.proxy.egress.wireguard.secretRef). Each new child
+	// is given one no other child of the pool holds, recorded in its
+	// spec.proxy.egress.wireguard.assignedSecretRef; with none free the pool makes no
+	// child and says so in EgressExhausted. The template must set
+	// spec.proxy.allowedSourceRanges.
+	// +required
+	SecretSelector metav1.LabelSelector `json:"secretSelector"`
 }
 
 // PoolBans tunes the cooldowns of a pool's children and discovery's guard against
@@ -276,7 +308,8 @@ type ProxyPoolStatus struct {
 	// whose address is not known yet is not counted.
 	// +optional
 	DistinctEgressIPs int32 `json:"distinctEgressIPs"`
-	// Conditions: Available, Progressing, PlacementValid and EgressShared.
+	// Conditions: Available, Progressing, PlacementValid, EgressShared and (with
+	// spec.egress.wireguard) EgressExhausted.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

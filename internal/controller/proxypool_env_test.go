@@ -318,6 +318,8 @@ func TestProxyPool(t *testing.T) {
 		{"EndpointSliceShards", testPoolSliceShards},
 		{"Metrics", testPoolMetrics},
 		{"EgressIdentities", testPoolEgressIdentities},
+		{"WireGuardAssignment", testPoolWireGuardAssignment},
+		{"WireGuardNoMatch", testPoolWireGuardNoMatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, env) })
 	}
