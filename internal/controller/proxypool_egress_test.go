@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -168,4 +169,35 @@ func testPoolWireGuardNoMatch(t *testing.T, env *testenv.Env) {
 	if kids := e.children("nomatch"); len(kids) != 0 {
 		t.Errorf("%d children without a configuration, want none", len(kids))
 	}
+}
+
+// Without a free configuration a rollout cannot surge: with maxUnavailable 0 it waits
+// (EgressExhausted=True); with maxUnavailable 1 it replaces delete-first, the successor
+// taking the configuration its predecessor freed.
+func testPoolWireGuardDeleteFirst(t *testing.T, env *testenv.Env) {
+	e := newPoolEnv(t, env)
+	e.exitSecret("exit-1")
+	e.exitSecret("exit-2")
+	e.createSettled(e.wireGuardPool("df", 2, map[string]string{"exits": "news"}))
+	before := names(e.children("df"))
+	e.update("df", func(p *v1alpha1.ProxyPool) { p.Spec.Template.Metadata.Labels["team"] = "sports" })
+	e.waitPool("df", "EgressExhausted=True for the surge child", egressExhausted(metav1.ConditionTrue, v1alpha1.PoolReasonNoFreeEgress,
+		"has 0 free WireGuard configurations and needs 1"))
+	if got := names(e.children("df")); !slices.Equal(got, before) {
+		t.Fatalf("children %v with maxUnavailable 0 and no free configuration, want %v untouched", got, before)
+	}
+	one := intstr.FromInt32(1)
+	e.update("df", func(p *v1alpha1.ProxyPool) { p.Spec.Strategy.RollingUpdate.MaxUnavailable = &one })
+	e.waitPool("df", "rolled out delete-first", func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+		assignments(t, kids)
+		if len(kids) != 2 || p.Status.UpToDateReplicas != 2 || p.Status.AvailableReplicas != 2 {
+			return false
+		}
+		for _, k := range kids {
+			if slices.Contains(before, k.Name) {
+				return false
+			}
+		}
+		return egressExhausted(metav1.ConditionFalse, v1alpha1.PoolReasonEgressAvailable)(p, kids)
+	})
 }

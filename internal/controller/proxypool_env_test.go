@@ -320,6 +320,7 @@ func TestProxyPool(t *testing.T) {
 		{"EgressIdentities", testPoolEgressIdentities},
 		{"WireGuardAssignment", testPoolWireGuardAssignment},
 		{"WireGuardNoMatch", testPoolWireGuardNoMatch},
+		{"WireGuardDeleteFirst", testPoolWireGuardDeleteFirst},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, env) })
 	}
