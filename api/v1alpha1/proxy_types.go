@@ -131,6 +131,11 @@ const (
 	// Secret and the key or line. The Proxy waits for the Secret, like
 	// CredentialsUnavailable.
 	ReasonEgressUnavailable = "EgressUnavailable"
+	// ReasonEgressMismatch (Healthy=False): the probe target saw the proxy's traffic
+	// leave from another address than the egressIP its WireGuard Secret states, so the
+	// traffic does not go through the exit it should (a leak, or the wrong exit). The
+	// proxy is out of rotation at once; the message names both addresses.
+	ReasonEgressMismatch = "EgressMismatch"
 )
 
 // Event reasons on a Proxy that are no condition reason.
@@ -334,6 +339,10 @@ type ProxyStatus struct {
 	// IP is the address to reach the proxy at.
 	// +optional
 	IP string `json:"ip,omitempty"`
+	// IPv6 is the instance's external IPv6 address, when its provider gives it one
+	// (gce with stackType IPV4_IPV6); ip stays the IPv4 address.
+	// +optional
+	IPv6 string `json:"ipv6,omitempty"`
 	// Healthy is true when the last probe through the proxy succeeded.
 	// +optional
 	Healthy bool `json:"healthy,omitempty"`

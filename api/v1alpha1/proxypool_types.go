@@ -35,6 +35,12 @@ const (
 	// PoolConditionPlacementValid is False when the template or a spread entry names a
 	// provider or zone the providers config lacks.
 	PoolConditionPlacementValid = "PlacementValid"
+	// PoolConditionEgressShared is True when two or more available children leave from
+	// one egress address (status.egressIP): to the sites they reach they are one proxy.
+	PoolConditionEgressShared = "EgressShared"
+	// PoolConditionEgressExhausted (only with spec.egress.wireguard) is True when the pool
+	// needs more children than it has free WireGuard configurations for.
+	PoolConditionEgressExhausted = "EgressExhausted"
 	// PoolConditionSaturated is True while some sites have more of the pool's serving
 	// children cooling for them than maxCoolingPercent allows: discovery answers 503 to
 	// ?pool= requests for those sites. Its message names the worst few.
@@ -69,6 +75,18 @@ const (
 	PoolReasonPlacementValid         = "Valid"
 	PoolReasonUnknownProvider        = "UnknownProvider"
 	PoolReasonUnknownZone            = "UnknownZone"
+	// PoolReasonSharedEgressIP (EgressShared=True): the message names each shared
+	// address and the children leaving from it.
+	PoolReasonSharedEgressIP = "SharedEgressIP"
+	// PoolReasonDistinctEgressIPs (EgressShared=False): no two available children share
+	// a known egress address.
+	PoolReasonDistinctEgressIPs = "DistinctEgressIPs"
+	// PoolReasonNoFreeEgress (EgressExhausted=True): the message says how many
+	// configurations the selector matches, how many are free and how many are needed.
+	PoolReasonNoFreeEgress = "NoFreeEgress"
+	// PoolReasonEgressAvailable (EgressExhausted=False): every child the pool wants has
+	// a configuration of its own.
+	PoolReasonEgressAvailable = "EgressAvailable"
 )
 
 // PoolDeletionOrder says which children go first when a pool has more than it needs.
@@ -181,6 +199,7 @@ type PoolService struct {
 // ProxyPoolSpec is what the user asks for.
 // +kubebuilder:validation:XValidation:rule="!((type(self.strategy.rollingUpdate.maxSurge) == int ? self.strategy.rollingUpdate.maxSurge == 0 : self.strategy.rollingUpdate.maxSurge == '0%') && (type(self.strategy.rollingUpdate.maxUnavailable) == int ? self.strategy.rollingUpdate.maxUnavailable == 0 : self.strategy.rollingUpdate.maxUnavailable == '0%'))",message="spec.strategy.rollingUpdate: maxSurge and maxUnavailable cannot both be 0: nothing could ever be replaced"
 // +kubebuilder:validation:XValidation:rule="(has(self.template.spec.provider) && size(self.template.spec.provider) > 0) || (has(self.spread) && size(self.spread) > 0 && self.spread.all(e, has(e.provider) && size(e.provider) > 0))",message="spec.template.spec.provider is required unless every spread entry sets a provider"
+// +kubebuilder:validation:XValidation:rule="!has(self.egress) || !has(self.egress.wireguard) || (has(self.template.spec.proxy) && has(self.template.spec.proxy.allowedSourceRanges) && size(self.template.spec.proxy.allowedSourceRanges) > 0)",fieldPath=".egress.wireguard",message="needs spec.template.spec.proxy.allowedSourceRanges: each child gets a spec.proxy (its WireGuard configuration), and a Managed Proxy with spec.proxy must list the networks the crawlers and the operator's probes come from"
 // +kubebuilder:validation:XValidation:rule="!has(self.template.spec.proxy) || !has(self.template.spec.proxy.egress) || !has(self.template.spec.proxy.egress.wireguard)",fieldPath=".template.spec.proxy.egress.wireguard",message="is set: every child would use the same WireGuard configuration, and two peers with one key break each other's tunnel; give each standalone Proxy a Secret of its own instead"
 type ProxyPoolSpec struct {
 	// Replicas is how many child Proxies the pool keeps.
@@ -225,6 +244,29 @@ type ProxyPoolSpec struct {
 	// /v1/feedback). Unset fields take the manager's flags.
 	// +optional
 	Bans *PoolBans `json:"bans,omitempty"`
+	// Egress hands each child an exit of its own.
+	// +optional
+	Egress *PoolEgress `json:"egress,omitempty"`
+}
+
+// PoolEgress says how a pool's children leave.
+type PoolEgress struct {
+	// WireGuard gives each child one WireGuard configuration of its own.
+	// +optional
+	WireGuard *PoolWireGuard `json:"wireguard,omitempty"`
+}
+
+// PoolWireGuard hands the pool's children WireGuard configurations from a set of Secrets.
+type PoolWireGuard struct {
+	// SecretSelector selects the WireGuard Secrets of the pool's namespace (each opted in
+	// with egress.hrajfrisbee.cz/proxy-credentials: "true" and holding wg0.conf, and
+	// optionally egressIP, as for spec.proxy.egress.wireguard.secretRef). Each new child
+	// is given one no other child of the pool holds, recorded in its
+	// spec.proxy.egress.wireguard.assignedSecretRef; with none free the pool makes no
+	// child and says so in EgressExhausted. The template must set
+	// spec.proxy.allowedSourceRanges.
+	// +required
+	SecretSelector metav1.LabelSelector `json:"secretSelector"`
 }
 
 // PoolBans tunes the cooldowns of a pool's children and discovery's guard against
@@ -292,7 +334,13 @@ type ProxyPoolStatus struct {
 	// complete.
 	// +optional
 	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
-	// Conditions: Available, Progressing and PlacementValid.
+	// DistinctEgressIPs counts the distinct egress addresses (status.egressIP, the
+	// address the health probe's target saw) among the available children. A child
+	// whose address is not known yet is not counted.
+	// +optional
+	DistinctEgressIPs int32 `json:"distinctEgressIPs"`
+	// Conditions: Available, Progressing, PlacementValid, EgressShared and (with
+	// spec.egress.wireguard) EgressExhausted.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -312,6 +360,7 @@ type ProxyPoolStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`
 // +kubebuilder:printcolumn:name="Up-To-Date",type=integer,JSONPath=`.status.upToDateReplicas`
+// +kubebuilder:printcolumn:name="Egress IPs",type=integer,JSONPath=`.status.distinctEgressIPs`,description="Distinct egress addresses among the available children"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.conditions[?(@.type=="Progressing")].reason`,priority=1,description="The Progressing condition's reason: why a stalled pool cannot proceed (Stalled, ProgressDeadlineExceeded, CredentialsUnavailable, ...)"
 type ProxyPool struct {

@@ -229,6 +229,24 @@ func TestInstanceWithoutAddressStaysProvisioning(t *testing.T) {
 	}
 }
 
+// An instance's external IPv6 (gce with stackType IPV4_IPV6) lands in status.ipv6 beside
+// status.ip, written by the reconciler with the rest of its fields.
+func TestInstanceIPv6InStatus(t *testing.T) {
+	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.PollInterval = 200e6 })
+	e.fake.SetIPFunc(func(provider.CreateRequest) string { return "" })
+	px := e.create(e.newProxy("dual"))
+	e.waitProxy("dual", "Provisioning waiting for an address", func(p *v1alpha1.Proxy) bool {
+		return p.Status.Phase == v1alpha1.PhaseProvisioning && p.Status.ProviderID != ""
+	})
+	inst, _ := e.fake.Instance(providertest.ProviderID(px.InstanceName()))
+	inst.IP, inst.IPv6 = "203.0.113.9", "2001:db8:9::"
+	e.fake.SetInstance(inst)
+	got := e.waitPhase("dual", v1alpha1.PhaseRunning)
+	if got.Status.IP != "203.0.113.9" || got.Status.IPv6 != "2001:db8:9::" {
+		t.Errorf("status ip %q, ipv6 %q; want the instance's 203.0.113.9 and 2001:db8:9::", got.Status.IP, got.Status.IPv6)
+	}
+}
+
 // The health engine writes between the reconciler's read and its write: the reconciler's
 // write conflicts, the Proxy is reconciled again from a fresh copy, and both writers'
 // fields survive.

@@ -48,11 +48,11 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.
 		switch {
 		case errors.Is(err, provider.ErrPreempted):
 			preempted(s, err)
-			px.Status.ProviderID, px.Status.IP = "", ""
+			px.Status.ProviderID, px.Status.IP, px.Status.IPv6 = "", "", ""
 		case errors.Is(err, provider.ErrNotFound):
 			s.event(corev1.EventTypeWarning, EventInstanceGone, actionGet,
 				"instance %s is gone from provider %s; creating it again", id, px.Spec.Provider)
-			px.Status.ProviderID, px.Status.IP = "", ""
+			px.Status.ProviderID, px.Status.IP, px.Status.IPv6 = "", "", ""
 		case err != nil:
 			return r.providerError(s, actionGet, fmt.Errorf("getting instance %s: %w", id, err), false)
 		default:
@@ -116,6 +116,7 @@ func (r *ProxyReconciler) replace(ctx context.Context, s *scope, p provider.Prov
 		return fmt.Errorf("deleting instance %s for replacement: %w", id, err)
 	}
 	px.Status.ProviderID, px.Status.IP, px.Status.SpecHash, px.Status.RenderedHash = "", "", "", ""
+	px.Status.IPv6 = ""
 	px.Status.ObservedReplace = px.Annotations[v1alpha1.ReplaceAnnotation]
 	return nil
 }
@@ -127,7 +128,7 @@ func (r *ProxyReconciler) observe(s *scope, inst provider.Instance) ctrl.Result 
 		return ctrl.Result{RequeueAfter: min(orDefault(r.PollInterval, DefaultPollInterval), left)}
 	}
 	px.Status.ProviderID = inst.ProviderID
-	px.Status.IP = inst.IP
+	px.Status.IP, px.Status.IPv6 = inst.IP, inst.IPv6
 	if inst.State != provider.StateRunning || inst.IP == "" {
 		msg := fmt.Sprintf("instance %s is %s; waiting for it to run and report an address", inst.Name, strings.ToLower(orState(inst.State)))
 		if inst.State == provider.StateRunning {

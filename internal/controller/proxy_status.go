@@ -111,7 +111,7 @@ var reconcilerConditions = []string{v1alpha1.ConditionProvisioned, v1alpha1.Cond
 // The health engine's part is healthStatusOf in internal/health.
 func proxyStatusOf(st *v1alpha1.ProxyStatus) *v1alpha1.ProxyStatus {
 	own := &v1alpha1.ProxyStatus{
-		Phase: st.Phase, ProviderID: st.ProviderID, IP: st.IP, SpecHash: st.SpecHash, RenderedHash: st.RenderedHash,
+		Phase: st.Phase, ProviderID: st.ProviderID, IP: st.IP, IPv6: st.IPv6, SpecHash: st.SpecHash, RenderedHash: st.RenderedHash,
 		CredentialsSecret: st.CredentialsSecret, ObservedReplace: st.ObservedReplace,
 		ObservedGeneration: st.ObservedGeneration, Message: st.Message,
 	}

@@ -55,6 +55,8 @@ type poolScope struct {
 	deadline time.Duration // progressDeadlineSeconds
 	// progressAt is when the pool last saw progress (status.lastProgressTime).
 	progressAt time.Time
+	// egress: the WireGuard configurations to hand out (spec.egress.wireguard), or nil.
+	egress *poolEgress
 }
 
 // placement is where a child goes: its provider and zone.
@@ -161,6 +163,9 @@ func (r *ProxyPoolReconciler) observe(ctx context.Context, pool *v1alpha1.ProxyP
 		}
 		s.children = append(s.children, px)
 		s.info = append(s.info, s.classify(px))
+	}
+	if err := r.observeEgress(ctx, s); err != nil {
+		return nil, err
 	}
 	s.trackProgress()
 	return s, nil
@@ -327,7 +332,8 @@ func (r *ProxyPoolReconciler) act(ctx context.Context, s *poolScope) error {
 	var at []placement
 	counts := s.entryCounts()
 	weights := s.weights()
-	for n := 0; n < s.plan.create; n++ {
+	create := s.egress.capCreate(s.plan.create) // EgressExhausted says why not all
+	for n := 0; n < create; n++ {
 		e := pickSpread(counts, weights, s.usable)
 		if e < 0 {
 			break // PlacementValid says why
@@ -336,6 +342,7 @@ func (r *ProxyPoolReconciler) act(ctx context.Context, s *poolScope) error {
 		if err != nil {
 			return err
 		}
+		s.egress.assign(px)
 		counts[e]++
 		batch, at = append(batch, px), append(at, s.placements[e])
 	}

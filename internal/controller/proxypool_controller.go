@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -80,8 +81,9 @@ func indexPoolSecretRef(obj client.Object) []string {
 	return []string{string(t.Proxy.BasicAuth.SecretRef.Name)}
 }
 
-// poolsForSecret maps a Secret to the pools of its namespace whose template names it: a
-// rotated password changes their template hash.
+// poolsForSecret maps a Secret to the pools of its namespace whose template names it (a
+// rotated password changes their template hash) and those whose
+// spec.egress.wireguard.secretSelector matches it.
 func (r *ProxyPoolReconciler) poolsForSecret(ctx context.Context, sec client.Object) []reconcile.Request {
 	list := &v1alpha1.ProxyPoolList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(sec.GetNamespace()), client.MatchingFields{PoolSecretRefIndex: sec.GetName()}); err != nil {
@@ -91,6 +93,11 @@ func (r *ProxyPoolReconciler) poolsForSecret(ctx context.Context, sec client.Obj
 	reqs := make([]reconcile.Request, 0, len(list.Items))
 	for i := range list.Items {
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	for _, key := range r.poolsForWireGuardSecret(ctx, sec) {
+		if !slices.ContainsFunc(reqs, func(q reconcile.Request) bool { return q.NamespacedName == key }) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: key})
+		}
 	}
 	return reqs
 }

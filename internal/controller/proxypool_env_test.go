@@ -336,6 +336,10 @@ func TestProxyPool(t *testing.T) {
 		{"EndpointSlice", testPoolEndpointSlice},
 		{"EndpointSliceShards", testPoolSliceShards},
 		{"Metrics", testPoolMetrics},
+		{"EgressIdentities", testPoolEgressIdentities},
+		{"WireGuardAssignment", testPoolWireGuardAssignment},
+		{"WireGuardNoMatch", testPoolWireGuardNoMatch},
+		{"WireGuardDeleteFirst", testPoolWireGuardDeleteFirst},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, env) })
 	}

@@ -68,6 +68,8 @@ func (r *ProxyPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope)
 	}
 	s.setConditions(n)
 	recordPoolMetrics(s, n)
+	s.setEgressIdentities()
+	s.setEgressExhausted()
 	if equality.Semantic.DeepEqual(s.base.Status, pool.Status) {
 		return nil
 	}

@@ -53,6 +53,13 @@ func testPoolValidation(t *testing.T, env *testenv.Env) {
 		{"negative unavailable", func(s *v1alpha1.ProxyPoolSpec) {
 			s.Strategy.RollingUpdate.MaxUnavailable = is(intstr.FromInt32(-1))
 		}, "maxUnavailable must be a non-negative number or a percentage"},
+		{"wireguard exits without allowedSourceRanges", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Egress = &v1alpha1.PoolEgress{WireGuard: &v1alpha1.PoolWireGuard{SecretSelector: metav1.LabelSelector{MatchLabels: map[string]string{"exits": "news"}}}}
+		}, "spec.egress.wireguard: Invalid value: needs spec.template.spec.proxy.allowedSourceRanges"},
+		{"wireguard exits", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Egress = &v1alpha1.PoolEgress{WireGuard: &v1alpha1.PoolWireGuard{SecretSelector: metav1.LabelSelector{MatchLabels: map[string]string{"exits": "news"}}}}
+			s.Template.Spec.Proxy = &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"10.0.0.0/8"}}
+		}, ""},
 		{"unknown deletion order", func(s *v1alpha1.ProxyPoolSpec) { s.Deletion.Order = "Youngest" }, `Unsupported value: "Youngest"`},
 		{"zero maxAge", func(s *v1alpha1.ProxyPoolSpec) { s.Rotation.MaxAge = &metav1.Duration{} }, "rotation.maxAge must be a positive duration"},
 		{"jitter over 100%", func(s *v1alpha1.ProxyPoolSpec) { s.Rotation.Jitter = "150%" }, "spec.rotation.jitter"},

@@ -38,9 +38,9 @@ var childPredicate = predicate.TypedFuncs[*v1alpha1.Proxy]{
 // childChangeMatters: whether going from old to new changes anything the pool decides or
 // publishes from: the child's spec (its generation), deletion timestamp, owner, pool and
 // template-hash labels, cordon and born annotations, phase, healthy flag, address and
-// message, whether it has ever been probed successfully, its Healthy condition (status,
-// reason, message and transition time) and whether ConfigOutdated is true. Probe times,
-// latencies, failure counts, egress address, hashes and the other conditions do not.
+// message, egress address, whether it has ever been probed successfully, its Healthy
+// condition (status, reason, message and transition time) and whether ConfigOutdated is
+// true. Probe times, latencies, failure counts, hashes and the other conditions do not.
 func childChangeMatters(old, new *v1alpha1.Proxy) bool {
 	return childView(old) != childView(new)
 }
@@ -55,6 +55,7 @@ type poolChildView struct {
 	phase          v1alpha1.ProxyPhase
 	healthy        bool
 	ip, message    string
+	egressIP       string
 	probed         bool
 	healthyCond    metav1.Condition
 	configOutdated bool
@@ -71,6 +72,7 @@ func childView(px *v1alpha1.Proxy) poolChildView {
 		phase:          px.Status.Phase,
 		healthy:        px.Status.Healthy,
 		ip:             px.Status.IP,
+		egressIP:       px.Status.EgressIP,
 		message:        px.Status.Message,
 		probed:         px.Status.ProbeLatencyMilliseconds > 0,
 		configOutdated: meta.IsStatusConditionTrue(px.Status.Conditions, v1alpha1.ConditionConfigOutdated),

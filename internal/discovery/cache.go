@@ -101,7 +101,7 @@ func sameEntry(a, b *v1alpha1.Proxy) bool {
 	}
 	return ea.Name == eb.Name && ea.Namespace == eb.Namespace && ea.URL == eb.URL && ea.Mode == eb.Mode &&
 		ea.Provider == eb.Provider && ea.Region == eb.Region && ea.Zone == eb.Zone && ea.Pool == eb.Pool &&
-		ea.Healthy == eb.Healthy && ea.EgressIP == eb.EgressIP && maps.Equal(ea.Labels, eb.Labels) &&
+		ea.Healthy == eb.Healthy && ea.EgressIP == eb.EgressIP && ea.urlIPv6 == eb.urlIPv6 && maps.Equal(ea.Labels, eb.Labels) &&
 		equality.Semantic.DeepEqual(ea.auth, eb.auth) && equality.Semantic.DeepEqual(ea.cooldowns, eb.cooldowns)
 }
 
@@ -140,7 +140,16 @@ func EntryFor(px *v1alpha1.Proxy) (Entry, bool) {
 			px.Annotations[v1alpha1.CordonAnnotation] != "true",
 		EgressIP: st.EgressIP,
 		Labels:   lbl,
+		urlIPv6:  urlIPv6(st.IPv6, port),
 	}, true
+}
+
+// urlIPv6 is the proxy's URL over its IPv6 address, or "" without one.
+func urlIPv6(ip string, port int32) string {
+	if ip == "" {
+		return ""
+	}
+	return "http://" + net.JoinHostPort(ip, strconv.Itoa(int(port)))
 }
 
 // authOf is the part of px its credentials lookup reads, or nil when its proxy demands no

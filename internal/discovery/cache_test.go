@@ -149,7 +149,7 @@ func TestCacheSource(t *testing.T) {
 // Only changes the API shows rebuild the snapshot: the health engine's per-round writes
 // (lastProbeTime, latency, the condition's message) do not.
 func TestSameEntry(t *testing.T) {
-	if n := reflect.TypeOf(Entry{}).NumField(); n != 13 {
+	if n := reflect.TypeOf(Entry{}).NumField(); n != 14 {
 		t.Fatalf("Entry has %d fields; compare the new ones in sameEntry and count them here", n)
 	}
 	base := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "p", Labels: map[string]string{"a": "b"}},
@@ -168,6 +168,7 @@ func TestSameEntry(t *testing.T) {
 		"ip":                        {func(p *v1alpha1.Proxy) { p.Status.IP = "192.0.2.2" }, false},
 		"ip cleared":                {func(p *v1alpha1.Proxy) { p.Status.IP = "" }, false},
 		"egress":                    {func(p *v1alpha1.Proxy) { p.Status.EgressIP = "" }, false},
+		"ipv6":                      {func(p *v1alpha1.Proxy) { p.Status.IPv6 = "2001:db8::1" }, false},
 		"label":                     {func(p *v1alpha1.Proxy) { p.Labels["a"] = "c" }, false},
 		"port":                      {func(p *v1alpha1.Proxy) { p.Spec.Port = 8080 }, false},
 		"zone":                      {func(p *v1alpha1.Proxy) { p.Spec.Placement.Zone = "y" }, false},

@@ -78,7 +78,7 @@ func (s *Server) credentialed(w http.ResponseWriter, r *http.Request, req *reque
 	}
 	// The same encoding as the list without credentials, over the entries as they are,
 	// and the proxies left out.
-	b := NewSnapshot(entries).appendJSON(nil, &filter{anyHealth: true})
+	b := newSnapshot(entries).appendJSON(nil, &filter{anyHealth: true})
 	b = append(b[:len(b)-len("}\n")], `,"credentialsUnavailable":`...)
 	b = strconv.AppendInt(b, int64(len(failed)), 10)
 	if len(failed) > 0 {

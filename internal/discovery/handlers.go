@@ -22,7 +22,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) *Snapshot {
 // list serves GET /v1/proxies.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	req, aerr := parseQuery(r.URL.Query(), paramNamespace, paramProvider, paramZone, paramRegion,
-		paramLabelSelector, paramHealthy, paramFormat, paramCredentials, paramPool, paramDomain)
+		paramLabelSelector, paramHealthy, paramFormat, paramCredentials, paramPool, paramDomain, paramDistinctEgress, paramIPFamily)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -32,8 +32,15 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	snap := s.snapshot(w, r)
-	if snap == nil || s.guardSaturation(w, r, snap, &req.filter, endpointList) {
+	if snap == nil {
 		return
+	}
+	snap = snap.family(req.ipv6)
+	if s.guardSaturation(w, r, snap, &req.filter, endpointList) {
+		return
+	}
+	if req.distinctEgress {
+		req.filter.only = snap.distinctEgress(&req.filter)
 	}
 	if req.credentials {
 		s.credentialed(w, r, req, snap.matching(&req.filter))
@@ -62,7 +69,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 // key while it stays healthy.
 func (s *Server) pick(w http.ResponseWriter, r *http.Request) {
 	req, aerr := parseQuery(r.URL.Query(), paramKey, paramNamespace, paramProvider, paramZone, paramRegion,
-		paramLabelSelector, paramFormat, paramCredentials, paramPool, paramDomain)
+		paramLabelSelector, paramFormat, paramCredentials, paramPool, paramDomain, paramIPFamily)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -79,7 +86,11 @@ func (s *Server) pick(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	snap := s.snapshot(w, r)
-	if snap == nil || s.guardSaturation(w, r, snap, &req.filter, endpointPick) {
+	if snap == nil {
+		return
+	}
+	snap = snap.family(req.ipv6)
+	if s.guardSaturation(w, r, snap, &req.filter, endpointPick) {
 		return
 	}
 	if req.credentials {

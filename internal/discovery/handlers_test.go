@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func fixture() *staticSource {
@@ -192,5 +195,120 @@ func TestWhoami(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	if rec.Body.String() != "2001:db8::1\n" {
 		t.Errorf("text: %q", rec.Body.String())
+	}
+}
+
+// ?distinctEgress=true lists one proxy per egress address, with the other filters and in
+// both formats; a proxy without a known address is listed as its own identity.
+func TestListDistinctEgress(t *testing.T) {
+	withEgress := func(e Entry, ip string) Entry { e.EgressIP = ip; return e }
+	src := newStaticSource(
+		withEgress(entry("crawl", "a", true, "kvm2-home", "eu", "eu-1", nil), "198.51.100.1"),
+		withEgress(entry("crawl", "b", true, "kvm2-home", "eu", "eu-1", nil), "198.51.100.1"),
+		withEgress(entry("crawl", "c", true, "kvm2-home", "eu", "eu-2", nil), "198.51.100.2"),
+		withEgress(entry("crawl", "d", false, "kvm2-home", "eu", "eu-2", nil), "198.51.100.3"),
+		entry("crawl", "e", true, "kvm2-home", "eu", "eu-2", nil),
+	)
+	h := newTestServer(t, src, Options{}).Handler()
+	_, body := get(t, h, "/v1/proxies?distinctEgress=true")
+	l := decodeList(t, body)
+	got := names(l)
+	if l.Count != 3 || (got != "crawl/a,crawl/c,crawl/e" && got != "crawl/b,crawl/c,crawl/e") {
+		t.Fatalf("distinctEgress=true: %q (count %d); want one of a and b, then c and e", got, l.Count)
+	}
+	for i := 0; i < 5; i++ {
+		if _, again := get(t, h, "/v1/proxies?distinctEgress=true"); names(decodeList(t, again)) != got {
+			t.Fatalf("the choice changed between requests: %q then %q", got, names(decodeList(t, again)))
+		}
+	}
+	if _, b := get(t, h, "/v1/proxies?distinctEgress=true&healthy=any&zone=eu-2"); names(decodeList(t, b)) != "crawl/c,crawl/d,crawl/e" {
+		t.Errorf("distinctEgress with zone and healthy=any: %q", names(decodeList(t, b)))
+	}
+	if _, b := get(t, h, "/v1/proxies?distinctEgress=true&format=text"); strings.Count(b, "\n") != 3 {
+		t.Errorf("distinctEgress text: %q, want 3 lines", b)
+	}
+	if _, b := get(t, h, "/v1/proxies?distinctEgress=false"); names(decodeList(t, b)) != "crawl/a,crawl/b,crawl/c,crawl/e" {
+		t.Errorf("distinctEgress=false: %q", names(decodeList(t, b)))
+	}
+	res, b := get(t, h, "/v1/proxies?distinctEgress=yes")
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(b, `invalid value \"yes\" for distinctEgress`) || !strings.Contains(b, `"parameter":"distinctEgress"`) {
+		t.Errorf("distinctEgress=yes: %d %s", res.StatusCode, b)
+	}
+	if res, b := get(t, h, "/v1/proxies/pick?key=k&distinctEgress=true"); res.StatusCode != http.StatusBadRequest || !strings.Contains(b, "unknown parameter") {
+		t.Errorf("pick with distinctEgress: %d %s (pick always spreads over egress addresses)", res.StatusCode, b)
+	}
+}
+
+// ?ipFamily=6 lists and picks among the proxies with an IPv6 address, each by its IPv6
+// URL; 4, the default, by the IPv4 one.
+func TestIPFamily(t *testing.T) {
+	withV6 := func(e Entry, ip string) Entry { e.urlIPv6 = urlIPv6(ip, 3128); return e }
+	src := newStaticSource(
+		withV6(entry("crawl", "a", true, "gce-eu", "eu", "eu-1", nil), "2001:db8:1::"),
+		entry("crawl", "b", true, "gce-eu", "eu", "eu-1", nil),
+		withV6(entry("crawl", "c", false, "gce-eu", "eu", "eu-1", nil), "2001:db8:3::"),
+	)
+	h := newTestServer(t, src, Options{}).Handler()
+	for _, q := range []string{"", "?ipFamily=4"} {
+		_, body := get(t, h, "/v1/proxies"+q)
+		if l := decodeList(t, body); names(l) != "crawl/a,crawl/b" || !strings.HasPrefix(l.Proxies[0].URL, "http://10.0.") {
+			t.Errorf("/v1/proxies%s: %s", q, body)
+		}
+	}
+	_, body := get(t, h, "/v1/proxies?ipFamily=6")
+	l := decodeList(t, body)
+	if names(l) != "crawl/a" || l.Proxies[0].URL != "http://[2001:db8:1::]:3128" {
+		t.Errorf("ipFamily=6: %s", body)
+	}
+	if _, body := get(t, h, "/v1/proxies?ipFamily=6&healthy=any&format=text"); body != "http://[2001:db8:1::]:3128\nhttp://[2001:db8:3::]:3128\n" {
+		t.Errorf("ipFamily=6 text: %q", body)
+	}
+	if _, body := get(t, h, "/v1/proxies/pick?key=k&ipFamily=6&format=text"); body != "http://[2001:db8:1::]:3128\n" {
+		t.Errorf("pick ipFamily=6: %q", body)
+	}
+	if res, body := get(t, h, "/v1/proxies/pick?key=k&ipFamily=6&zone=eu-2"); res.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("pick ipFamily=6 matching none: %d %s", res.StatusCode, body)
+	}
+	res, b := get(t, h, "/v1/proxies?ipFamily=v6")
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(b, `invalid value \"v6\" for ipFamily: use 4 (the default) or 6`) {
+		t.Errorf("ipFamily=v6: %d %s", res.StatusCode, b)
+	}
+}
+
+// The IPv6 URLs work with the rest of the API: feedback names a proxy by the IPv6 URL it
+// was handed, ?domain= leaves out a proxy cooling for the site (its cooldowns are the
+// same whichever address it is reached at), and ?distinctEgress=true keeps one proxy per
+// egress address.
+func TestIPFamilyWithFeedbackDomainAndDistinctEgress(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	v6 := func(e Entry, ip, egress string) Entry {
+		e.urlIPv6, e.EgressIP = urlIPv6(ip, 3128), egress
+		return e
+	}
+	src := newStaticSource(
+		cool(v6(entry("crawl", "a", true, "gce-eu", "eu", "eu-1", nil), "2001:db8:a::", "198.51.100.1"), "example.com", clk.Now().Add(time.Hour)),
+		v6(entry("crawl", "b", true, "gce-eu", "eu", "eu-1", nil), "2001:db8:b::", "198.51.100.2"),
+		v6(entry("crawl", "c", true, "gce-eu", "eu", "eu-1", nil), "2001:db8:c::", "198.51.100.2"),
+		v6(entry("crawl", "d", true, "gce-eu", "eu", "eu-1", nil), "2001:db8:d::", "198.51.100.3"),
+	)
+	sk := &sink{}
+	h := newTestServer(t, src, Options{Feedback: sk, Clock: clk, MaxCoolingPercent: 50}).Handler()
+
+	res, body := post(t, h, "/v1/feedback", `{"reports":[{"proxy":"http://[2001:DB8:B::]:3128","domain":"example.org","outcome":"banned"}]}`)
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `"accepted":1`) || len(sk.got) != 1 || !strings.HasPrefix(sk.got[0], "crawl/b ") {
+		t.Errorf("feedback by IPv6 URL: %d %s, recorded %q", res.StatusCode, body, sk.got)
+	}
+	if _, body := get(t, h, "/v1/proxies?ipFamily=6&domain=example.com"); names(decodeList(t, body)) != "crawl/b,crawl/c,crawl/d" {
+		t.Errorf("ipFamily=6&domain=example.com: %s; want the cooling a left out", body)
+	}
+	_, body = get(t, h, "/v1/proxies?ipFamily=6&distinctEgress=true")
+	l := decodeList(t, body)
+	if got := names(l); got != "crawl/a,crawl/b,crawl/d" && got != "crawl/a,crawl/c,crawl/d" {
+		t.Errorf("ipFamily=6&distinctEgress=true: %s; want a, one of b and c, d", body)
+	}
+	for _, p := range l.Proxies {
+		if !strings.HasPrefix(p.URL, "http://[2001:db8:") {
+			t.Errorf("ipFamily=6 served %s by %s", p.Name, p.URL)
+		}
 	}
 }

@@ -24,6 +24,10 @@ const (
 	paramCredentials   = "credentials"
 	paramPool          = "pool"
 	paramDomain        = "domain"
+	// paramDistinctEgress=true lists at most one proxy per egress address.
+	paramDistinctEgress = "distinctEgress"
+	// paramIPFamily 4 (default) or 6: which of a proxy's addresses its URL uses.
+	paramIPFamily = "ipFamily"
 )
 
 const (
@@ -37,6 +41,9 @@ type request struct {
 	format      string
 	key         string
 	credentials bool // each URL with user:password@
+	// distinctEgress: one proxy per egress identity (Snapshot.distinctEgress).
+	distinctEgress bool
+	ipv6           bool // ?ipFamily=6
 }
 
 // parseQuery parses q for an endpoint that accepts the parameters in allowed.
@@ -93,6 +100,20 @@ func parseQuery(q url.Values, allowed ...string) (*request, *apiError) {
 		r.credentials = true
 	default:
 		return nil, badParam(paramCredentials, fmt.Sprintf("invalid value %q for credentials: use true or false (the default)", c))
+	}
+	switch d := q.Get(paramDistinctEgress); d {
+	case "", "false":
+	case "true":
+		r.distinctEgress = true
+	default:
+		return nil, badParam(paramDistinctEgress, fmt.Sprintf("invalid value %q for distinctEgress: use true or false (the default)", d))
+	}
+	switch fam := q.Get(paramIPFamily); fam {
+	case "", "4":
+	case "6":
+		r.ipv6 = true
+	default:
+		return nil, badParam(paramIPFamily, fmt.Sprintf("invalid value %q for ipFamily: use 4 (the default) or 6", fam))
 	}
 	switch f := q.Get(paramFormat); f {
 	case "", formatJSON:

@@ -4,6 +4,15 @@ package discovery
 // score wins. The same key picks the same proxy for as long as that proxy stays in the
 // set, and removing a proxy moves only the keys it was winning, spread evenly over the
 // rest; adding one takes about 1/n of the keys, from every other proxy alike.
+//
+// Sites judge a proxy by the address it leaves from, so pick hashes in two rounds: a key
+// first chooses an egress identity (the address the health probe saw, status.egressIP),
+// then one of the proxies sharing it. Keys spread evenly over distinct addresses, however
+// many VMs stand behind each; removing one of two proxies on an address moves its keys to
+// the other, never to another address. A proxy whose egress address is not known is an
+// identity of its own, seeded by its namespace/name exactly as a proxy is in the second
+// round (an address never contains the "/"), so without known addresses pick chooses as
+// plain one-round rendezvous does.
 
 const (
 	fnvOffset64 = 14695981039346656037

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -31,6 +32,9 @@ type Entry struct {
 	auth *v1alpha1.Proxy
 	// cooldowns is status.cooldowns, for ?domain=; never served.
 	cooldowns []v1alpha1.ProxyCooldown
+	// urlIPv6 is the URL over the proxy's IPv6 address (status.ipv6), "" without one;
+	// ?ipFamily=6 serves it as url.
+	urlIPv6 string
 }
 
 // item is an Entry with the per-request work done ahead of time: its JSON encoding,
@@ -42,6 +46,9 @@ type item struct {
 	line []byte
 	seed uint64
 	idx  int // its index in Snapshot.items
+	// egressSeed seeds the proxy's egress identity: its egress address when known,
+	// else seed (an identity of its own).
+	egressSeed uint64
 }
 
 // Snapshot is an immutable view of every published proxy, sorted by namespace and name.
@@ -55,10 +62,41 @@ type Snapshot struct {
 	byName, byURL map[string]*item
 	bySite        map[string][]*item
 	healthy       int
+	// ipv6 is the snapshot ?ipFamily=6 answers from: the proxies with an IPv6 address,
+	// each with its IPv6 URL as url.
+	ipv6 *Snapshot
 }
 
 // NewSnapshot builds a snapshot from entries; it takes ownership of the slice.
 func NewSnapshot(entries []Entry) *Snapshot {
+	var v6 []Entry
+	for _, e := range entries {
+		if e.urlIPv6 != "" {
+			e.URL, e.urlIPv6 = e.urlIPv6, ""
+			v6 = append(v6, e)
+		}
+	}
+	s := newSnapshot(entries)
+	s.ipv6 = newSnapshot(v6)
+	// Feedback names a proxy by the URL it was handed, of either family.
+	for i := range s.ipv6.items {
+		it := &s.ipv6.items[i]
+		if u := strings.ToLower(it.URL); s.byURL[u] == nil {
+			s.byURL[u] = s.byName[it.Namespace+"/"+it.Name]
+		}
+	}
+	return s
+}
+
+// family is the snapshot that answers for IP family 4 or 6.
+func (s *Snapshot) family(ipv6 bool) *Snapshot {
+	if ipv6 {
+		return s.ipv6
+	}
+	return s
+}
+
+func newSnapshot(entries []Entry) *Snapshot {
 	sort.Slice(entries, func(i, j int) bool {
 		if entries[i].Namespace != entries[j].Namespace {
 			return entries[i].Namespace < entries[j].Namespace
@@ -72,6 +110,10 @@ func NewSnapshot(entries []Entry) *Snapshot {
 			panic(err)
 		}
 		s.items[i] = item{Entry: e, json: b, obj: append(b[:len(b):len(b)], '\n'), line: []byte(e.URL + "\n"), seed: nodeSeed(e.Namespace + "/" + e.Name), idx: i}
+		s.items[i].egressSeed = s.items[i].seed
+		if e.EgressIP != "" {
+			s.items[i].egressSeed = nodeSeed(e.EgressIP)
+		}
 	}
 	f := &filter{}
 	s.healthyJSON = s.appendJSON(nil, f)
@@ -97,11 +139,14 @@ type filter struct {
 	// has worked them out (Snapshot.saturation); until then match asks each item.
 	cool    []uint64
 	coolSet bool
+	// only, when not nil, admits only these items (?distinctEgress=true: one per
+	// egress identity, chosen by distinctEgress).
+	only map[*item]struct{}
 }
 
 func (f *filter) empty() bool {
 	return f.namespace == "" && f.provider == "" && f.zone == "" && f.region == "" && f.pool == "" &&
-		f.selector == nil && !f.anyHealth && !f.unhealthyOnly && f.site == ""
+		f.selector == nil && !f.anyHealth && !f.unhealthyOnly && f.site == "" && f.only == nil
 }
 
 func (f *filter) match(it *item) bool {
@@ -121,6 +166,11 @@ func (f *filter) match(it *item) bool {
 				return false
 			}
 		} else if it.coolingFor(f.site, f.now) {
+			return false
+		}
+	}
+	if f.only != nil {
+		if _, ok := f.only[it]; !ok {
 			return false
 		}
 	}
@@ -172,20 +222,55 @@ func (s *Snapshot) matching(f *filter) []*item {
 	return out
 }
 
-// pick returns the proxy that wins key among the items f matches (rendezvous hashing),
-// or nil when none matches. Ties go to the earlier item, so the answer is deterministic.
+// pick returns the proxy that wins key among the items f matches, or nil when none
+// matches: the egress identity with the highest score for key, then among the proxies
+// of that identity the one with the highest score (rendezvous.go). Ties go to the
+// earlier item, so the answer is deterministic.
 func (s *Snapshot) pick(key string, f *filter, skip map[*item]bool) *item {
 	k := hashString(key)
 	var best *item
-	var bestScore uint64
+	var bestIdentity, bestScore uint64
 	for i := range s.items {
 		it := &s.items[i]
 		if !f.match(it) || skip[it] {
 			continue
 		}
-		if sc := score(k, it.seed); best == nil || sc > bestScore {
-			best, bestScore = it, sc
+		id := score(k, it.egressSeed)
+		switch {
+		case best == nil || id > bestIdentity:
+			best, bestIdentity, bestScore = it, id, score(k, it.seed)
+		case id == bestIdentity && it.egressSeed == best.egressSeed:
+			if sc := score(k, it.seed); sc > bestScore {
+				best, bestScore = it, sc
+			}
 		}
 	}
 	return best
+}
+
+// distinctEgress is the set of items ?distinctEgress=true admits among those f matches:
+// for each egress identity, the proxy of that identity with the highest score for the
+// identity itself. The choice stays the same from request to request while the set does,
+// and a proxy joining an address displaces the chosen one only if it outscores it.
+func (s *Snapshot) distinctEgress(f *filter) map[*item]struct{} {
+	type choice struct {
+		it    *item
+		score uint64
+	}
+	best := map[uint64]choice{}
+	for i := range s.items {
+		it := &s.items[i]
+		if !f.match(it) {
+			continue
+		}
+		sc := score(it.egressSeed, it.seed)
+		if c, ok := best[it.egressSeed]; !ok || sc > c.score {
+			best[it.egressSeed] = choice{it, sc}
+		}
+	}
+	out := make(map[*item]struct{}, len(best))
+	for _, c := range best {
+		out[c.it] = struct{}{}
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"sync"
@@ -82,6 +83,10 @@ type Options struct {
 	// Hint, when not nil, gives the hint added to the Healthy message of a Proxy that has
 	// never answered a probe: its provider's (provider.NeverAnsweredHint), or "".
 	Hint func(px *v1alpha1.Proxy) string
+	// WireGuard, when not nil, reads the WireGuard Secret a Proxy names
+	// (spec.proxy.egress.wireguard): when it states the exit's address (egressIP), a probe
+	// whose target saw another one fails with reason EgressMismatch (egress.go).
+	WireGuard proxyconfig.WireGuardFunc
 }
 
 // Engine probes every Running or Ready Proxy once per interval. It is a manager
@@ -351,9 +356,14 @@ func proxyURL(px *v1alpha1.Proxy) *url.URL {
 
 func (e *Engine) probeOne(ctx context.Context, px *v1alpha1.Proxy) result {
 	creds, err := e.credentials(ctx, px)
+	var want netip.Addr
+	if err == nil {
+		want, err = e.expectedEgress(ctx, px)
+	}
 	r := result{err: err}
 	if err == nil {
-		r = e.prober.probe(ctx, proxyURL(px), creds, e.opts.Timeout)
+		u := proxyURL(px)
+		r = verifyEgress(e.prober.probe(ctx, u, creds, e.opts.Timeout), want, u.Host)
 	}
 	if ctx.Err() != nil {
 		return r

@@ -81,8 +81,14 @@ func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return le
 // address, a phase and the Provisioned condition.
 func (e *engineEnv) proxyAt(name string, mode v1alpha1.ProxyMode, host string, port int32, phase v1alpha1.ProxyPhase) *v1alpha1.Proxy {
 	e.t.Helper()
+	return e.proxyWith(name, mode, host, port, phase, nil)
+}
+
+// proxyWith is proxyAt with spec.proxy set to cfg.
+func (e *engineEnv) proxyWith(name string, mode v1alpha1.ProxyMode, host string, port int32, phase v1alpha1.ProxyPhase, cfg *v1alpha1.ProxyConfig) *v1alpha1.Proxy {
+	e.t.Helper()
 	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name},
-		Spec: v1alpha1.ProxySpec{Mode: mode, Port: port}}
+		Spec: v1alpha1.ProxySpec{Mode: mode, Port: port, Proxy: cfg}}
 	if mode == v1alpha1.ProxyModeExternal {
 		px.Spec.Address = host
 	} else {

@@ -24,6 +24,10 @@ type result struct {
 	err      error
 	latency  time.Duration
 	egressIP string
+	// reason of a failure, when it is not ProbeFailed (EgressMismatch).
+	reason string
+	// verified: egressIP is the address the proxy's WireGuard Secret states.
+	verified bool
 }
 
 type proxyKey struct{}

@@ -37,6 +37,10 @@ func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32, hint st
 	st.ProbeTarget = px.CurrentProbeTarget()
 	prev := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHealthy)
 	wasHealthy := st.Healthy && prev != nil && prev.Status == metav1.ConditionTrue
+	prevReason := ""
+	if prev != nil {
+		prevReason = prev.Reason
+	}
 
 	if r.err == nil {
 		st.ConsecutiveProbeFailures = 0
@@ -49,6 +53,9 @@ func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32, hint st
 		if st.EgressIP != "" {
 			msg += ", egress IP " + st.EgressIP
 		}
+		if r.verified {
+			msg += " (the egressIP its WireGuard Secret states)"
+		}
 		setHealthy(px, metav1.ConditionTrue, v1alpha1.ReasonProbeSucceeded, msg)
 		if wasHealthy {
 			return nil
@@ -57,6 +64,17 @@ func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32, hint st
 	}
 
 	st.ConsecutiveProbeFailures++
+	if r.reason == v1alpha1.ReasonEgressMismatch {
+		// The proxy answers, but leaves from the wrong address: out of rotation at once,
+		// whatever the threshold, with the address the target saw on show.
+		st.EgressIP = r.egressIP
+		st.Healthy = false
+		setHealthy(px, metav1.ConditionFalse, v1alpha1.ReasonEgressMismatch, r.err.Error())
+		if prevReason == v1alpha1.ReasonEgressMismatch {
+			return nil
+		}
+		return &transition{corev1.EventTypeWarning, v1alpha1.ReasonEgressMismatch, "proxy is unhealthy: " + r.err.Error()}
+	}
 	// The count is in consecutiveProbeFailures, not in the message, which is compared
 	// to decide on a write.
 	msg := fmt.Sprintf("probes failing; last: %v", r.err)

@@ -34,6 +34,11 @@ type GCEConfig struct {
 	// ExternalIP gives every instance an ephemeral external IP (default true). Without
 	// it the instance's address is its internal one.
 	ExternalIP *bool `json:"externalIP,omitempty"`
+	// StackType of the instances' interface: IPV4_ONLY (default) or IPV4_IPV6, which
+	// gives each instance an external IPv6 address (DIRECT_IPV6, PREMIUM tier) besides
+	// its IPv4 one. IPV4_IPV6 needs a subnetwork with stack type IPV4_IPV6 and an
+	// external IPv6 range.
+	StackType string `json:"stackType,omitempty"`
 	// Spot runs Spot VMs (provisioningModel SPOT, instanceTerminationAction DELETE).
 	Spot bool `json:"spot,omitempty"`
 	// DiskSizeGb is the boot disk size (default 10).
@@ -69,6 +74,15 @@ const (
 	DefaultGCEDiskSizeGb  = 10
 	DefaultGCETargetTag   = "egress-proxy"
 )
+
+// Stack types of the GCEConfig block.
+const (
+	GCEStackIPv4     = "IPV4_ONLY"
+	GCEStackDualIPv6 = "IPV4_IPV6"
+)
+
+// DualStack reports whether instances get an external IPv6 besides their IPv4.
+func (c GCEConfig) DualStack() bool { return c.StackType == GCEStackDualIPv6 }
 
 // WithDefaults returns a copy of c with every unset field at its default; maps and
 // slices are copied.
@@ -192,6 +206,18 @@ func (c GCEConfig) Validate(block string) []error {
 	default:
 		add(block, "networkTier must be PREMIUM or STANDARD, got %q", c.NetworkTier)
 	}
+	switch c.StackType {
+	case "", GCEStackIPv4:
+	case GCEStackDualIPv6:
+		if c.Subnetwork == "" {
+			add(block, "stackType IPV4_IPV6 needs a subnetwork: the default network's subnetworks are IPv4 only, so name a subnetwork with stack type IPV4_IPV6 and an external IPv6 range")
+		}
+		if c.NetworkTier == "STANDARD" {
+			add(block, "stackType IPV4_IPV6 needs networkTier PREMIUM: GCE gives external IPv6 addresses in the PREMIUM tier only")
+		}
+	default:
+		add(block, "stackType must be IPV4_ONLY or IPV4_IPV6, got %q", c.StackType)
+	}
 	if c.DiskSizeGb < 0 {
 		add(block, "diskSizeGb must be at least 1, got %d", c.DiskSizeGb)
 	}
@@ -267,7 +293,7 @@ func MixedFamilies(ranges []string) string {
 		return ""
 	}
 	return fmt.Sprintf("mixes IPv4 (%s) and IPv6 (%s) ranges, which one GCE firewall rule cannot hold; "+
-		"the provider's VMs have IPv4 addresses only, so list the IPv4 ranges", v4, v6)
+		"the rules the provider writes admit IPv4 sources only, so list the IPv4 ranges", v4, v6)
 }
 
 // gceZoneRegion is the region of a zone name (europe-west1-b: europe-west1).

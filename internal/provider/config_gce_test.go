@@ -69,7 +69,13 @@ func TestParseConfigGCEProblems(t *testing.T) {
 		{"mixed families", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small}, images: {d: images/family/x},
 		  firewall: {sourceRanges: [192.0.2.0/24, 10.0.0.0/8, "2001:db8::/32"]}}`, []string{
 			`provider "g": gce.firewall.sourceRanges: mixes IPv4 (192.0.2.0/24) and IPv6 (2001:db8::/32) ranges, which one GCE firewall rule cannot hold; ` +
-				`the provider's VMs have IPv4 addresses only, so list the IPv4 ranges`}},
+				`the rules the provider writes admit IPv4 sources only, so list the IPv4 ranges`}},
+		{"stack type", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small}, images: {d: images/family/x}, stackType: IPV6_ONLY}`, []string{
+			`provider "g": gce: stackType must be IPV4_ONLY or IPV4_IPV6, got "IPV6_ONLY"`}},
+		{"dual stack without subnetwork, standard tier", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small}, images: {d: images/family/x},
+		  stackType: IPV4_IPV6, networkTier: STANDARD}`, []string{
+			`provider "g": gce: stackType IPV4_IPV6 needs a subnetwork: the default network's subnetworks are IPv4 only, so name a subnetwork with stack type IPV4_IPV6 and an external IPv6 range`,
+			`provider "g": gce: stackType IPV4_IPV6 needs networkTier PREMIUM: GCE gives external IPv6 addresses in the PREMIUM tier only`}},
 		{"subnetwork of another region", `{project: my-proxies, zones: [europe-west1-b, europe-west4-a, europe-west1-c], machineTypes: {s: e2-small},
 		  images: {d: images/family/x}, subnetwork: projects/my-proxies/regions/europe-west1/subnetworks/proxies}`, []string{
 			`provider "g": gce.zones[1]: zone "europe-west4-a" is in region europe-west4, but subnetwork projects/my-proxies/regions/europe-west1/subnetworks/proxies ` +

@@ -116,7 +116,10 @@ type Instance struct {
 	UID        string
 	State      string
 	// IP is empty until the provider has learnt the instance's address.
-	IP        string
+	IP string
+	// IPv6 is the instance's external IPv6 address, when it has one (gce with stackType
+	// IPV4_IPV6); IP stays its IPv4 address.
+	IPv6      string
 	CreatedAt time.Time
 }
 

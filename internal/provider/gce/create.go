@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -143,13 +144,27 @@ func (p *Provider) insert(ctx context.Context, c *clients, pl plan, req provider
 		return err
 	})
 	if err != nil {
-		return referenceMissing(classify(err, what))
+		return p.dualStackHint(referenceMissing(classify(err, what)))
 	}
 	err = p.wait(ctx, op, "zoneOperations.get", target{zone: pl.zone, instance: req.Name}, what)
 	if err == nil || errors.Is(err, errOperationFailed) {
 		p.opFinished(key)
 	}
 	return err
+}
+
+// dualStackHint adds, to a refusal that names IPv6 or the stack type while the provider
+// asks for IPV4_IPV6, that the subnetwork must be dual-stack: the API's own words name
+// only the field.
+func (p *Provider) dualStackHint(err error) error {
+	if err == nil || !p.cfg.DualStack() || !errors.Is(err, provider.ErrPermanent) {
+		return err
+	}
+	if msg := strings.ToLower(err.Error()); !strings.Contains(msg, "ipv6") && !strings.Contains(msg, "stacktype") {
+		return err
+	}
+	return fmt.Errorf("%w; with gce.stackType IPV4_IPV6 the subnetwork %s must be dual-stack (stack type IPV4_IPV6 with an external IPv6 range: "+
+		"gcloud compute networks subnets update --stack-type=IPV4_IPV6 --ipv6-access-type=EXTERNAL)", err, p.cfg.Subnetwork)
 }
 
 // instanceResource is the instance Create inserts; shared is the pool's shared firewall
@@ -162,6 +177,12 @@ func (p *Provider) instanceResource(pl plan, req provider.CreateRequest, shared 
 	if p.cfg.HasExternalIP() {
 		nic.AccessConfigs = []*computepb.AccessConfig{{
 			Name: proto.String("External NAT"), Type: proto.String("ONE_TO_ONE_NAT"), NetworkTier: proto.String(p.cfg.NetworkTier),
+		}}
+	}
+	if p.cfg.DualStack() {
+		nic.StackType = proto.String(provider.GCEStackDualIPv6)
+		nic.Ipv6AccessConfigs = []*computepb.AccessConfig{{
+			Name: proto.String("External IPv6"), Type: proto.String("DIRECT_IPV6"), NetworkTier: proto.String("PREMIUM"),
 		}}
 	}
 	items := []*computepb.Items{

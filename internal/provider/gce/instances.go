@@ -33,6 +33,7 @@ func (p *Provider) instance(zone string, inst *computepb.Instance) provider.Inst
 	}
 	if out.State == provider.StateRunning || out.State == provider.StatePending {
 		out.IP = address(inst, p.cfg.HasExternalIP())
+		out.IPv6 = addressIPv6(inst)
 	}
 	return out
 }
@@ -46,6 +47,18 @@ func address(inst *computepb.Instance, external bool) string {
 		}
 		for _, ac := range ni.GetAccessConfigs() {
 			if ip := ac.GetNatIP(); ip != "" {
+				return ip
+			}
+		}
+	}
+	return ""
+}
+
+// addressIPv6 is the external IPv6 address of the first interface that has one.
+func addressIPv6(inst *computepb.Instance) string {
+	for _, ni := range inst.GetNetworkInterfaces() {
+		for _, ac := range ni.GetIpv6AccessConfigs() {
+			if ip := ac.GetExternalIpv6(); ip != "" {
 				return ip
 			}
 		}

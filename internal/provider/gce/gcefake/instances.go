@@ -50,6 +50,9 @@ func (s *Server) Preempt(zone, name string) bool {
 		for _, ac := range ni.AccessConfigs {
 			ac.NatIP = nil
 		}
+		for _, ac := range ni.Ipv6AccessConfigs {
+			ac.ExternalIpv6 = nil
+		}
 	}
 	return true
 }
@@ -196,6 +199,7 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 		for _, ac := range ni.AccessConfigs {
 			ac.NatIP = proto.String(nat)
 		}
+		s.assignIPv6(ni)
 	}
 	if s.instances[zone] == nil {
 		s.instances[zone] = map[string]*computepb.Instance{}
@@ -264,6 +268,7 @@ func (s *Server) startInstance(w http.ResponseWriter, r *http.Request) {
 				for _, ac := range ni.AccessConfigs {
 					ac.NatIP = proto.String(nat)
 				}
+				s.assignIPv6(ni)
 			}
 		}
 	}
@@ -278,4 +283,14 @@ func (s *Server) addresses() (nat, internal string) {
 	}
 	s.nextIP++
 	return fmt.Sprintf("203.0.113.%d", s.nextIP%254+1), fmt.Sprintf("198.51.100.%d", s.nextIP%254+1)
+}
+
+// assignIPv6 gives each IPv6 access config of ni the next external IPv6 address, the
+// first of a /96 from 2001:db8::/32, as GCE gives an instance a /96.
+func (s *Server) assignIPv6(ni *computepb.NetworkInterface) {
+	for _, ac := range ni.Ipv6AccessConfigs {
+		s.nextIP++
+		ac.ExternalIpv6 = proto.String(fmt.Sprintf("2001:db8:%x::", s.nextIP))
+		ac.ExternalIpv6PrefixLength = proto.Int32(96)
+	}
 }

@@ -1,0 +1,203 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+)
+
+// A wg0.conf the parser takes (the keys are 32 zero and 32 one bytes, base64).
+const poolTestWGConf = `[Interface]
+PrivateKey = AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=
+Address = 10.64.0.2/32
+
+[Peer]
+PublicKey = AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=
+Endpoint = 192.0.2.1:51820
+AllowedIPs = 0.0.0.0/0, ::/0
+`
+
+// exitSecret creates an opted-in WireGuard Secret labelled exits=news.
+func (e *poolEnv) exitSecret(name string) {
+	e.t.Helper()
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name,
+		Labels: map[string]string{v1alpha1.CredentialsLabel: "true", "exits": "news"}},
+		Data: map[string][]byte{"wg0.conf": []byte(poolTestWGConf)}}
+	if err := e.c.Create(e.ctx, sec); err != nil {
+		e.t.Fatalf("creating secret %s: %v", name, err)
+	}
+}
+
+// wireGuardPool is a pool of replicas handing out the Secrets labelled exits=news.
+func (e *poolEnv) wireGuardPool(name string, replicas int32, selector map[string]string) *v1alpha1.ProxyPool {
+	p := e.newPool(name, replicas)
+	p.Spec.Template.Spec.Proxy = &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"10.0.0.0/8"}}
+	p.Spec.Egress = &v1alpha1.PoolEgress{WireGuard: &v1alpha1.PoolWireGuard{
+		SecretSelector: metav1.LabelSelector{MatchLabels: selector}}}
+	return p
+}
+
+// assignments are the Secrets the children hold, by child; it fails the test when two
+// children (being deleted or not) hold one Secret, or a child holds none.
+func assignments(t testing.TB, kids []v1alpha1.Proxy) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	holder := map[string]string{}
+	for i := range kids {
+		name := assignedWireGuard(&kids[i])
+		if name == "" {
+			t.Fatalf("child %s holds no WireGuard configuration", kids[i].Name)
+		}
+		if other, dup := holder[name]; dup {
+			t.Fatalf("children %s and %s both hold WireGuard secret %s", other, kids[i].Name, name)
+		}
+		holder[name] = kids[i].Name
+		out[kids[i].Name] = name
+	}
+	return out
+}
+
+func held(m map[string]string) string {
+	var v []string
+	for _, s := range m {
+		v = append(v, s)
+	}
+	slices.Sort(v)
+	return strings.Join(v, ",")
+}
+
+func egressExhausted(status metav1.ConditionStatus, reason string, msgHas ...string) func(*v1alpha1.ProxyPool, []v1alpha1.Proxy) bool {
+	return func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool {
+		c := poolCondition(p, v1alpha1.PoolConditionEgressExhausted)
+		if c.Status != status || c.Reason != reason {
+			return false
+		}
+		for _, s := range msgHas {
+			if !strings.Contains(c.Message, s) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// Each child of a pool with spec.egress.wireguard holds a Secret no other child holds;
+// with none free the pool makes no child and says so in EgressExhausted, and a new
+// Secret lets it go on; a deleted child's Secret goes to its successor once it is gone;
+// a rollout's surge child takes a free one.
+func testPoolWireGuardAssignment(t *testing.T, env *testenv.Env) {
+	e := newPoolEnv(t, env)
+	e.exitSecret("exit-1")
+	e.exitSecret("exit-2")
+	e.createSettled(e.wireGuardPool("wg", 2, map[string]string{"exits": "news"}))
+	if got := held(assignments(t, e.children("wg"))); got != "exit-1,exit-2" {
+		t.Fatalf("children hold %s, want exit-1 and exit-2", got)
+	}
+	e.waitPool("wg", "EgressExhausted=False", egressExhausted(metav1.ConditionFalse, v1alpha1.PoolReasonEgressAvailable,
+		"0 of the 2 WireGuard configurations spec.egress.wireguard.secretSelector matches are free"))
+
+	e.update("wg", func(p *v1alpha1.ProxyPool) { p.Spec.Replicas = ptr.To(int32(3)) })
+	e.waitPool("wg", "EgressExhausted=True for the third child", egressExhausted(metav1.ConditionTrue, v1alpha1.PoolReasonNoFreeEgress,
+		"has 0 free WireGuard configurations and needs 1: spec.egress.wireguard.secretSelector (exits=news) matches 2"))
+	if kids := e.children("wg"); len(kids) != 2 {
+		t.Fatalf("%d children with 2 configurations, want 2 (no doubling up)", len(kids))
+	}
+
+	e.exitSecret("exit-3")
+	e.waitPool("wg", "a third child with exit-3", func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+		return len(kids) == 3 && held(assignments(t, kids)) == "exit-1,exit-2,exit-3" &&
+			egressExhausted(metav1.ConditionFalse, v1alpha1.PoolReasonEgressAvailable)(p, kids)
+	})
+	e.waitSettled("wg", 3)
+
+	// A deleted child's Secret goes to its successor, once the child is gone.
+	kids := e.children("wg")
+	gone := kids[0]
+	freed := assignedWireGuard(&gone)
+	if err := e.c.Delete(e.ctx, &gone); err != nil {
+		t.Fatal(err)
+	}
+	e.waitPool("wg", "the successor of "+gone.Name+" holding "+freed, func(_ *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+		a := assignments(t, kids)
+		_, old := a[gone.Name]
+		return !old && len(kids) == 3 && held(a) == "exit-1,exit-2,exit-3"
+	})
+
+	// A rollout's surge child takes the free Secret, and every replacement one freed.
+	e.waitSettled("wg", 3)
+	e.exitSecret("exit-4")
+	before := names(e.children("wg"))
+	e.update("wg", func(p *v1alpha1.ProxyPool) { p.Spec.Template.Metadata.Labels["team"] = "sports" })
+	e.waitPool("wg", "the surge child holding exit-4", func(_ *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+		for name, sec := range assignments(t, kids) {
+			if !slices.Contains(before, name) && sec == "exit-4" {
+				return true
+			}
+		}
+		return false
+	})
+	e.waitPool("wg", "rolled out", func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+		assignments(t, kids)
+		if len(kids) != 3 || p.Status.UpToDateReplicas != 3 {
+			return false
+		}
+		for _, k := range kids {
+			if slices.Contains(before, k.Name) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// A selector that matches no Secret makes no child and names the selector and namespace.
+func testPoolWireGuardNoMatch(t *testing.T, env *testenv.Env) {
+	e := newPoolEnv(t, env)
+	e.create(e.wireGuardPool("nomatch", 2, map[string]string{"exits": "none"}))
+	e.waitPool("nomatch", "EgressExhausted=True naming the selector", egressExhausted(metav1.ConditionTrue, v1alpha1.PoolReasonNoFreeEgress,
+		fmt.Sprintf("spec.egress.wireguard.secretSelector (exits=none) matches no WireGuard Secret in namespace %s labelled %s=true; 2 children wait for one each",
+			e.ns, v1alpha1.CredentialsLabel)))
+	if kids := e.children("nomatch"); len(kids) != 0 {
+		t.Errorf("%d children without a configuration, want none", len(kids))
+	}
+}
+
+// Without a free configuration a rollout cannot surge: with maxUnavailable 0 it waits
+// (EgressExhausted=True); with maxUnavailable 1 it replaces delete-first, the successor
+// taking the configuration its predecessor freed.
+func testPoolWireGuardDeleteFirst(t *testing.T, env *testenv.Env) {
+	e := newPoolEnv(t, env)
+	e.exitSecret("exit-1")
+	e.exitSecret("exit-2")
+	e.createSettled(e.wireGuardPool("df", 2, map[string]string{"exits": "news"}))
+	before := names(e.children("df"))
+	e.update("df", func(p *v1alpha1.ProxyPool) { p.Spec.Template.Metadata.Labels["team"] = "sports" })
+	e.waitPool("df", "EgressExhausted=True for the surge child", egressExhausted(metav1.ConditionTrue, v1alpha1.PoolReasonNoFreeEgress,
+		"has 0 free WireGuard configurations and needs 1"))
+	if got := names(e.children("df")); !slices.Equal(got, before) {
+		t.Fatalf("children %v with maxUnavailable 0 and no free configuration, want %v untouched", got, before)
+	}
+	one := intstr.FromInt32(1)
+	e.update("df", func(p *v1alpha1.ProxyPool) { p.Spec.Strategy.RollingUpdate.MaxUnavailable = &one })
+	e.waitPool("df", "rolled out delete-first", func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+		assignments(t, kids)
+		if len(kids) != 2 || p.Status.UpToDateReplicas != 2 || p.Status.AvailableReplicas != 2 {
+			return false
+		}
+		for _, k := range kids {
+			if slices.Contains(before, k.Name) {
+				return false
+			}
+		}
+		return egressExhausted(metav1.ConditionFalse, v1alpha1.PoolReasonEgressAvailable)(p, kids)
+	})
+}
