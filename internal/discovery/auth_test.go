@@ -173,6 +173,10 @@ func TestMissingTokenFileRefusesUntilItAppears(t *testing.T) {
 	if code, _ := call("Bearer anything"); code != 401 {
 		t.Errorf("a wrong token once the file exists: %d, want 401", code)
 	}
+	// The reload stores the token and then logs, so a request may see the token first.
+	testutil.WaitFor(t, waitLong, "the log line about the token file appearing", func() (bool, error) {
+		return present.Load() >= 1, fmt.Errorf("%d lines", present.Load())
+	})
 	if present.Load() != 1 {
 		t.Errorf("%d log lines about the token file appearing, want 1", present.Load())
 	}
