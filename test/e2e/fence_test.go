@@ -118,7 +118,7 @@ func (s *story) checkFailClosed(ctx context.Context, template *v1alpha1.Proxy) {
 			t.Fatalf("Proxy %s, whose guest could not load the egress fence, became Ready:\n%s", ns.key, ns.describe())
 		}
 	}
-	ns.waitProxy("phase Running with an IP (the guest without nft)", bootDeadline, func(p *v1alpha1.Proxy) bool {
+	ns.waitBooted("phase Running with an IP (the guest without nft)", func(p *v1alpha1.Proxy) bool {
 		everReady(p)
 		return isRunning(p)
 	})

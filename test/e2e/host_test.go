@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -216,4 +217,26 @@ func (bw *bootWatch) get(uuid string) domainSeen {
 func (bw *bootWatch) close() {
 	close(bw.stop)
 	<-bw.done
+}
+
+// diskWrites is the number of write requests domain vm has made to its disk vda.
+func (lh *libvirtHost) diskWrites(vm string) (int, error) {
+	out, err := lh.virsh("domstats --block " + vm)
+	if err != nil {
+		return 0, err
+	}
+	idx := ""
+	for _, line := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+		if !ok {
+			continue
+		}
+		if strings.HasSuffix(k, ".name") && v == "vda" {
+			idx = strings.TrimSuffix(k, ".name")
+		}
+		if idx != "" && k == idx+".wr.reqs" {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("no write count of vda in the block stats of %s: %q", vm, out)
 }
