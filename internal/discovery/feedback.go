@@ -204,36 +204,80 @@ func (s *Snapshot) indexFeedback() {
 
 // saturation counts, for a request filtered by f with a ?domain=, the proxies it
 // matches whatever their cooldowns and those of them cooling for its site, with the
-// soonest end of those cooldowns.
+// soonest end of those cooldowns. It also marks the site's cooling proxies in f, for
+// every match of the request.
 func (s *Snapshot) saturation(f *filter) (matched, cooling int, soonest time.Time) {
 	g := *f
 	g.site = ""
+	sc := s.siteCooling(f.site, f.now)
+	f.cool, f.coolSet = sc.bits, true
 	if g.empty() {
-		matched = s.healthy
-	} else {
-		for i := range s.items {
-			if g.match(&s.items[i]) {
-				matched++
-			}
+		return s.healthy, sc.healthy, sc.healthySoonest
+	}
+	for i := range s.items {
+		if g.match(&s.items[i]) {
+			matched++
 		}
 	}
-	// The items cooling for the site, marked once for every match of this request.
-	f.cool, f.coolSet = make([]uint64, (len(s.items)+63)/64), true
-	for _, it := range s.bySite[f.site] {
-		until, cool := bans.CoolingUntil(it.cooldowns, f.site, f.now)
-		if !cool {
-			continue
-		}
-		f.cool[it.idx>>6] |= 1 << (uint(it.idx) & 63)
-		if !g.match(it) {
+	for _, c := range sc.items {
+		if !g.match(c.it) {
 			continue
 		}
 		cooling++
-		if soonest.IsZero() || until.Before(soonest) {
-			soonest = until
+		if soonest.IsZero() || c.until.Before(soonest) {
+			soonest = c.until
 		}
 	}
 	return matched, cooling, soonest
+}
+
+// siteCool is which proxies of a snapshot cool for one site, worked out at some moment
+// and true until validUntil, the soonest end among their cooldowns: a snapshot's
+// cooldowns only end (a new one comes with a new snapshot), so until then the set
+// stays as it is.
+type siteCool struct {
+	bits           []uint64 // by item index
+	items          []coolingItem
+	healthy        int       // how many of them are healthy
+	healthySoonest time.Time // the soonest end among the healthy ones
+	validUntil     time.Time
+}
+
+type coolingItem struct {
+	it    *item
+	until time.Time
+}
+
+// siteCooling is the site's siteCool at now, from the snapshot's cache while it holds.
+func (s *Snapshot) siteCooling(site string, now time.Time) *siteCool {
+	if v, ok := s.cooling.Load(site); ok {
+		if sc := v.(*siteCool); now.Before(sc.validUntil) {
+			return sc
+		}
+	}
+	sc := &siteCool{bits: make([]uint64, (len(s.items)+63)/64)}
+	for _, it := range s.bySite[site] {
+		until, cool := bans.CoolingUntil(it.cooldowns, site, now)
+		if !cool {
+			continue
+		}
+		sc.bits[it.idx>>6] |= 1 << (uint(it.idx) & 63)
+		sc.items = append(sc.items, coolingItem{it, until})
+		if sc.validUntil.IsZero() || until.Before(sc.validUntil) {
+			sc.validUntil = until
+		}
+		if it.Healthy {
+			sc.healthy++
+			if sc.healthySoonest.IsZero() || until.Before(sc.healthySoonest) {
+				sc.healthySoonest = until
+			}
+		}
+	}
+	if len(sc.items) == 0 {
+		return sc // nothing cools: nothing to keep, and nothing ends
+	}
+	s.cooling.Store(site, sc)
+	return sc
 }
 
 // guardSaturation stamps a ?domain= request's filter with the time its cooldowns are

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -79,7 +81,7 @@ func parseQuery(q url.Values, allowed ...string) (*request, *apiError) {
 		}
 	}
 	if d := q.Get(paramDomain); d != "" {
-		site, err := bans.Site(d)
+		site, err := siteOf(d)
 		if err != nil {
 			return nil, badParam(paramDomain, err.Error())
 		}
@@ -132,4 +134,27 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// sites caches bans.Site's answers for the domains requests name, up to maxSites of
+// them: a crawl asks for the same few sites over and over, and the public-suffix look-up
+// is most of a ?domain= request's own cost.
+var (
+	sites     sync.Map
+	sitesHeld atomic.Int32
+)
+
+const maxSites = 4096
+
+func siteOf(domain string) (string, error) {
+	if v, ok := sites.Load(domain); ok {
+		return v.(string), nil
+	}
+	site, err := bans.Site(domain)
+	if err == nil && sitesHeld.Load() < maxSites {
+		if _, loaded := sites.LoadOrStore(domain, site); !loaded {
+			sitesHeld.Add(1)
+		}
+	}
+	return site, err
 }

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -61,7 +62,9 @@ type Snapshot struct {
 	// items with a cooldown by site, and the number of healthy items.
 	byName, byURL map[string]*item
 	bySite        map[string][]*item
-	healthy       int
+	// cooling caches siteCooling's answers by site (feedback.go).
+	cooling sync.Map
+	healthy int
 	// ipv6 is the snapshot ?ipFamily=6 answers from: the proxies with an IPv6 address,
 	// each with its IPv6 URL as url.
 	ipv6 *Snapshot
