@@ -18,27 +18,32 @@ import (
 
 // CloudConfig renders the #cloud-config document that configures tinyproxy behind the
 // guest egress fence (fence.go), so that tinyproxy starts once, with the rendered
-// configuration, after the fence is loaded, or not at all:
+// configuration, after the fence is loaded, or not at all, and as early as cloud-init can
+// make that happen:
 //
-//   - bootcmd, first in cloud-init's init stage: the systemd drop-in for tinyproxy.service
-//     (TinyproxyDropInPath: After=cloud-init.service, ExecStartPre the fence script,
-//     OnFailure= the retry unit), the retry unit (FenceRetryUnitPath: after a start that
-//     found no address, wait for one and start tinyproxy again) and a daemon-reload. They
-//     cannot be write_files entries: write_files runs after bootcmd, and systemd reads
-//     tinyproxy.service when the boot begins, so without the reload the drop-in would
-//     take effect only on the next boot (and a unit named before its file exists is
-//     remembered as missing);
-//   - write_files, in the same stage: tinyproxy's configuration at TinyproxyConfPath
-//     (root:root 0600, since it may hold the password; tinyproxy reads it as root before
-//     it drops to its user), the nftables ruleset and the fence script. cloud-init's init
-//     stage runs before sysinit.target, and tinyproxy.service after it, so on an image with
-//     tinyproxy and nftables (the test image, stock Debian and Ubuntu) tinyproxy's one
-//     start at boot already has all three: it never serves with the image's own
-//     configuration, and nothing waits for cloud-init's final stage;
+//   - bootcmd, first in cloud-init's network stage (cloud-init.service): the systemd drop-in
+//     for tinyproxy.service (TinyproxyDropInPath: no default dependencies, so not after
+//     sysinit.target and with it the whole of that stage; ConditionPathExists the marker
+//     below; ExecStartPre the fence script; OnFailure= the retry unit), the retry unit
+//     (FenceRetryUnitPath: after a start that found no address, wait for one and start
+//     tinyproxy again), the path unit (TinyproxyPathUnitPath: start tinyproxy when the
+//     marker exists), a daemon-reload and the path unit's start. They cannot be write_files
+//     entries: write_files runs after bootcmd, and systemd reads tinyproxy.service when the
+//     boot begins, so without the reload the drop-in would take effect only on the next
+//     boot (and a unit named before its file exists is remembered as missing);
+//   - write_files, right after bootcmd in the same stage: tinyproxy's configuration at
+//     TinyproxyConfPath (root:root 0600, since it may hold the password; tinyproxy reads it
+//     as root before it drops to its user), the nftables ruleset and the fence script, and
+//     last the marker ConfigWrittenPath. cloud-init writes the files one after the other,
+//     so when the marker exists the others are complete: the path unit starts tinyproxy
+//     then, while cloud-init goes on with its slower modules. On an image with tinyproxy
+//     and nftables (the test image, stock Debian and Ubuntu) that is tinyproxy's one start:
+//     it never serves with the image's own configuration (the start systemd queued at boot
+//     is skipped by the condition), and nothing waits for cloud-init's later stages;
 //   - with WireGuard egress (Config.WireGuard), write_files also holds the tunnel's wg(8)
-//     configuration (0600, the private key) and its script (WireGuardScriptPath), a second
-//     ExecStartPre of tinyproxy after the fence, and runcmd installs wireguard-tools before
-//     tinyproxy when the image lacks wg;
+//     configuration (0600, the private key) and its script (WireGuardScriptPath), before
+//     the marker, a second ExecStartPre of tinyproxy after the fence, and runcmd installs
+//     wireguard-tools before tinyproxy when the image lacks wg;
 //   - runcmd, in the final stage: install nftables, then tinyproxy, with apt-get only when
 //     the image lacks them (cloud-init's packages: would run the package manager on every
 //     image, and on one without a reachable mirror that costs minutes of failing apt-get
@@ -67,12 +72,14 @@ bootcmd:
 	for _, u := range []struct{ path, content string }{
 		{TinyproxyDropInPath, tinyproxyDropIn(c.WireGuard != nil)},
 		{FenceRetryUnitPath, fenceRetryUnit},
+		{TinyproxyPathUnitPath, tinyproxyPathUnit},
 	} {
 		b.WriteString("    cat >" + u.path + " <<'EOF'\n")
 		indent(&b, "    ", u.content)
 		b.WriteString("    EOF\n")
 	}
 	b.WriteString(`    systemctl daemon-reload
+    systemctl start --no-block ` + TinyproxyPathUnit + `
 write_files:
 `)
 	files := []struct{ path, perm, content string }{
@@ -87,6 +94,7 @@ write_files:
 			struct{ path, perm, content string }{WireGuardScriptPath, "0755", wireGuardScript(c.WireGuard, c.Port)})
 		install = append(install, installIfMissing("wg", "wireguard-tools"))
 	}
+	files = append(files, struct{ path, perm, content string }{ConfigWrittenPath, "0644", configWritten})
 	install = append(install, installIfMissing("tinyproxy", "tinyproxy"))
 	for _, f := range files {
 		b.WriteString("  - path: " + f.path + "\n    owner: root:root\n    permissions: \"" + f.perm + "\"\n    content: |\n")
@@ -99,6 +107,9 @@ write_files:
 	b.WriteString("  - [systemctl, start, tinyproxy]\n")
 	return b.Bytes(), nil
 }
+
+// configWritten is ConfigWrittenPath's content; only the file's existence counts.
+const configWritten = "# Written by cloud-init after tinyproxy's configuration and the egress fence.\n"
 
 // indent writes text's lines to b, each after prefix.
 func indent(b *bytes.Buffer, prefix, text string) {

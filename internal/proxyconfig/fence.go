@@ -30,6 +30,18 @@ const (
 	FenceRetryUnit = "egress-proxies-operator-fence-retry.service"
 	// FenceRetryUnitPath is where the rendered cloud-config writes FenceRetryUnit.
 	FenceRetryUnitPath = "/etc/systemd/system/" + FenceRetryUnit
+	// TinyproxyPathUnit starts tinyproxy.service as soon as ConfigWrittenPath exists: the
+	// moment cloud-init has written the last of tinyproxy's files, early in its network
+	// stage, instead of after that whole stage (SSH host keys and the rest), which
+	// sysinit.target and every ordinary service wait for.
+	TinyproxyPathUnit = "egress-proxies-operator-tinyproxy.path"
+	// TinyproxyPathUnitPath is where the rendered cloud-config writes TinyproxyPathUnit.
+	TinyproxyPathUnitPath = "/etc/systemd/system/" + TinyproxyPathUnit
+	// ConfigWrittenPath is the last file the rendered write_files writes, after
+	// tinyproxy's configuration, the fence and (with WireGuard egress) the tunnel's: its
+	// existence says all of them are complete. TinyproxyPathUnit waits for it, and
+	// tinyproxy.service does not start without it.
+	ConfigWrittenPath = "/etc/egress-proxies-operator/written"
 	// FenceNoAddressMarker is the file FenceScriptPath leaves when it gave up waiting for
 	// the guest's address (and removes at every start): FenceRetryUnit's condition.
 	FenceNoAddressMarker = "/run/egress-proxies-operator/fence-no-address"
@@ -215,14 +227,28 @@ nft -f "$batch"
 echo "egress fence loaded: $(grep -c '^add element' "$batch") subnets and resolvers besides the fixed ranges"
 `
 
-// tinyproxyDropIn is TinyproxyDropInPath: tinyproxy starts after cloud-init has written
-// its configuration and the fence, and only once the fence (and, with WireGuard egress,
-// the tunnel's routing) is loaded; when it fails, FenceRetryUnit looks at why.
+// tinyproxyDropIn is TinyproxyDropInPath: tinyproxy starts only once cloud-init has
+// written its configuration and the fence (ConfigWrittenPath), and only once the fence (and,
+// with WireGuard egress, the tunnel's routing) is loaded; when it fails, FenceRetryUnit
+// looks at why.
+//
+// DefaultDependencies=no takes away the implicit After=sysinit.target: cloud-init's network
+// stage (cloud-init.service) is ordered before sysinit.target, so an ordinary service
+// waits for all of that stage, whose slow modules (SSH host keys under emulation) come after
+// write_files. Ordered after the local file systems, tmpfiles and network.target instead, it
+// is started by TinyproxyPathUnit the moment the files are there. The start job systemd
+// queued at boot for an enabled tinyproxy runs at once after bootcmd's daemon-reload and is
+// skipped by the condition (not failed), so the image's tinyproxy never starts without the
+// rendered configuration.
 func tinyproxyDropIn(wireguard bool) string {
-	s := `# Rendered by egress-proxies-operator: tinyproxy starts behind the egress fence, after
-# cloud-init has written its configuration, or not at all.
+	s := `# Rendered by egress-proxies-operator: tinyproxy starts behind the egress fence, as soon
+# as cloud-init has written its configuration, or not at all.
 [Unit]
-After=cloud-init.service
+DefaultDependencies=no
+After=local-fs.target systemd-tmpfiles-setup.service network.target
+Conflicts=shutdown.target
+Before=shutdown.target
+ConditionPathExists=` + ConfigWrittenPath + `
 OnFailure=` + FenceRetryUnit + `
 [Service]
 ExecStartPre=/bin/sh ` + FenceScriptPath + "\n"
@@ -233,6 +259,21 @@ ExecStartPre=/bin/sh ` + FenceScriptPath + "\n"
 TimeoutStartSec=5min
 `
 }
+
+// tinyproxyPathUnit is TinyproxyPathUnitPath, started by bootcmd: it starts tinyproxy.service
+// once ConfigWrittenPath exists (at once when it does already, on a later boot). Without
+// default dependencies it is not ordered after sysinit.target either.
+const tinyproxyPathUnit = `# Rendered by egress-proxies-operator: start tinyproxy as soon as cloud-init has written
+# its configuration and the egress fence.
+[Unit]
+Description=Start tinyproxy once its rendered configuration is written
+DefaultDependencies=no
+Conflicts=shutdown.target
+Before=shutdown.target
+[Path]
+PathExists=` + ConfigWrittenPath + `
+Unit=tinyproxy.service
+`
 
 // fenceRetryUnit is FenceRetryUnitPath, started by tinyproxy's OnFailure=. It runs only
 // after a start that found no address (FenceNoAddressMarker); then it waits for one and

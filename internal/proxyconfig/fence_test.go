@@ -73,30 +73,40 @@ func unitKeys(t *testing.T, name, unit string) map[string][]string {
 	return keys
 }
 
-// The units bootcmd writes: tinyproxy starts after cloud-init, behind the fence, and on a
-// failure hands over to the retry unit, which runs only after the fence found no address
-// and then runs the fence script's retry. tinyproxy itself is never restarted by systemd
-// (no Restart=): a fence that cannot be loaded keeps it stopped, not restarting.
+// The units bootcmd writes: tinyproxy starts when cloud-init has written its files (the
+// path unit, started by bootcmd, waits for the marker written last; tinyproxy is not
+// ordered after sysinit.target, so not after the rest of cloud-init's network stage), behind
+// the fence, and on a failure hands over to the retry unit, which runs only after the fence
+// found no address and then runs the fence script's retry. tinyproxy itself is never
+// restarted by systemd (no Restart=): a fence that cannot be loaded keeps it stopped, not
+// restarting.
 func TestFenceUnitsRendered(t *testing.T) {
 	doc, err := CloudConfig(sampleConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	paths, files, commands := bootUnits(t, doc)
-	if diff := cmp.Diff([]string{TinyproxyDropInPath, FenceRetryUnitPath}, paths); diff != "" {
+	if diff := cmp.Diff([]string{TinyproxyDropInPath, FenceRetryUnitPath, TinyproxyPathUnitPath}, paths); diff != "" {
 		t.Errorf("files bootcmd writes (-want +got):\n%s", diff)
 	}
-	wantCommands := []string{"mkdir -p " + path.Dir(TinyproxyDropInPath), "systemctl daemon-reload"}
+	wantCommands := []string{"mkdir -p " + path.Dir(TinyproxyDropInPath), "systemctl daemon-reload",
+		"systemctl start --no-block " + TinyproxyPathUnit}
 	if diff := cmp.Diff(wantCommands, commands); diff != "" {
-		t.Errorf("bootcmd's commands besides the files (-want +got), the reload last:\n%s", diff)
+		t.Errorf("bootcmd's commands besides the files (-want +got), the reload, then the path unit's start, last:\n%s", diff)
 	}
-	if path.Dir(FenceRetryUnitPath) != "/etc/systemd/system" || path.Base(FenceRetryUnitPath) != FenceRetryUnit {
-		t.Errorf("the retry unit is written to %s, want /etc/systemd/system/%s", FenceRetryUnitPath, FenceRetryUnit)
+	for unit, p := range map[string]string{FenceRetryUnit: FenceRetryUnitPath, TinyproxyPathUnit: TinyproxyPathUnitPath} {
+		if path.Dir(p) != "/etc/systemd/system" || path.Base(p) != unit {
+			t.Errorf("%s is written to %s, want /etc/systemd/system/%s", unit, p, unit)
+		}
 	}
 	dropIn := unitKeys(t, TinyproxyDropInPath, files[TinyproxyDropInPath])
 	if diff := cmp.Diff(map[string][]string{
-		"Unit.After":              {"cloud-init.service"},
-		"Unit.OnFailure":          {FenceRetryUnit},
+		"Unit.DefaultDependencies": {"no"},
+		"Unit.After":               {"local-fs.target systemd-tmpfiles-setup.service network.target"},
+		"Unit.Conflicts":           {"shutdown.target"},
+		"Unit.Before":              {"shutdown.target"},
+		"Unit.ConditionPathExists": {ConfigWrittenPath},
+		"Unit.OnFailure":           {FenceRetryUnit},
 		"Service.ExecStartPre":    {"/bin/sh " + FenceScriptPath},
 		"Service.TimeoutStartSec": {"5min"},
 	}, dropIn); diff != "" {
@@ -109,6 +119,40 @@ func TestFenceUnitsRendered(t *testing.T) {
 		"Service.ExecStart":        {"/bin/sh " + FenceScriptPath + " retry"},
 	}, retry); diff != "" {
 		t.Errorf("the retry unit (-want +got):\n%s", diff)
+	}
+	pathUnit := unitKeys(t, TinyproxyPathUnitPath, files[TinyproxyPathUnitPath])
+	if diff := cmp.Diff(map[string][]string{
+		"Unit.Description":         {"Start tinyproxy once its rendered configuration is written"},
+		"Unit.DefaultDependencies": {"no"},
+		"Unit.Conflicts":           {"shutdown.target"},
+		"Unit.Before":              {"shutdown.target"},
+		"Path.PathExists":          {ConfigWrittenPath},
+		"Path.Unit":                {"tinyproxy.service"},
+	}, pathUnit); diff != "" {
+		t.Errorf("the path unit (-want +got):\n%s", diff)
+	}
+	// The marker is the last file write_files writes, so its existence means the others
+	// (configuration, fence, tunnel) are complete when the path unit starts tinyproxy.
+	wg, err := ParseWireGuard(sampleWGConf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	withTunnel := sampleConfig()
+	withTunnel.WireGuard = wg
+	for _, c := range []Config{sampleConfig(), withTunnel} {
+		doc, err := CloudConfig(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cc struct {
+			WriteFiles []struct{ Path string } `json:"write_files"`
+		}
+		if err := yaml.Unmarshal(doc, &cc); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(cc.WriteFiles); n < 2 || cc.WriteFiles[n-1].Path != ConfigWrittenPath {
+			t.Errorf("write_files %+v (wireguard %v): want %s last", cc.WriteFiles, c.WireGuard != nil, ConfigWrittenPath)
+		}
 	}
 	// The marker the unit waits on is the one the script leaves, in the directory it makes.
 	for _, want := range []string{`marker="` + FenceNoAddressMarker + `"`, `mkdir -p "${marker%/*}"`, "exit " + strconv.Itoa(fenceNoAddressExit)} {

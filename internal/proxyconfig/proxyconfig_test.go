@@ -84,19 +84,20 @@ func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
 		t.Errorf("packages %v", cc.Packages)
 	}
 	wantBoot := "mkdir -p /etc/systemd/system/tinyproxy.service.d\ncat >" + TinyproxyDropInPath + " <<'EOF'\n" +
-		tinyproxyDropIn(false) + "EOF\ncat >" + FenceRetryUnitPath + " <<'EOF'\n" + fenceRetryUnit + "EOF\nsystemctl daemon-reload\n"
+		tinyproxyDropIn(false) + "EOF\ncat >" + FenceRetryUnitPath + " <<'EOF'\n" + fenceRetryUnit + "EOF\ncat >" +
+		TinyproxyPathUnitPath + " <<'EOF'\n" + tinyproxyPathUnit + "EOF\nsystemctl daemon-reload\nsystemctl start --no-block " + TinyproxyPathUnit + "\n"
 	if len(cc.Bootcmd) != 1 || cc.Bootcmd[0] != wantBoot {
 		t.Errorf("bootcmd %q, want [%q]", cc.Bootcmd, wantBoot)
 	}
-	for _, line := range []string{"After=cloud-init.service", "ExecStartPre=/bin/sh " + FenceScriptPath} {
+	for _, line := range []string{"DefaultDependencies=no", "ConditionPathExists=" + ConfigWrittenPath, "ExecStartPre=/bin/sh " + FenceScriptPath} {
 		if !strings.Contains(tinyproxyDropIn(false), "\n"+line+"\n") {
 			t.Errorf("the drop-in lacks %q:\n%s", line, tinyproxyDropIn(false))
 		}
 	}
-	if len(cc.WriteFiles) != 3 {
+	if len(cc.WriteFiles) != 4 {
 		t.Fatalf("write_files %+v", cc.WriteFiles)
 	}
-	for i, want := range []struct{ path, perm string }{{TinyproxyConfPath, "0600"}, {FenceRulesetPath, "0644"}, {FenceScriptPath, "0755"}} {
+	for i, want := range []struct{ path, perm string }{{TinyproxyConfPath, "0600"}, {FenceRulesetPath, "0644"}, {FenceScriptPath, "0755"}, {ConfigWrittenPath, "0644"}} {
 		if f := cc.WriteFiles[i]; f.Path != want.path || f.Owner != "root:root" || f.Permissions != want.perm || f.Defer {
 			t.Errorf("write_files[%d] %s %s %s defer=%v, want %s root:root %s written at once", i, f.Path, f.Owner, f.Permissions, f.Defer, want.path, want.perm)
 		}
