@@ -7,7 +7,8 @@
 #   before  the renderer of OLD_REF (default: the parent of the commit that put tinyproxy
 #           behind the egress fence): tinyproxy configured and restarted from runcmd, at
 #           the end of cloud-init's final stage;
-#   after   this tree's renderer: tinyproxy started once at boot, behind the fence.
+#   after   this tree's renderer: tinyproxy started once, behind the fence, by a path unit
+#           the moment cloud-init has written its files (early in its network stage).
 #
 # Running -> Ready stands for: the guest agent reports the guest's address (what turns a
 # kvm2 Proxy Running) -> the first request through the guest's proxy reaches a server on
