@@ -1,7 +1,6 @@
 package config_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/test/framework"
 )
 
 func promtool(t *testing.T) string {
@@ -55,7 +55,7 @@ func TestDashboardQueriesParse(t *testing.T) {
 	}
 	var rules []rule
 	for i, q := range dashboardQueries(t) {
-		rules = append(rules, rule{Record: fmt.Sprintf("dashboard:query%d", i), Expr: q.expr})
+		rules = append(rules, rule{Record: fmt.Sprintf("dashboard:query%d", i), Expr: q.Expr})
 	}
 	data, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
 	if err != nil {
@@ -224,7 +224,7 @@ func TestQueriesReadExportedMetrics(t *testing.T) {
 		}
 	}
 	for _, q := range dashboardQueries(t) {
-		exprs = append(exprs, q.title+": "+q.expr)
+		exprs = append(exprs, q.Panel+": "+q.Expr)
 	}
 	for _, e := range exprs {
 		found := metricName.FindAllString(e, -1)
@@ -239,34 +239,13 @@ func TestQueriesReadExportedMetrics(t *testing.T) {
 	}
 }
 
-type panelQuery struct{ title, expr string }
-
-// dashboardQueries are the panel title and expression of every target of the Grafana dashboard.
-func dashboardQueries(t *testing.T) []panelQuery {
+// dashboardQueries are the panel title and expression of every target of the Grafana
+// dashboard, as the deploy tier sends them to a real Prometheus.
+func dashboardQueries(t *testing.T) []framework.PanelQuery {
 	t.Helper()
-	var d struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Type    string `json:"type"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(mustRead(t, "grafana/egress-proxies-operator.json"), &d); err != nil {
-		t.Fatalf("grafana/egress-proxies-operator.json: %v", err)
-	}
-	var qs []panelQuery
-	for _, p := range d.Panels {
-		if p.Type == "row" {
-			continue
-		}
-		if len(p.Targets) == 0 {
-			t.Errorf("panel %q has no query", p.Title)
-		}
-		for _, tg := range p.Targets {
-			qs = append(qs, panelQuery{p.Title, tg.Expr})
-		}
+	qs, err := framework.DashboardQueries("grafana/egress-proxies-operator.json")
+	if err != nil {
+		t.Fatal(err)
 	}
 	if len(qs) < 8 {
 		t.Errorf("only %d dashboard queries", len(qs))

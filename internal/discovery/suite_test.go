@@ -5,7 +5,6 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
@@ -13,6 +12,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // One kube-apiserver and etcd for the package, with the project's CRDs, for the tests of
@@ -43,6 +43,6 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 var testContext = testenv.Context
 
 // waitLong is the deadline of a wait (testutil.WaitFor): one only a broken test reaches.
-const waitLong = 30 * time.Second
+const waitLong = testutil.WaitLong
 
 func keyOf(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }

@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// WaitLong is the deadline of an in-process or envtest wait (WaitFor): one only a broken
+// test reaches, generous enough for a loaded machine. Tiers that boot guests set their own.
+const WaitLong = 30 * time.Second
+
 // WaitOption changes how WaitFor polls or what it says.
 type WaitOption func(*waitConfig)
 

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/test/framework"
 )
 
 // answerWatch sends a request through a guest's proxy every 250 ms until one succeeds and
@@ -32,7 +34,7 @@ func watchAnswers(ip string, port int32, user *url.Userinfo, target string) *ans
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if _, err := get(c, target); err == nil {
+			if _, err := framework.Get(c, target); err == nil {
 				aw.mu.Lock()
 				aw.answered = time.Now()
 				aw.mu.Unlock()

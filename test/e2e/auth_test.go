@@ -19,6 +19,7 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/manifest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/test/framework"
 )
 
 // sampleSubnet is the bridge subnet the sample's allowedSourceRanges lists; the test puts
@@ -33,7 +34,7 @@ const discoveryToken = "e2e-discovery-token"
 // which must name that Secret and list the bridge subnet.
 func readSample(t *testing.T) (*v1alpha1.Proxy, *corev1.Secret) {
 	t.Helper()
-	data, err := os.ReadFile(samplePath)
+	data, err := os.ReadFile(filepath.Join(framework.RepoRoot(t), samplePath))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,17 +87,6 @@ func (bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // discoveryClient is how the test, a crawler holding the token, talks to discovery.
 var discoveryClient = &http.Client{Timeout: 30 * time.Second, Transport: bearer{}}
 
-// statusThrough is the status of a GET of target through the proxy at proxyURL.
-func statusThrough(proxyURL *url.URL, target string) (int, error) {
-	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
-	resp, err := c.Get(target)
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
-}
-
 // credentials are the username and password of the proxy's Secret sec, as the API server
 // holds it (stringData is write-only: the created object has data).
 func (s *story) credentials(sec *corev1.Secret) *url.Userinfo {
@@ -132,7 +122,7 @@ func (s *story) checkAuth(px *v1alpha1.Proxy, sec *corev1.Secret, discovery, who
 		{"with a wrong password", url.UserPassword(user, pass+"-wrong"), http.StatusUnauthorized},
 	} {
 		u := &url.URL{Scheme: "http", Host: fmt.Sprintf("%s:%d", ip, px.Spec.Port), User: tc.user}
-		code, err := statusThrough(u, whoURL+"/auth-check")
+		code, err := framework.StatusThrough(u, whoURL+"/auth-check")
 		if err != nil || code != tc.want {
 			t.Errorf("a request through the proxy %s: %d %v, want %d", tc.name, code, err, tc.want)
 		} else {
@@ -141,10 +131,10 @@ func (s *story) checkAuth(px *v1alpha1.Proxy, sec *corev1.Secret, discovery, who
 	}
 
 	want := fmt.Sprintf("http://%s:%s@%s:%d\n", user, pass, ip, px.Spec.Port)
-	if body, err := get(discoveryClient, discovery+"/v1/proxies?format=text&credentials=true"); err != nil || body != want {
+	if body, err := framework.Get(discoveryClient, discovery+"/v1/proxies?format=text&credentials=true"); err != nil || body != want {
 		t.Errorf("discovery with credentials=true: %q (%v), want %q", body, err, want)
 	}
-	if body, err := get(discoveryClient, discovery+"/v1/proxies?format=text"); err != nil || strings.Contains(body, "@") {
+	if body, err := framework.Get(discoveryClient, discovery+"/v1/proxies?format=text"); err != nil || strings.Contains(body, "@") {
 		t.Errorf("discovery without credentials=true: %q (%v), want URLs without credentials", body, err)
 	}
 	resp, err := http.Get(discovery + "/v1/proxies?format=text&credentials=true")

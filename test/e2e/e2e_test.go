@@ -9,8 +9,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -28,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/test/framework"
 )
 
 // imageKey is the catalogue key of the guest image in the test's providers config; its
@@ -37,11 +36,12 @@ const imageKey = "e2e-guest"
 // percent finds the percentage in a progress message such as "... 12.0 MiB of 121.2 MiB (10%)".
 var percent = regexp.MustCompile(`\((\d+)%\)$`)
 
-// samplePath is the Proxy (and its basic-auth Secret) users apply; the test applies it
-// with only the image, the bridge subnet and the namespace changed.
-var samplePath = filepath.Join(repoRoot, "config", "samples", "proxy_kvm2.yaml")
+// samplePath is the Proxy (and its basic-auth Secret) users apply, under the repository's
+// root; the test applies it with only the image, the bridge subnet and the namespace
+// changed.
+var samplePath = filepath.Join("config", "samples", "proxy_kvm2.yaml")
 
-func sampleProxy(t *testing.T, h hostEnv, namespace string) (*v1alpha1.Proxy, *corev1.Secret) {
+func sampleProxy(t *testing.T, h framework.HostEnv, namespace string) (*v1alpha1.Proxy, *corev1.Secret) {
 	t.Helper()
 	px, sec := readSample(t) // auth_test.go
 	px.Namespace, sec.Namespace = namespace, namespace
@@ -92,27 +92,24 @@ func span(from, to time.Time, round time.Duration) string {
 func TestProxyLifecycle(t *testing.T) {
 	testStart := time.Now()
 	h := loadHostEnv(t)
-	host := dialHost(t, h)
+	host := framework.DialHost(t, h)
 	c, kubeconfig := controlPlane(t)
 	bin := buildManager(t)
 
-	images := newImageServer(t, h.GuestImage, durationEnv("E2E_IMAGE_SECONDS", 15*time.Second))
-	imageURL := serve(t, h.BridgeIP, images) + "/guest.qcow2"
+	guestImage, guestSHA := framework.GuestImage(t)
+	images := newImageServer(t, guestImage, durationEnv("E2E_IMAGE_SECONDS", 15*time.Second))
+	imageURL := framework.Serve(t, h.BridgeIP, images) + "/guest.qcow2"
 	// The probe target is on a private address of the bridge, which the guest's egress
 	// fence refuses unless the Proxy allows it (allowedDestinations), as a user with an
 	// in-cluster probe target would.
 	edge := newEdge(t, h)
-	who := &whoami{}
+	who := &framework.Whoami{}
 	whoURL := edge.serve(t, edge.allowed, who)
 	// The target of the test's own requests watching for the guest's proxy to answer.
-	answersURL := edge.serve(t, edge.allowed, &whoami{}) + "/answers"
-	sum, err := os.ReadFile(h.GuestImage + ".sha256")
-	if err != nil {
-		t.Fatal(err)
-	}
+	answersURL := edge.serve(t, edge.allowed, &framework.Whoami{}) + "/answers"
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "providers.yaml")
-	if err := os.WriteFile(cfgPath, []byte(providersConfig(h, imageURL, strings.Fields(string(sum))[0])), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(providersConfig(h, imageURL, guestSHA)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	discovery := "http://" + freeAddr(t, "127.0.0.1")
@@ -134,12 +131,12 @@ func TestProxyLifecycle(t *testing.T) {
 	px.Spec.Proxy.AllowedDestinations = []v1alpha1.CIDR{v1alpha1.CIDR(edge.allowed + "/32")}
 	px.Spec.CloudInit = edge.routeCloudInit()
 	s := &story{t: t, c: c, host: host, mgr: mgr, key: client.ObjectKeyFromObject(px), vm: px.InstanceName()}
-	host.removeInstance(s.vm)
-	host.removeBaseImage(imageKey)
+	host.RemoveInstance(s.vm)
+	host.RemoveBaseImage(imageKey)
 	t.Cleanup(func() {
 		mgr.kill(syscall.SIGTERM)
-		host.removeInstance(s.vm)
-		host.removeBaseImage(imageKey)
+		host.RemoveInstance(s.vm)
+		host.RemoveBaseImage(imageKey)
 		if t.Failed() {
 			keep := filepath.Join(os.TempDir(), fmt.Sprintf("e2e-manager-%s.log", time.Now().Format("20060102-150405")))
 			if data, err := os.ReadFile(mgr.logPath); err == nil && os.WriteFile(keep, data, 0o644) == nil {
@@ -148,7 +145,7 @@ func TestProxyLifecycle(t *testing.T) {
 		}
 		t.Logf("total %s", time.Since(testStart).Round(time.Second))
 	})
-	t.Logf("instance %s, image %s served at %s (%d MiB at %d MiB/s)", s.vm, h.GuestImage, imageURL, images.size>>20, images.rate>>20)
+	t.Logf("instance %s, image %s served at %s (%d MiB at %d MiB/s)", s.vm, guestImage, imageURL, images.size>>20, images.rate>>20)
 
 	ctx := ctxFor(t, time.Hour)
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -199,7 +196,7 @@ func (s *story) mustProxy() *v1alpha1.Proxy {
 
 func (s *story) uuid() string {
 	s.t.Helper()
-	out, err := s.host.virsh("domuuid " + s.vm)
+	out, err := s.host.Virsh("domuuid " + s.vm)
 	if err != nil {
 		s.t.Fatalf("domain %s: %v", s.vm, err)
 	}
@@ -241,7 +238,7 @@ func (s *story) createSurvivingKills(ctx context.Context, px *v1alpha1.Proxy, im
 	s.mgr.start()
 
 	s.waitFor("domain "+s.vm+" to be defined", bootDeadline, 200*time.Millisecond, func() (bool, error) {
-		doms, err := s.host.domains()
+		doms, err := s.host.Domains()
 		for _, d := range doms {
 			if d == s.vm {
 				return true, nil
@@ -250,11 +247,11 @@ func (s *story) createSurvivingKills(ctx context.Context, px *v1alpha1.Proxy, im
 		return false, err
 	})
 	s.mgr.kill(syscall.SIGKILL)
-	state, _ := s.host.virsh("domstate " + s.vm)
+	state, _ := s.host.Virsh("domstate " + s.vm)
 	t.Logf("killed the manager (SIGKILL) once domain %s was defined (state then: %s); restarting it", s.vm, strings.TrimSpace(state))
 	s.mgr.start()
 
-	s.waitProxy("phase Running with an IP", bootDeadline, isRunning)
+	s.waitProxy("phase Running with an IP", bootDeadline, framework.IsRunning)
 	tm.running = time.Now()
 	s.exactlyOneVM(string(s.mustProxy().UID))
 	t.Logf("image server: %d requests, %d complete downloads", images.requests.Load(), images.complete.Load())
@@ -265,15 +262,14 @@ func (s *story) createSurvivingKills(ctx context.Context, px *v1alpha1.Proxy, im
 // pool holds exactly its overlay and seed.
 func (s *story) exactlyOneVM(uid string) {
 	s.t.Helper()
-	out, err := s.host.run(fmt.Sprintf(`for d in $(virsh -q -c qemu:///system list --all --name); do `+
-		`virsh -q -c qemu:///system dumpxml "$d" | grep -q %q && echo "$d"; done; true`, uid))
+	doms, err := s.host.DomainsMatching(uid)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if doms := strings.Fields(out); len(doms) != 1 || doms[0] != s.vm {
+	if len(doms) != 1 || doms[0] != s.vm {
 		s.t.Fatalf("domains carrying the Proxy's UID %s: %v, want exactly [%s]", uid, doms, s.vm)
 	}
-	vols, err := s.host.volumes()
+	vols, err := s.host.Volumes()
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -292,12 +288,12 @@ func (s *story) exactlyOneVM(uid string) {
 // then checks that the discovery API lists the proxy and that a request through the URL
 // it gives reaches a server on the bridge from the guest's address. It returns the IP and
 // when Ready was seen.
-func (s *story) checkServing(px *v1alpha1.Proxy, who *whoami, discovery, whoURL string) (string, time.Time) {
+func (s *story) checkServing(px *v1alpha1.Proxy, who *framework.Whoami, discovery, whoURL string) (string, time.Time) {
 	t := s.t
-	ready := s.waitProxy("phase Ready and healthy (a probe through the guest's proxy)", bootDeadline, isReady)
+	ready := s.waitProxy("phase Ready and healthy (a probe through the guest's proxy)", bootDeadline, framework.IsReady)
 	readyAt := time.Now()
 	ip := ready.Status.IP
-	if who.from(ip) == 0 {
+	if who.From(ip) == 0 {
 		t.Fatalf("the Proxy is Ready but the probe target never saw a request from the guest's address %s", ip)
 	}
 	if ready.Status.EgressIP != ip {
@@ -306,41 +302,19 @@ func (s *story) checkServing(px *v1alpha1.Proxy, who *whoami, discovery, whoURL 
 	want := fmt.Sprintf("http://%s:%d", ip, px.Spec.Port)
 	var listed string
 	s.waitFor("the discovery API to list "+want, shortDeadline, 500*time.Millisecond, func() (bool, error) {
-		body, err := get(discoveryClient, discovery+"/v1/proxies?format=text")
+		body, err := framework.Get(discoveryClient, discovery+"/v1/proxies?format=text")
 		listed = body
 		return strings.Contains(body, want), err
 	})
 	// The proxy demands basic auth: the crawler asks for its URL with the credentials.
-	picked, err := get(discoveryClient, discovery+"/v1/proxies/pick?key=crawler-1&format=text&credentials=true")
+	picked, err := framework.Get(discoveryClient, discovery+"/v1/proxies/pick?key=crawler-1&format=text&credentials=true")
 	proxyURL, perr := url.Parse(strings.TrimSpace(picked))
 	if err != nil || perr != nil || proxyURL.User == nil || (&url.URL{Scheme: proxyURL.Scheme, Host: proxyURL.Host}).String() != want {
 		t.Fatalf("pick for key crawler-1 with credentials = %d characters (%v, %v), want %s with user:password@", len(picked), err, perr, want)
 	}
 	t.Logf("discovery lists %q", strings.TrimSpace(listed))
-	through := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
-	before := who.from(ip)
-	body, err := get(through, whoURL+"/through-the-proxy")
-	if err != nil {
-		t.Fatalf("GET %s through %s: %v", whoURL, proxyURL.Redacted(), err)
-	}
-	if !strings.Contains(body, `"`+ip+`"`) || who.from(ip) <= before {
-		t.Fatalf("GET %s through %s answered %q; want it to come from the guest's address %s", whoURL, proxyURL.Redacted(), body, ip)
-	}
-	t.Logf("a request through %s reached %s from %s", proxyURL.Redacted(), whoURL, ip)
+	framework.Through(t, proxyURL, whoURL+"/through-the-proxy", who, ip)
 	return ip, readyAt
-}
-
-func get(c *http.Client, u string) (string, error) {
-	resp, err := c.Get(u)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
-	}
-	return string(b), err
 }
 
 // checkProviderHealth waits for the ProviderHealth object to show the host reachable,
@@ -377,12 +351,12 @@ func (s *story) replace(ctx context.Context, oldUUID string, watch *bootWatch) t
 	}
 	var newUUID string
 	s.waitFor("domain "+s.vm+" to be replaced (a new UUID)", bootDeadline, time.Second, func() (bool, error) {
-		out, err := s.host.virsh("domuuid " + s.vm)
+		out, err := s.host.Virsh("domuuid " + s.vm)
 		newUUID = strings.TrimSpace(out)
 		return err == nil && newUUID != "" && newUUID != oldUUID, nil
 	})
 	s.waitProxy("phase Running with an IP on the new VM", bootDeadline, func(p *v1alpha1.Proxy) bool {
-		return isRunning(p) && p.Status.ObservedGeneration == p.Generation
+		return framework.IsRunning(p) && p.Status.ObservedGeneration == p.Generation
 	})
 	tm.running = time.Now()
 	s.exactlyOneVM(string(px.UID))
@@ -405,11 +379,11 @@ func (s *story) deleteLeavesNothing(ctx context.Context, discovery string) {
 		return apierrors.IsNotFound(err), nil
 	})
 	t.Logf("Proxy deleted in %s", took.Round(time.Millisecond))
-	if left := s.host.leftovers(s.vm); len(left) != 0 {
+	if left := s.host.Leftovers(s.vm); len(left) != 0 {
 		t.Fatalf("after deleting the Proxy, %s left behind: %v", s.vm, left)
 	}
 	s.waitFor("the discovery API to stop listing the deleted proxy", shortDeadline, 500*time.Millisecond, func() (bool, error) {
-		body, err := get(discoveryClient, discovery+"/v1/proxies?format=text")
+		body, err := framework.Get(discoveryClient, discovery+"/v1/proxies?format=text")
 		return err == nil && !strings.Contains(body, px.Status.IP+":"), err
 	})
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/test/framework"
 )
 
 // internetAddr is the stand-in for an address on the internet: a documentation address
@@ -36,7 +38,7 @@ const (
 	edgeLink = "epo-e2e-edge"
 )
 
-func newEdge(t *testing.T, h hostEnv) *edge {
+func newEdge(t *testing.T, h framework.HostEnv) *edge {
 	t.Helper()
 	subnet, err := netip.ParsePrefix(h.BridgeSubnet)
 	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 24 {
@@ -107,7 +109,7 @@ func (e *edge) serve(t *testing.T, addr string, h http.Handler) string {
 	if r.err != nil {
 		t.Fatalf("listening on %s in %s: %v", addr, e.ns, r.err)
 	}
-	return serveOn(t, r.ln, h)
+	return framework.ServeListener(t, r.ln, h)
 }
 
 // routeCloudInit is the user cloud-init of the test's Proxy: a route to the internet

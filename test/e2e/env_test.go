@@ -18,62 +18,24 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/test/framework"
 )
 
-// repoRoot is the module's top directory, seen from this package.
-var repoRoot = filepath.Join("..", "..")
-
-// hostEnv is the local libvirt host as hack/libvirt-host.sh describes it in its env file.
-type hostEnv struct {
-	Address, User, Key, KnownHosts, Socket, Pool, PoolPath string
-	Bridge, BridgeIP, BridgeSubnet, DomainType             string
-	GuestImage                                             string
-}
-
-func loadHostEnv(t *testing.T) hostEnv {
+// loadHostEnv is the local libvirt host of hack/libvirt-host.sh's env file.
+func loadHostEnv(t *testing.T) framework.HostEnv {
 	t.Helper()
-	get := func(name string) string {
-		v := os.Getenv(name)
-		if v == "" {
-			t.Fatalf("%s is not set: run `make test-e2e`, or `hack/libvirt-host.sh up && source $(hack/libvirt-host.sh env)`", name)
-		}
-		return v
-	}
-	h := hostEnv{
-		Address: get("KVM2_TEST_ADDRESS"), User: get("KVM2_TEST_USER"), Key: get("KVM2_TEST_KEY"),
-		KnownHosts: get("KVM2_TEST_KNOWN_HOSTS"), Socket: get("KVM2_TEST_SOCKET"), Pool: get("KVM2_TEST_POOL"),
-		PoolPath: get("KVM2_TEST_POOL_PATH"), Bridge: get("KVM2_TEST_BRIDGE"), BridgeIP: get("KVM2_TEST_BRIDGE_IP"),
-		BridgeSubnet: get("KVM2_TEST_BRIDGE_SUBNET"), DomainType: get("KVM2_TEST_DOMAIN_TYPE"),
-	}
-	h.GuestImage = os.Getenv("E2E_GUEST_IMAGE")
-	if h.GuestImage == "" {
-		out, err := exec.Command(filepath.Join(repoRoot, "hack", "guest-image.sh")).Output()
-		if err != nil {
-			t.Fatalf("hack/guest-image.sh: %v", err)
-		}
-		h.GuestImage = strings.TrimSpace(string(out))
-	}
-	return h
+	return framework.LoadHostEnv(t, "run `make test-e2e`, or `hack/libvirt-host.sh up && source $(hack/libvirt-host.sh env)`")
 }
 
-// controlPlane starts kube-apiserver and etcd with the project's CRDs, writes an admin
-// kubeconfig for the manager process and returns a client and the kubeconfig's path.
+// controlPlane starts kube-apiserver and etcd with the project's CRDs (internal/testenv),
+// writes an admin kubeconfig for the manager process and returns a client and the
+// kubeconfig's path.
 func controlPlane(t *testing.T) (client.Client, string) {
 	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run with KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh) (or make test-e2e)")
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(repoRoot, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
+	env, err := testenv.Start()
 	if err != nil {
 		t.Fatalf("starting the control plane: %v", err)
 	}
@@ -82,30 +44,11 @@ func controlPlane(t *testing.T) (client.Client, string) {
 			t.Errorf("stopping the control plane: %v", err)
 		}
 	})
-	user, err := env.AddUser(envtest.User{Name: "e2e-manager", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatalf("adding a user to the control plane: %v", err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatalf("kubeconfig: %v", err)
-	}
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kc, 0o600); err != nil {
+	if err := os.WriteFile(path, env.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatalf("client for the control plane: %v", err)
-	}
-	return c, path
+	return env.Client, path
 }
 
 // buildManager builds cmd/manager from this tree into a temporary directory.
@@ -113,7 +56,7 @@ func buildManager(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "manager")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/manager")
-	cmd.Dir = repoRoot
+	cmd.Dir = framework.RepoRoot(t)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/manager: %v\n%s", err, out)
 	}
@@ -221,7 +164,7 @@ func (m *manager) tail(n int) string {
 }
 
 // providersConfig is the manager's providers config for the local host.
-func providersConfig(h hostEnv, imageURL, imageSHA string) string {
+func providersConfig(h framework.HostEnv, imageURL, imageSHA string) string {
 	return fmt.Sprintf(`providers:
   - name: kvm2-home
     type: kvm2

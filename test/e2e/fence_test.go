@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,17 +15,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/test/framework"
 )
 
 // fenceTargets are the servers the fence check asks the guest's proxy for.
 type fenceTargets struct {
-	host, private, internet          *whoami
+	host, private, internet          *framework.Whoami
 	hostURL, privateURL, internetURL string
 }
 
-func newFenceTargets(s *story, h hostEnv, e *edge) *fenceTargets {
-	ft := &fenceTargets{host: &whoami{}, private: &whoami{}, internet: &whoami{}}
-	ft.hostURL = serve(s.t, h.BridgeIP, ft.host)
+func newFenceTargets(s *story, h framework.HostEnv, e *edge) *fenceTargets {
+	ft := &fenceTargets{host: &framework.Whoami{}, private: &framework.Whoami{}, internet: &framework.Whoami{}}
+	ft.hostURL = framework.Serve(s.t, h.BridgeIP, ft.host)
 	ft.privateURL = e.serve(s.t, e.refused, ft.private)
 	ft.internetURL = e.serve(s.t, internetAddr, ft.internet)
 	return ft
@@ -45,7 +44,7 @@ func (s *story) checkFence(proxyURL *url.URL, ft *fenceTargets) {
 	for _, tc := range []struct {
 		name string
 		url  string
-		who  *whoami
+		who  *framework.Whoami
 	}{
 		{"the host (the bridge's gateway)", ft.hostURL, ft.host},
 		{"a second private address on the bridge", ft.privateURL, ft.private},
@@ -62,7 +61,7 @@ func (s *story) checkFence(proxyURL *url.URL, ft *fenceTargets) {
 			t.Errorf("a request to %s (%s) through the proxy: %s %q, want 500 Unable to connect (the fence refused the connection)",
 				tc.name, tc.url, resp.Status, firstLine(body))
 		}
-		if n := tc.who.from(ip); n != 0 {
+		if n := tc.who.From(ip); n != 0 {
 			t.Errorf("%s (%s) saw %d requests from the guest's address %s: the fence let them through", tc.name, tc.url, n, ip)
 		}
 		t.Logf("fence: a request to %s (%s) through the proxy was refused: %s in %s (tinyproxy's error page: %q)",
@@ -73,10 +72,10 @@ func (s *story) checkFence(proxyURL *url.URL, ft *fenceTargets) {
 	var body string
 	s.waitFor("a request through the proxy to the internet stand-in "+ft.internetURL+" to answer", shortDeadline, time.Second, func() (bool, error) {
 		var err error
-		body, err = get(through, ft.internetURL+"/internet")
+		body, err = framework.Get(through, ft.internetURL+"/internet")
 		return err == nil, err
 	})
-	if !strings.Contains(body, `"`+ip+`"`) || ft.internet.from(ip) == 0 {
+	if !strings.Contains(body, `"`+ip+`"`) || ft.internet.From(ip) == 0 {
 		t.Fatalf("the internet stand-in answered %q; want the request to come from the guest's address %s", body, ip)
 	}
 	t.Logf("fence: a request through the proxy to the internet stand-in %s was answered from %s", ft.internetURL, ip)
@@ -107,20 +106,20 @@ func (s *story) checkFailClosed(ctx context.Context, template *v1alpha1.Proxy) {
 	px.Spec = *template.Spec.DeepCopy()
 	px.Spec.CloudInit = "#cloud-config\nbootcmd:\n  - [rm, -f, /usr/sbin/nft, /sbin/nft]\n"
 	ns := &story{t: t, c: s.c, host: s.host, mgr: s.mgr, key: client.ObjectKeyFromObject(px), vm: px.InstanceName()}
-	ns.host.removeInstance(ns.vm)
-	t.Cleanup(func() { ns.host.removeInstance(ns.vm) })
+	ns.host.RemoveInstance(ns.vm)
+	t.Cleanup(func() { ns.host.RemoveInstance(ns.vm) })
 	start := time.Now()
 	if err := s.c.Create(ctx, px); err != nil {
 		t.Fatalf("creating Proxy %s: %v", ns.key, err)
 	}
 	everReady := func(p *v1alpha1.Proxy) {
-		if isReady(p) || p.Status.Healthy {
+		if framework.IsReady(p) || p.Status.Healthy {
 			t.Fatalf("Proxy %s, whose guest could not load the egress fence, became Ready:\n%s", ns.key, ns.describe())
 		}
 	}
 	ns.waitBooted("phase Running with an IP (the guest without nft)", func(p *v1alpha1.Proxy) bool {
 		everReady(p)
-		return isRunning(p)
+		return framework.IsRunning(p)
 	})
 	var status string
 	ns.waitFor("the guest's cloud-init to finish (cloud-init status, through the guest agent)", bootDeadline, 3*time.Second, func() (bool, error) {
@@ -129,18 +128,18 @@ func (s *story) checkFailClosed(ctx context.Context, template *v1alpha1.Proxy) {
 			return false, err
 		}
 		everReady(px)
-		out, code, err := ns.host.guestExec(ns.vm, "/usr/bin/cloud-init", "status")
+		out, code, err := ns.host.GuestExec(ns.vm, "/usr/bin/cloud-init", "status")
 		status = strings.TrimSpace(out)
 		return err == nil && (strings.Contains(status, "status: done") || strings.Contains(status, "status: error")), fmt.Errorf("exit %d %q: %v", code, status, err)
 	})
-	active, _, err := ns.host.guestExec(ns.vm, "/usr/bin/systemctl", "is-active", "tinyproxy")
+	active, _, err := ns.host.GuestExec(ns.vm, "/usr/bin/systemctl", "is-active", "tinyproxy")
 	if err != nil {
 		t.Fatalf("asking the guest whether tinyproxy runs: %v", err)
 	}
 	if a := strings.TrimSpace(active); a == "active" || a == "activating" {
 		t.Fatalf("tinyproxy is %s on the guest that could not load the fence (cloud-init: %s)", a, status)
 	}
-	journal, _, _ := ns.host.guestExec(ns.vm, "/usr/bin/journalctl", "-u", "tinyproxy", "-o", "cat", "--no-pager", "-n", "5")
+	journal, _, _ := ns.host.GuestExec(ns.vm, "/usr/bin/journalctl", "-u", "tinyproxy", "-o", "cat", "--no-pager", "-n", "5")
 	// The health engine writes a failing Proxy's status once its failures reach the
 	// threshold (3, the default) and then only at heartbeats, so further probes are not
 	// seen in the status: the Proxy must be past the threshold, and then stay short of
@@ -181,55 +180,10 @@ func (s *story) checkFailClosed(ctx context.Context, template *v1alpha1.Proxy) {
 	})
 }
 
-// guestExec runs path with args on domain vm through the QEMU guest agent and returns its
-// output (stdout, then stderr) and exit code once it has exited.
-func (lh *libvirtHost) guestExec(vm, path string, args ...string) (string, int, error) {
-	req, _ := json.Marshal(map[string]any{"execute": "guest-exec", "arguments": map[string]any{"path": path, "arg": args, "capture-output": true}})
-	out, err := lh.virsh(fmt.Sprintf("qemu-agent-command %s '%s'", vm, req))
-	if err != nil {
-		return "", -1, err
-	}
-	var started struct {
-		Return struct {
-			PID int `json:"pid"`
-		} `json:"return"`
-	}
-	if err := json.Unmarshal([]byte(out), &started); err != nil {
-		return "", -1, fmt.Errorf("guest-exec %s on %s: %q: %w", path, vm, out, err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		st, err := lh.virsh(fmt.Sprintf(`qemu-agent-command %s '{"execute":"guest-exec-status","arguments":{"pid":%d}}'`, vm, started.Return.PID))
-		if err != nil {
-			return "", -1, err
-		}
-		var res struct {
-			Return struct {
-				Exited   bool   `json:"exited"`
-				ExitCode int    `json:"exitcode"`
-				Out      string `json:"out-data"`
-				Err      string `json:"err-data"`
-			} `json:"return"`
-		}
-		if err := json.Unmarshal([]byte(st), &res); err != nil {
-			return "", -1, fmt.Errorf("guest-exec-status of %s on %s: %q: %w", path, vm, st, err)
-		}
-		if res.Return.Exited {
-			o, _ := base64.StdEncoding.DecodeString(res.Return.Out)
-			e, _ := base64.StdEncoding.DecodeString(res.Return.Err)
-			return string(o) + string(e), res.Return.ExitCode, nil
-		}
-		if time.Now().After(deadline) {
-			return "", -1, fmt.Errorf("%s on %s has not exited after a minute", path, vm)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
 // checkOneStart checks that tinyproxy started once on the guest: at boot, behind the
 // fence, with the rendered configuration, never with the image's own and never restarted.
 func (s *story) checkOneStart() {
-	out, _, err := s.host.guestExec(s.vm, "/usr/bin/journalctl", "-b", "-u", "tinyproxy.service", "-o", "cat", "--no-pager")
+	out, _, err := s.host.GuestExec(s.vm, "/usr/bin/journalctl", "-b", "-u", "tinyproxy.service", "-o", "cat", "--no-pager")
 	if err != nil {
 		s.t.Fatalf("reading tinyproxy's journal on the guest: %v", err)
 	}

@@ -27,6 +27,8 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/manifest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/test/framework"
 )
 
 // poolInstall is the install identity of the manager in the pool test: its VMs carry it
@@ -39,15 +41,15 @@ const poolInstall = "e2e-pool"
 // cores instead of contending for them.
 const poolMachine = "small: {vcpus: 1, memoryMiB: 512}"
 
-var poolSamplePath = filepath.Join(repoRoot, "config", "samples", "proxypool.yaml")
+var poolSamplePath = filepath.Join("config", "samples", "proxypool.yaml")
 
 // samplePool is config/samples/proxypool.yaml with two replicas on the one local host:
 // no spread, the test image, the bridge subnet allowed, no rotation, children available
 // as soon as they are Ready, no Service. It returns the sample's basic-auth Secret too,
 // which the template names.
-func samplePool(t *testing.T, h hostEnv, namespace string) (*v1alpha1.ProxyPool, *corev1.Secret) {
+func samplePool(t *testing.T, h framework.HostEnv, namespace string) (*v1alpha1.ProxyPool, *corev1.Secret) {
 	t.Helper()
-	data, err := os.ReadFile(poolSamplePath)
+	data, err := os.ReadFile(filepath.Join(framework.RepoRoot(t), poolSamplePath))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,19 +156,16 @@ func (e *everySecond[T]) close() []T {
 func TestPoolRotation(t *testing.T) {
 	testStart := time.Now()
 	h := loadHostEnv(t)
-	host := dialHost(t, h)
+	host := framework.DialHost(t, h)
 	c, kubeconfig := controlPlane(t)
 	bin := buildManager(t)
 
 	// Unpaced: this test is not about the download.
-	images := newImageServer(t, h.GuestImage, time.Second)
-	imageURL := serve(t, h.BridgeIP, images) + "/guest.qcow2"
-	whoURL := serve(t, h.BridgeIP, &whoami{})
-	sum, err := os.ReadFile(h.GuestImage + ".sha256")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := providersConfig(h, imageURL, strings.Fields(string(sum))[0])
+	guestImage, guestSHA := framework.GuestImage(t)
+	images := newImageServer(t, guestImage, time.Second)
+	imageURL := framework.Serve(t, h.BridgeIP, images) + "/guest.qcow2"
+	whoURL := framework.Serve(t, h.BridgeIP, &framework.Whoami{})
+	cfg := providersConfig(h, imageURL, guestSHA)
 	small := "small: {vcpus: 2, memoryMiB: 1024}"
 	if !strings.Contains(cfg, small) {
 		t.Fatalf("the e2e providers config no longer has the machine type %q this test shrinks", small)
@@ -193,13 +192,13 @@ func TestPoolRotation(t *testing.T) {
 	key := client.ObjectKeyFromObject(pool)
 	p := &poolStory{t: t, c: c, host: host, mgr: mgr, key: key, vms: map[string]bool{}}
 	p.removeLeftovers()
-	host.removeBaseImage(imageKey)
+	host.RemoveBaseImage(imageKey)
 	t.Cleanup(func() {
 		mgr.kill(syscall.SIGTERM)
 		for vm := range p.seenVMs() {
-			host.removeInstance(vm)
+			host.RemoveInstance(vm)
 		}
-		host.removeBaseImage(imageKey)
+		host.RemoveBaseImage(imageKey)
 		if t.Failed() {
 			keep := filepath.Join(os.TempDir(), fmt.Sprintf("e2e-pool-manager-%s.log", time.Now().Format("20060102-150405")))
 			if data, err := os.ReadFile(mgr.logPath); err == nil && os.WriteFile(keep, data, 0o644) == nil {
@@ -287,7 +286,7 @@ func (p *poolStory) checkNewPassword(kids []v1alpha1.Proxy, user, oldPass, newPa
 			want int
 		}{{newPass, http.StatusOK}, {oldPass, http.StatusUnauthorized}} {
 			u := &url.URL{Scheme: "http", Host: fmt.Sprintf("%s:%d", px.Status.IP, px.Spec.Port), User: url.UserPassword(user, tc.pass)}
-			if code, err := statusThrough(u, whoURL+"/after-rotation"); err != nil || code != tc.want {
+			if code, err := framework.StatusThrough(u, whoURL+"/after-rotation"); err != nil || code != tc.want {
 				p.t.Errorf("new child %s with the %s password: %d %v, want %d", px.Name,
 					map[bool]string{true: "new", false: "old"}[tc.pass == newPass], code, err, tc.want)
 			}
@@ -318,7 +317,7 @@ const crawlTimeout = 5 * time.Second
 
 func (c *poolCrawler) take() crawlSample {
 	s := crawlSample{at: time.Now()}
-	body, err := get(discoveryClient, c.discovery+"/v1/proxies?format=text&credentials=true&pool="+url.QueryEscape(c.pool))
+	body, err := framework.Get(discoveryClient, c.discovery+"/v1/proxies?format=text&credentials=true&pool="+url.QueryEscape(c.pool))
 	if err != nil {
 		s.err = err
 		return s
@@ -433,7 +432,7 @@ func (r *shortRuns) longest() time.Duration {
 type poolStory struct {
 	t    *testing.T
 	c    client.Client
-	host *libvirtHost
+	host *framework.Host
 	mgr  *manager
 	key  types.NamespacedName
 
@@ -494,30 +493,12 @@ func (p *poolStory) describe() string {
 // timeout it fails the test with the pool, the manager's log and the host's domains.
 func (p *poolStory) wait(what string, timeout time.Duration, cond func() (bool, error)) {
 	p.t.Helper()
-	start := time.Now()
-	nextLog := start.Add(30 * time.Second)
-	var last error
-	for {
+	testutil.WaitFor(p.t, timeout, what, func() (bool, error) {
 		ok, err := cond()
-		if ok {
-			return
-		}
-		last = err
-		now := time.Now()
-		if now.Sub(start) > timeout {
-			doms, verr := p.host.virsh("list --all")
-			if verr != nil {
-				doms += verr.Error()
-			}
-			p.t.Fatalf("gave up after %s waiting for %s (last error: %v)\n--- %s\n--- manager log (last 40 lines):\n%s\n--- virsh list --all:\n%s",
-				timeout, what, last, p.describe(), p.mgr.tail(40), doms)
-		}
-		if now.After(nextLog) {
-			p.t.Logf("still waiting (%s) for %s: %s", now.Sub(start).Round(time.Second), what, p.describe())
-			nextLog = now.Add(30 * time.Second)
-		}
-		time.Sleep(time.Second)
-	}
+		return ok, framework.LazyState(func() string { return fmt.Sprintf("%s (last error: %v)", p.describe(), err) })
+	}, testutil.Every(time.Second), testutil.LogEvery(30*time.Second), testutil.OnTimeout(func() string {
+		return diagnostics(p.host, p.mgr, "--- "+p.describe())
+	}))
 }
 
 // waitSettled waits until the pool has exactly 2 children, none of them in gone (by
@@ -624,7 +605,7 @@ func (p *poolStory) deleteAll(ctx context.Context) {
 	})
 	t.Logf("pool and children deleted in %s", time.Since(start).Round(100*time.Millisecond))
 	for vm := range p.seenVMs() {
-		if left := p.host.leftovers(vm); len(left) != 0 {
+		if left := p.host.Leftovers(vm); len(left) != 0 {
 			t.Errorf("after deleting the pool, %s left behind: %v", vm, left)
 		}
 	}
@@ -633,13 +614,12 @@ func (p *poolStory) deleteAll(ctx context.Context) {
 // removeLeftovers removes every domain (with its volumes) that a manager of this test's
 // install made: what a run cut short left behind.
 func (p *poolStory) removeLeftovers() {
-	out, err := p.host.run(fmt.Sprintf(`for d in $(virsh -q -c qemu:///system list --all --name); do `+
-		`virsh -q -c qemu:///system dumpxml "$d" | grep -q 'install>%s<' && echo "$d"; done; true`, poolInstall))
+	vms, err := p.host.DomainsMatching("install>" + poolInstall + "<")
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	for _, vm := range strings.Fields(out) {
+	for _, vm := range vms {
 		p.t.Logf("removing %s, left by an earlier run", vm)
-		p.host.removeInstance(vm)
+		p.host.RemoveInstance(vm)
 	}
 }

@@ -3,45 +3,15 @@
 package e2e
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 )
-
-// serve runs h on a free port of host until the test ends and returns the base URL.
-func serve(t *testing.T, host string, h http.Handler) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatalf("listening on %s: %v", host, err)
-	}
-	return serveOn(t, ln, h)
-}
-
-// serveOn runs h on ln until the test ends and returns the base URL.
-func serveOn(t *testing.T, ln net.Listener, h http.Handler) string {
-	t.Helper()
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		_ = srv.Close()
-		<-done
-	})
-	return "http://" + ln.Addr().String()
-}
 
 // imageServer serves one file with its Content-Length, paced so that a full download
 // takes about pace, which leaves time to watch the download's progress.
@@ -111,33 +81,4 @@ func (s *imageServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if n == s.size {
 		s.complete.Add(1)
 	}
-}
-
-// whoami answers every request with the caller's address ({"ip": "..."}) and remembers
-// the callers, so a test can tell that a request came through a guest.
-type whoami struct {
-	mu      sync.Mutex
-	callers map[string]int
-}
-
-func (wh *whoami) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	wh.mu.Lock()
-	if wh.callers == nil {
-		wh.callers = map[string]int{}
-	}
-	wh.callers[host]++
-	wh.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, "{\"ip\":%q}\n", host)
-}
-
-// from reports how many requests came from ip.
-func (wh *whoami) from(ip string) int {
-	wh.mu.Lock()
-	defer wh.mu.Unlock()
-	return wh.callers[ip]
 }

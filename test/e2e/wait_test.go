@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/test/framework"
 )
 
 // durationEnv reads a duration in seconds from name, or returns def.
@@ -37,7 +37,7 @@ var (
 type story struct {
 	t    *testing.T
 	c    client.Client
-	host *libvirtHost
+	host *framework.Host
 	mgr  *manager
 	key  types.NamespacedName
 	vm   string
@@ -64,60 +64,44 @@ func (s *story) phaseLine() string {
 	if err != nil {
 		return err.Error()
 	}
-	line := fmt.Sprintf("phase=%s ip=%s healthy=%t", px.Status.Phase, px.Status.IP, px.Status.Healthy)
-	if c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned); c != nil {
-		line += fmt.Sprintf(" provisioned=%s/%s %q", c.Status, c.Reason, c.Message)
+	return framework.PhaseLine(px)
+}
+
+// diagnostics is what a failed wait shows after what it waited for: head (the object's
+// status), the manager's last log lines and the host's domains.
+func diagnostics(host *framework.Host, mgr *manager, head string) string {
+	virshList, err := host.Virsh("list --all")
+	if err != nil {
+		virshList += err.Error()
 	}
-	return line
+	return fmt.Sprintf("%s\n--- manager log (last 40 lines):\n%s\n--- virsh list --all:\n%s", head, mgr.tail(40), virshList)
+}
+
+// waitOptions log progress every 30 s and, on a timeout, add the Proxy's status, the
+// manager's last log lines and the host's domains.
+func (s *story) waitOptions(poll time.Duration) []testutil.WaitOption {
+	return []testutil.WaitOption{testutil.Every(poll), testutil.LogEvery(30 * time.Second), testutil.OnTimeout(func() string {
+		return diagnostics(s.host, s.mgr, fmt.Sprintf("--- Proxy %s status:\n%s", s.key, s.describe()))
+	})}
 }
 
 // waitFor waits (testutil.WaitFor) for cond, polling every poll and logging the Proxy's
 // phase every 30s. When timeout passes it fails the test with what it waited for, cond's
-// last error and the Proxy's phase, the Proxy's status, the manager's last log lines and
-// the host's domains.
+// last error and the Proxy's phase, and the diagnostics of waitOptions.
 func (s *story) waitFor(what string, timeout, poll time.Duration, cond func() (bool, error)) time.Duration {
 	s.t.Helper()
 	return testutil.WaitFor(s.t, timeout, what, func() (bool, error) {
 		ok, err := cond()
 		// The Proxy's phase is read only when a progress line or the failure shows it.
-		return ok, lazyState(func() string { return fmt.Sprintf("%s (last error: %v)", s.phaseLine(), err) })
-	}, testutil.Every(poll), testutil.LogEvery(30*time.Second), testutil.OnTimeout(func() string {
-		virshList, verr := s.host.virsh("list --all")
-		if verr != nil {
-			virshList += verr.Error()
-		}
-		return fmt.Sprintf("--- Proxy %s status:\n%s\n--- manager log (last 40 lines):\n%s\n--- virsh list --all:\n%s",
-			s.key, s.describe(), s.mgr.tail(40), virshList)
-	}))
+		return ok, framework.LazyState(func() string { return fmt.Sprintf("%s (last error: %v)", s.phaseLine(), err) })
+	}, s.waitOptions(poll)...)
 }
 
-// lazyState is a state for testutil.WaitFor that is worked out only when it is shown.
-type lazyState func() string
-
-func (f lazyState) Error() string { return f() }
-
-// waitProxy waits until the Proxy satisfies ok and returns it.
+// waitProxy waits until the Proxy satisfies ok and returns it (framework.WaitProxy, with
+// the diagnostics of waitOptions).
 func (s *story) waitProxy(what string, timeout time.Duration, ok func(*v1alpha1.Proxy) bool) *v1alpha1.Proxy {
 	s.t.Helper()
-	var got *v1alpha1.Proxy
-	s.waitFor(what, timeout, 500*time.Millisecond, func() (bool, error) {
-		px, err := s.proxy()
-		if err != nil {
-			return false, err
-		}
-		got = px
-		return ok(px), nil
-	})
-	return got
-}
-
-func isReady(px *v1alpha1.Proxy) bool {
-	return px.Status.Phase == v1alpha1.PhaseReady && px.Status.Healthy &&
-		meta.IsStatusConditionTrue(px.Status.Conditions, v1alpha1.ConditionHealthy)
-}
-
-func isRunning(px *v1alpha1.Proxy) bool {
-	return (px.Status.Phase == v1alpha1.PhaseRunning || px.Status.Phase == v1alpha1.PhaseReady) && px.Status.IP != ""
+	return framework.WaitProxy(s.t, s.c, s.key, what, timeout, ok, s.waitOptions(500*time.Millisecond)...)
 }
 
 // hungBootAfter is how long a guest may go without an address before waitBooted looks
@@ -146,10 +130,10 @@ func (s *story) waitBooted(what string, ok func(*v1alpha1.Proxy) bool) *v1alpha1
 			return true, nil
 		}
 		if !removed && time.Since(start) > hungBootAfter && px.Status.IP == "" {
-			if writes, err := s.host.diskWrites(s.vm); err == nil && writes == 0 {
+			if writes, err := s.host.DiskWrites(s.vm); err == nil && writes == 0 {
 				s.t.Logf("BOOT HANG: the guest of %s has reported no address after %s and has written nothing to its disk; removing domain %s once, for the reconciler to create it again",
 					s.key, time.Since(start).Round(time.Second), s.vm)
-				s.host.removeInstance(s.vm)
+				s.host.RemoveInstance(s.vm)
 				removed = true
 			}
 		}
