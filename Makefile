@@ -156,11 +156,15 @@ test-e2e: envtest build ## A real guest VM carrying traffic, driven through the 
 # next tier; its binaries, certificates and images stay cached. Hold the libvirt host's
 # lock around it like the other tiers that use it.
 .PHONY: test-deploy
-test-deploy: ## The operator's image on a one-node cluster (hack/cluster.sh), installed from config/default, with a real guest.
+test-deploy: ## The operator's image on a one-node cluster (hack/cluster.sh), installed by helm install, with a real guest and a real Prometheus.
+	@# Debian's prometheus (a Prometheus of the tier's own) and helm, both cached after the
+	@# first run: built before the cluster is up, so a failure stops the tier early.
+	hack/deps.sh
+	hack/helm.sh >/dev/null
 	hack/libvirt-host.sh up
 	hack/guest-image.sh >/dev/null
 	hack/cluster.sh up
-	source $(CACHE)/libvirt-host/env && source $(CACHE)/cluster/env && \
+	source $(CACHE)/libvirt-host/env && source $(CACHE)/cluster/env && HELM=$$(hack/helm.sh) && export HELM && \
 	  { go test -tags=deploy -count=1 -timeout=60m -v $(GO_TEST_FLAGS) ./test/deploy/... && rc=0 || rc=$$?; }; \
 	  hack/cluster.sh down; exit $$rc
 

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Installs the host tools the unit tests and `make lint` need, once. Idempotent: a tool
+# Installs the host tools the unit tests, `make lint` and the deploy tier need, once. Idempotent: a tool
 # already on PATH is left alone. Today: isoinfo (Debian's genisoimage), an ISO reader
 # independent of the code that writes the kvm2 seed; shellcheck, lint's gate over the
 # shell scripts; and promtool (Debian's prometheus package), which checks and tests the
-# alerting rules.
+# alerting rules, with the prometheus server the deploy tier starts.
 set -euo pipefail
 
 missing=()
 command -v isoinfo >/dev/null 2>&1 || missing+=(genisoimage)
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
-command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+# The same package holds the prometheus server the deploy tier runs as a process.
+{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || missing+=(prometheus)
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 
