@@ -19,11 +19,12 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 const (
 	testProvider = "fake-home"
-	waitLong     = 30 * time.Second
+	waitLong     = testutil.WaitLong
 )
 
 // proxyEnv is one test's namespace, fake provider and running manager.

@@ -6,7 +6,6 @@ import (
 	"github.com/go-logr/logr"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,9 +16,10 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
-const waitLong = 30 * time.Second
+const waitLong = testutil.WaitLong
 
 // engineEnv is one test's namespace, a running manager (cache, events) and an engine whose
 // probe target is the operator's own /v1/whoami.

@@ -13,6 +13,7 @@ import (
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // testBudgets are budgets short enough that a test waiting one out takes milliseconds,
@@ -84,7 +85,7 @@ func (d *memDialer) conn(i int) *memConn {
 
 // waitLong is the deadline of a wait on an in-process condition (testutil.WaitFor): one
 // that only a broken test reaches.
-const waitLong = 30 * time.Second
+const waitLong = testutil.WaitLong
 
 // wantClass fails unless err carries class and wraps cause (when cause is not nil).
 func wantClass(t testing.TB, err, class, cause error) {

@@ -18,11 +18,12 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 const (
 	testImageSize = 3<<20 + 12345
-	waitLong      = 30 * time.Second
+	waitLong      = testutil.WaitLong
 )
 
 func must[T any](v T, err error) T {

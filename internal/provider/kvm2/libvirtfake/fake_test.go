@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	"go.uber.org/goleak"
@@ -243,7 +242,7 @@ func TestErrorfUsesLibvirtWording(t *testing.T) {
 
 // waitLong is the deadline of a wait on the fake's state (testutil.WaitFor): one only a
 // broken test reaches.
-const waitLong = 30 * time.Second
+const waitLong = testutil.WaitLong
 
 func libvirtCode(err error) libvirt.ErrorNumber {
 	var e libvirt.Error

@@ -7,7 +7,6 @@ import (
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 	"golang.org/x/crypto/ssh"
@@ -24,7 +23,7 @@ func echo(c net.Conn) { _, _ = io.Copy(c, c) }
 
 // waitLong is the deadline of a wait on the server's counters: one only a broken test
 // reaches.
-const waitLong = 30 * time.Second
+const waitLong = testutil.WaitLong
 
 func dial(t *testing.T, e *Env) *ssh.Client {
 	t.Helper()
