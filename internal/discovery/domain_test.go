@@ -564,3 +564,72 @@ func (s *Snapshot) items2entries() []Entry {
 	}
 	return out
 }
+
+// Requests for sites share the kept lists while the snapshot changes under them and
+// cooldowns end (run it with -race): every answer is a proxy of the fixture, and once the
+// changes stop, the answers are those of a new snapshot of the same proxies.
+func TestDomainCandidatesConcurrently(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	es := plainProxies(40)
+	for i := range es {
+		if i%8 == 0 {
+			es[i] = cool(es[i], "example.com", t0.Add(time.Duration(i)*time.Second))
+		}
+		if i%9 == 0 {
+			es[i] = cool(es[i], "example.org", t0.Add(time.Duration(i)*2*time.Second))
+		}
+	}
+	src := newStaticSource(es...)
+	h := newTestServer(t, src, Options{Clock: clk}).Handler()
+	done := make(chan struct{})
+	errs := make(chan error, 8)
+	for w := range 8 {
+		go func() {
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				site := []string{"example.com", "example.org", "example.net"}[(w+i)%3]
+				target := fmt.Sprintf("/v1/proxies/pick?format=text&key=%d&domain=%s", i, site)
+				if i%5 == 0 {
+					target = "/v1/proxies?format=text&domain=" + site
+				}
+				rec := newRecorder()
+				h.ServeHTTP(rec, newRequest(http.MethodGet, target))
+				if rec.Code != http.StatusOK || !strings.HasPrefix(rec.Body.String(), "http://10.1.0.") {
+					errs <- fmt.Errorf("%s: %d %q", target, rec.Code, rec.Body.String())
+					<-done
+					return
+				}
+			}
+		}()
+	}
+	for step := range 40 {
+		clk.Step(time.Second)
+		if step%10 == 0 { // a new ban: a new snapshot
+			es[step+1] = cool(es[step+1], "example.com", clk.Now().Add(time.Minute))
+			src.set(es...)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(done)
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The same entries in a snapshot of their own, with no list kept yet.
+	fresh := newTestServer(t, newStaticSource(es...), Options{Clock: clk}).Handler()
+	for k := range 200 {
+		for _, site := range []string{"example.com", "example.org"} {
+			q := fmt.Sprintf("/v1/proxies/pick?format=text&key=%d&domain=%s", k, site)
+			if _, got := get(t, h, q); got != func() string { _, b := get(t, fresh, q); return b }() {
+				t.Fatalf("%s: %q from the server that served the changes, another from a fresh one", q, got)
+			}
+		}
+	}
+}
