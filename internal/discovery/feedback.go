@@ -204,18 +204,18 @@ func (s *Snapshot) indexFeedback() {
 
 // saturation counts, for a request filtered by f with a ?domain=, the proxies it
 // matches whatever their cooldowns and those of them cooling for its site, with the
-// soonest end of those cooldowns. It also marks the site's cooling proxies in f, for
-// every match of the request.
+// soonest end of those cooldowns. It also gives f the site's candidates (the proxies not
+// cooling for it), which every scan of the request then goes over instead of all items.
 func (s *Snapshot) saturation(f *filter) (matched, cooling int, soonest time.Time) {
 	g := *f
 	g.site = ""
 	sc := s.siteCooling(f.site, f.now)
-	f.cool, f.coolSet = sc.bits, true
+	f.cands, f.candsSet = sc.cands, true
 	if g.empty() {
 		return s.healthy, sc.healthy, sc.healthySoonest
 	}
-	for i := range s.items {
-		if g.match(&s.items[i]) {
+	for _, it := range s.all {
+		if g.match(it) {
 			matched++
 		}
 	}
@@ -231,15 +231,19 @@ func (s *Snapshot) saturation(f *filter) (matched, cooling int, soonest time.Tim
 	return matched, cooling, soonest
 }
 
-// siteCool is which proxies of a snapshot cool for one site, worked out at some moment
-// and true until validUntil, the soonest end among their cooldowns: a snapshot's
-// cooldowns only end (a new one comes with a new snapshot), so until then the set
-// stays as it is.
+// siteCool is which proxies of a snapshot cool for one site, worked out at from and
+// true until validUntil, the soonest end among their cooldowns: a snapshot's cooldowns
+// only end (a new one comes with a new snapshot), so in between the set stays as it is.
+// A zero validUntil holds for good: nothing cools, and nothing can start to.
 type siteCool struct {
-	bits           []uint64 // by item index
-	items          []coolingItem
-	healthy        int       // how many of them are healthy
-	healthySoonest time.Time // the soonest end among the healthy ones
+	// cands is the snapshot's items not cooling for the site, in snapshot order: what
+	// a request for the site scans, so that it does a plain request's work over fewer
+	// items. With nothing cooling, it is Snapshot.all itself.
+	cands          []*item
+	items          []coolingItem // the cooling ones
+	healthy        int           // how many of them are healthy
+	healthySoonest time.Time     // the soonest end among the healthy ones
+	from           time.Time
 	validUntil     time.Time
 }
 
@@ -248,20 +252,28 @@ type coolingItem struct {
 	until time.Time
 }
 
+// holds reports whether sc is still the answer at now.
+func (sc *siteCool) holds(now time.Time) bool {
+	return !now.Before(sc.from) && (sc.validUntil.IsZero() || now.Before(sc.validUntil))
+}
+
 // siteCooling is the site's siteCool at now, from the snapshot's cache while it holds.
 func (s *Snapshot) siteCooling(site string, now time.Time) *siteCool {
+	held := s.bySite[site]
+	if len(held) == 0 {
+		return s.noneCooling // no proxy has a cooldown for the site, whatever the time
+	}
 	if v, ok := s.cooling.Load(site); ok {
-		if sc := v.(*siteCool); now.Before(sc.validUntil) {
+		if sc := v.(*siteCool); sc.holds(now) {
 			return sc
 		}
 	}
-	sc := &siteCool{bits: make([]uint64, (len(s.items)+63)/64)}
-	for _, it := range s.bySite[site] {
+	sc := &siteCool{from: now, items: make([]coolingItem, 0, len(held))}
+	for _, it := range held {
 		until, cool := bans.CoolingUntil(it.cooldowns, site, now)
 		if !cool {
 			continue
 		}
-		sc.bits[it.idx>>6] |= 1 << (uint(it.idx) & 63)
 		sc.items = append(sc.items, coolingItem{it, until})
 		if sc.validUntil.IsZero() || until.Before(sc.validUntil) {
 			sc.validUntil = until
@@ -274,7 +286,18 @@ func (s *Snapshot) siteCooling(site string, now time.Time) *siteCool {
 		}
 	}
 	if len(sc.items) == 0 {
-		return sc // nothing cools: nothing to keep, and nothing ends
+		sc.cands = s.all
+	} else {
+		out := make([]uint64, (len(s.items)+63)/64) // by item index; only while building
+		for _, c := range sc.items {
+			out[c.it.idx>>6] |= 1 << (uint(c.it.idx) & 63)
+		}
+		sc.cands = make([]*item, 0, len(s.items)-len(sc.items))
+		for _, it := range s.all {
+			if out[it.idx>>6]&(1<<(uint(it.idx)&63)) == 0 {
+				sc.cands = append(sc.cands, it)
+			}
+		}
 	}
 	s.cooling.Store(site, sc)
 	return sc

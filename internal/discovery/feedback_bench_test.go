@@ -3,9 +3,11 @@ package discovery
 import (
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 )
@@ -50,6 +52,14 @@ func BenchmarkDomainPick(b *testing.B) {
 		plain := min(nsPerOp["plain"], nsPerOp["plain-again"])
 		b.Logf("pick?domain= throughput is %.2f× plain pick's (%.0f vs %.0f ns/op)", plain/nsPerOp["domain"], nsPerOp["domain"], plain)
 	}
+	// What one site's candidate list costs: allocated while working it out, and kept.
+	snap := NewSnapshot(bench1000())
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	sc := snap.siteCooling("example.com", time.Now())
+	runtime.ReadMemStats(&after)
+	kept := uintptr(cap(sc.cands))*unsafe.Sizeof(sc.cands[0]) + uintptr(cap(sc.items))*unsafe.Sizeof(sc.items[0]) + unsafe.Sizeof(*sc)
+	b.Logf("one site (%d candidates, %d cooling): %d bytes allocated working it out, %d kept", len(sc.cands), len(sc.items), after.TotalAlloc-before.TotalAlloc, kept)
 }
 
 // BenchmarkFeedback is the cost of taking 1,000 reports in one POST /v1/feedback, into

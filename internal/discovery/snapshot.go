@@ -64,7 +64,11 @@ type Snapshot struct {
 	bySite        map[string][]*item
 	// cooling caches siteCooling's answers by site (feedback.go).
 	cooling sync.Map
-	healthy int
+	// all is every item, in order: what a request without ?domain= scans. noneCooling
+	// is siteCooling's answer for a site no item has a cooldown for: all are candidates.
+	all         []*item
+	noneCooling *siteCool
+	healthy     int
 	// ipv6 is the snapshot ?ipFamily=6 answers from: the proxies with an IPv6 address,
 	// each with its IPv6 URL as url.
 	ipv6 *Snapshot
@@ -106,8 +110,9 @@ func newSnapshot(entries []Entry) *Snapshot {
 		}
 		return entries[i].Name < entries[j].Name
 	})
-	s := &Snapshot{items: make([]item, len(entries))}
+	s := &Snapshot{items: make([]item, len(entries)), all: make([]*item, len(entries))}
 	for i, e := range entries {
+		s.all[i] = &s.items[i]
 		b, err := json.Marshal(e)
 		if err != nil { // a struct of strings, bools and a string map cannot fail
 			panic(err)
@@ -121,6 +126,7 @@ func newSnapshot(entries []Entry) *Snapshot {
 	f := &filter{}
 	s.healthyJSON = s.appendJSON(nil, f)
 	s.healthyText = s.appendText(nil, f)
+	s.noneCooling = &siteCool{cands: s.all}
 	s.indexFeedback()
 	return s
 }
@@ -138,10 +144,11 @@ type filter struct {
 	// site, from ?domain=, leaves out the proxies cooling for it at now.
 	site string
 	now  time.Time
-	// cool marks, by item index, the items cooling for site at now, once the snapshot
-	// has worked them out (Snapshot.saturation); until then match asks each item.
-	cool    []uint64
-	coolSet bool
+	// cands, once candsSet (Snapshot.saturation), is the snapshot's items that are not
+	// cooling for site at now, in order: a request with ?domain= looks at these alone,
+	// and match no longer asks about the site. Until then match asks each item.
+	cands    []*item
+	candsSet bool
 	// only, when not nil, admits only these items (?distinctEgress=true: one per
 	// egress identity, chosen by distinctEgress).
 	only map[*item]struct{}
@@ -163,14 +170,8 @@ func (f *filter) match(it *item) bool {
 		f.pool != "" && f.pool != it.Pool:
 		return false
 	}
-	if f.site != "" {
-		if f.coolSet { // the common case, tested here rather than through a call
-			if f.cool[it.idx>>6]&(1<<(uint(it.idx)&63)) != 0 {
-				return false
-			}
-		} else if it.coolingFor(f.site, f.now) {
-			return false
-		}
+	if f.site != "" && !f.candsSet && it.coolingFor(f.site, f.now) {
+		return false
 	}
 	if f.only != nil {
 		if _, ok := f.only[it]; !ok {
@@ -180,11 +181,21 @@ func (f *filter) match(it *item) bool {
 	return f.selector == nil || f.selector.Matches(labels.Set(it.Labels))
 }
 
+// scan is the items a request filtered by f looks at, in snapshot order: for a
+// ?domain= request whose site's cooling proxies are worked out, the others; else all.
+// Every item f matches is among them.
+func (s *Snapshot) scan(f *filter) []*item {
+	if f.candsSet {
+		return f.cands
+	}
+	return s.all
+}
+
 // appendJSON appends {"count":n,"proxies":[...]} for the items f matches.
 func (s *Snapshot) appendJSON(b []byte, f *filter) []byte {
 	n := 0
-	for i := range s.items {
-		if f.match(&s.items[i]) {
+	for _, it := range s.scan(f) {
+		if f.match(it) {
 			n++
 		}
 	}
@@ -192,8 +203,8 @@ func (s *Snapshot) appendJSON(b []byte, f *filter) []byte {
 	b = strconv.AppendInt(b, int64(n), 10)
 	b = append(b, `,"proxies":[`...)
 	first := true
-	for i := range s.items {
-		if it := &s.items[i]; f.match(it) {
+	for _, it := range s.scan(f) {
+		if f.match(it) {
 			if !first {
 				b = append(b, ',')
 			}
@@ -206,8 +217,8 @@ func (s *Snapshot) appendJSON(b []byte, f *filter) []byte {
 
 // appendText appends one proxy URL per line for the items f matches.
 func (s *Snapshot) appendText(b []byte, f *filter) []byte {
-	for i := range s.items {
-		if it := &s.items[i]; f.match(it) {
+	for _, it := range s.scan(f) {
+		if f.match(it) {
 			b = append(b, it.line...)
 		}
 	}
@@ -217,8 +228,8 @@ func (s *Snapshot) appendText(b []byte, f *filter) []byte {
 // matching returns the items f matches.
 func (s *Snapshot) matching(f *filter) []*item {
 	var out []*item
-	for i := range s.items {
-		if it := &s.items[i]; f.match(it) {
+	for _, it := range s.scan(f) {
+		if f.match(it) {
 			out = append(out, it)
 		}
 	}
@@ -233,8 +244,7 @@ func (s *Snapshot) pick(key string, f *filter, skip map[*item]bool) *item {
 	k := hashString(key)
 	var best *item
 	var bestIdentity, bestScore uint64
-	for i := range s.items {
-		it := &s.items[i]
+	for _, it := range s.scan(f) {
 		if !f.match(it) || skip[it] {
 			continue
 		}
@@ -261,8 +271,7 @@ func (s *Snapshot) distinctEgress(f *filter) map[*item]struct{} {
 		score uint64
 	}
 	best := map[uint64]choice{}
-	for i := range s.items {
-		it := &s.items[i]
+	for _, it := range s.scan(f) {
 		if !f.match(it) {
 			continue
 		}
