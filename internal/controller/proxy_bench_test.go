@@ -46,6 +46,10 @@ type roundFigures struct {
 	created, wall, cpu       time.Duration
 	rssMiB, requestsPerProxy float64
 	load1                    float64
+	// poolPasses are the pool reconciles of the round (none for bare Proxies);
+	// heartbeatPasses the pool reconciles that rewriting every child's status once
+	// caused afterwards (pool rounds of BenchmarkPoolVersusBare only).
+	poolPasses, heartbeatPasses float64
 }
 
 // measure runs one round: makeAll creates n Proxies (directly or through a pool) and
@@ -53,12 +57,14 @@ type roundFigures struct {
 func measure(b *testing.B, n int, requests *atomic.Int64, countCreates bool,
 	makeAll func(), allReady func() (bool, error)) roundFigures {
 	b.Helper()
+	passes0 := poolReconciles(b)
 	cpu0 := cpuTime(b)
 	start := time.Now()
 	makeAll()
 	f := roundFigures{created: time.Since(start)}
 	waitFor(b, 30*time.Minute, fmt.Sprintf("%d proxies Ready", n), allReady)
 	f.wall, f.cpu = time.Since(start), cpuTime(b)-cpu0
+	f.poolPasses = poolReconciles(b) - passes0
 	req := requests.Load()
 	if countCreates {
 		req += int64(n)
@@ -79,6 +85,16 @@ func (f roundFigures) report(b *testing.B, n int) {
 	b.ReportMetric(f.requestsPerProxy, "requests/proxy")
 	b.ReportMetric(f.rssMiB, "peak-RSS-MiB")
 	b.ReportMetric(f.load1, "loadavg-1m")
+	b.ReportMetric(f.poolPasses, "pool-reconciles")
+}
+
+// poolReconciles is how many pool reconciles this process has run.
+func poolReconciles(b *testing.B) float64 {
+	c, err := reconcileCount("proxypool")
+	if err != nil {
+		b.Fatalf("reading the reconcile count: %v", err)
+	}
+	return c
 }
 
 // BenchmarkThousandProxies creates 1,000 Proxies at once, with the default 3 Proxy workers and

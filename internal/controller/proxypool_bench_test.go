@@ -62,7 +62,8 @@ func poolRound(b *testing.B, env *testenv.Env, n, workers int) (roundFigures, *p
 // sub-benchmark of its own with its figures (roundFigures.report); the last, "ratios",
 // reports the median over the pairs of pool ÷ bare in wall time, CPU time (this process
 // and the API server and etcd: far less sensitive to other load), peak RSS and API
-// requests per child, and logs each pair's ratios.
+// requests per child, and the median pool reconciles that one status write to every
+// child caused (each pool round ends with heartbeatReconciles), and logs each pair.
 func BenchmarkPoolVersusBare(b *testing.B) {
 	rounds, n := benchEnvInt(b, "POOL_BENCH_ROUNDS", 3), benchEnvInt(b, "POOL_BENCH_CHILDREN", 1000)
 	env := testenv.StartT(b)
@@ -80,8 +81,11 @@ func BenchmarkPoolVersusBare(b *testing.B) {
 							bare[r] = bareRound(b, env, n, workers)
 							bare[r].report(b, n)
 						} else {
-							pool[r], _ = poolRound(b, env, n, workers)
+							var e *poolEnv
+							pool[r], e = poolRound(b, env, n, workers)
+							pool[r].heartbeatPasses = heartbeatReconciles(b, e, int32(n))
 							pool[r].report(b, n)
+							b.ReportMetric(pool[r].heartbeatPasses/float64(n), "reconciles/child-status-write")
 						}
 					})
 				}
@@ -95,7 +99,7 @@ func BenchmarkPoolVersusBare(b *testing.B) {
 
 // reportRatios reports the medians of pool ÷ bare over the pairs and logs each pair.
 func reportRatios(b *testing.B, bare, pool []roundFigures) {
-	var wall, cpu, rss, req []float64
+	var wall, cpu, rss, req, beats []float64
 	for r := range bare {
 		if bare[r].wall == 0 || pool[r].wall == 0 {
 			b.Fatalf("round %d did not finish (bare %+v, pool %+v)", r+1, bare[r], pool[r])
@@ -104,15 +108,19 @@ func reportRatios(b *testing.B, bare, pool []roundFigures) {
 		cpu = append(cpu, pool[r].cpu.Seconds()/bare[r].cpu.Seconds())
 		rss = append(rss, pool[r].rssMiB/bare[r].rssMiB)
 		req = append(req, pool[r].requestsPerProxy/bare[r].requestsPerProxy)
-		b.Logf("round %d: time %.2f (%.1f s / %.1f s), CPU %.2f (%.1f s / %.1f s), RSS %.2f, requests %.2f; load %.1f / %.1f",
+		beats = append(beats, pool[r].heartbeatPasses)
+		b.Logf("round %d: time %.2f (%.1f s / %.1f s), CPU %.2f (%.1f s / %.1f s), RSS %.2f (%.0f MiB / %.0f MiB), "+
+			"requests %.2f (%.2f / %.2f per child); pool passes %.0f to all Ready, %.0f for a status write to every child; load %.1f / %.1f",
 			r+1, wall[r], pool[r].wall.Seconds(), bare[r].wall.Seconds(), cpu[r], pool[r].cpu.Seconds(), bare[r].cpu.Seconds(),
-			rss[r], req[r], pool[r].load1, bare[r].load1)
+			rss[r], pool[r].rssMiB, bare[r].rssMiB, req[r], pool[r].requestsPerProxy, bare[r].requestsPerProxy,
+			pool[r].poolPasses, pool[r].heartbeatPasses, pool[r].load1, bare[r].load1)
 	}
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(median(wall), "time-pool/bare")
 	b.ReportMetric(median(cpu), "cpu-pool/bare")
 	b.ReportMetric(median(rss), "RSS-pool/bare")
 	b.ReportMetric(median(req), "requests-pool/bare")
+	b.ReportMetric(median(beats), "reconciles/status-write-to-every-child")
 }
 
 func median(v []float64) float64 {
@@ -139,13 +147,7 @@ func benchEnvInt(b *testing.B, name string, def int) int {
 // heartbeatReconciles rewrites every child's probe time and latency once, as the health
 // engine does on each successful probe, and counts the pool reconciles that follow.
 func heartbeatReconciles(b *testing.B, e *poolEnv, n int32) float64 {
-	count := func() float64 {
-		c, err := reconcileCount("proxypool")
-		if err != nil {
-			b.Fatalf("reading the reconcile count: %v", err)
-		}
-		return c
-	}
+	count := func() float64 { return poolReconciles(b) }
 	before := quiet(e.ctx, count, 2*time.Second, time.Minute)
 	list := &v1alpha1.ProxyList{}
 	if err := e.c.List(e.ctx, list, client.InNamespace(e.ns)); err != nil {

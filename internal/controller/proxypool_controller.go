@@ -13,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -106,7 +108,8 @@ func (r *ProxyPoolReconciler) poolsForSecret(ctx context.Context, sec client.Obj
 // or annotations change (so `kubectl annotate` forces a pass), when a child changes in a
 // way the pool reads (childPredicate), whenever its Service or its EndpointSlices change
 // (the changes of 250 ms to children, Service and slices come to one pass), and when the
-// Secret its template names changes.
+// Secret its template names changes. Its work queue is newPoolQueue's, on the real clock,
+// with controller-runtime's default rate limiter for that queue.
 func (r *ProxyPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
@@ -124,6 +127,7 @@ func (r *ProxyPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Service{}, ownedHandler[*corev1.Service]{window: childWindow})).
 		WatchesRawSource(source.Kind(mgr.GetCache(), &discoveryv1.EndpointSlice{}, ownedHandler[*discoveryv1.EndpointSlice]{window: childWindow})).
 		Named("proxypool").
+		WithOptions(controller.Options{UsePriorityQueue: ptr.To(false), NewQueue: newPoolQueue(clock.RealClock{})}).
 		Complete(r)
 }
 

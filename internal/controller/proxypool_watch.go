@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -97,6 +98,20 @@ type ownedHandler[T client.Object] struct{ window time.Duration }
 var _ handler.TypedEventHandler[*v1alpha1.Proxy, reconcile.Request] = ownedHandler[*v1alpha1.Proxy]{}
 
 type poolQueue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+// newPoolQueue is the pool controller's work queue constructor: client-go's rate-limiting
+// queue on clk. controller-runtime would otherwise give the controller its priority
+// queue, which coalesces AddAfter the same way but runs on the real clock only; this
+// one's clock can be a fake, so TestChildEventsCoalesce drives the very queue the
+// controller runs. Its AddAfter keeps one entry per pool, at the earliest time asked;
+// an entry handed to a worker and queued again meanwhile runs once more after Done.
+func newPoolQueue(clk clock.WithTicker) func(string, workqueue.TypedRateLimiter[reconcile.Request]) poolQueue {
+	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) poolQueue {
+		return workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{
+			Name: name, Clock: clk,
+		})
+	}
+}
 
 func (h ownedHandler[T]) Create(_ context.Context, e event.TypedCreateEvent[T], q poolQueue) {
 	h.add(e.Object, q)

@@ -111,10 +111,10 @@ func TestChildChangeWakesPool(t *testing.T) {
 	})
 }
 
-// poolQueueOn is a work queue like the controller's, on clock.
+// poolQueueOn is the pool controller's work queue (newPoolQueue, with the rate limiter
+// controller-runtime gives a controller without its priority queue), on clock.
 func poolQueueOn(clock *clocktesting.FakeClock) poolQueue {
-	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request](),
-		workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{Clock: clock})
+	return newPoolQueue(clock)("", workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 }
 
 // waitQueueLen waits (in real time: the queue moves waiting items on its own goroutine)
@@ -184,5 +184,35 @@ func TestChildEventsCoalesce(t *testing.T) {
 	}
 	if !seen["news"] || !seen["sport"] {
 		t.Errorf("passes queued for %v, want news and sport", seen)
+	}
+
+	// Events that come while the pool's pass runs (after its live list) bring one more
+	// pass, once that one is done: never a second worker on the same pool, never none.
+	h.Create(ctx, event.TypedCreateEvent[*v1alpha1.Proxy]{Object: watchedChild("news-b")}, q)
+	clock.Step(childWindow)
+	waitQueueLen(t, q, 1, "the pass for news-b queued")
+	running, _ := q.Get()
+	for i := range 100 {
+		old := watchedChild(fmt.Sprintf("news-%04d", i))
+		upd := old.DeepCopy()
+		upd.Status.Phase = v1alpha1.PhaseRunning
+		h.Update(ctx, event.TypedUpdateEvent[*v1alpha1.Proxy]{ObjectOld: old, ObjectNew: upd}, q)
+	}
+	clock.Step(childWindow)
+	time.Sleep(50 * time.Millisecond) // let the queue move the waiting entry, if it would
+	if q.Len() != 0 {
+		t.Fatalf("%d passes queued while the pool's pass runs, want 0 until it is done", q.Len())
+	}
+	q.Done(running)
+	waitQueueLen(t, q, 1, "one more pass after the running one")
+	again, _ := q.Get()
+	if again != news {
+		t.Fatalf("queued %v, want %v", again, news)
+	}
+	q.Done(again)
+	clock.Step(10 * childWindow)
+	time.Sleep(50 * time.Millisecond)
+	if q.Len() != 0 {
+		t.Errorf("%d passes queued after the follow-up, want 0", q.Len())
 	}
 }
