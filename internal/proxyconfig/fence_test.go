@@ -107,8 +107,8 @@ func TestFenceUnitsRendered(t *testing.T) {
 		"Unit.Before":              {"shutdown.target"},
 		"Unit.ConditionPathExists": {ConfigWrittenPath},
 		"Unit.OnFailure":           {FenceRetryUnit},
-		"Service.ExecStartPre":    {"/bin/sh " + FenceScriptPath},
-		"Service.TimeoutStartSec": {"5min"},
+		"Service.ExecStartPre":     {"/bin/sh " + FenceScriptPath},
+		"Service.TimeoutStartSec":  {"5min"},
 	}, dropIn); diff != "" {
 		t.Errorf("tinyproxy's drop-in (-want +got):\n%s", diff)
 	}
