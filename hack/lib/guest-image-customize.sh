@@ -69,6 +69,30 @@ EOF
 # removed conffile removed.
 rm -f "$root/etc/tinyproxy/tinyproxy.conf"
 
+# tinyproxy from the seed, before cloud-init: the unit below runs as soon as the NoCloud
+# seed's device appears and unpacks the files the operator's rendered cloud-config carries
+# on one comment line (hack/lib/guest-seed-files.sh), then starts the path unit that starts
+# tinyproxy behind the egress fence. cloud-init's two Python stages (tens of seconds under
+# TCG) then no longer stand between the guest's address and its proxy answering; cloud-init
+# still writes the same files afterwards. Stock images do without it: there cloud-init's
+# network stage writes the files and starts the path unit.
+put /usr/local/libexec/egress-proxies-operator-seed-files 0755 <"$(dirname "${BASH_SOURCE[0]}")/guest-seed-files.sh"
+put /etc/systemd/system/egress-proxies-operator-seed-files.service 0644 <<'EOF'
+[Unit]
+Description=Install the operator's rendered proxy files from the NoCloud seed
+DefaultDependencies=no
+After=local-fs.target dev-disk-by\x2dlabel-cidata.device
+Conflicts=shutdown.target
+Before=shutdown.target
+[Service]
+Type=oneshot
+ExecStart=/usr/local/libexec/egress-proxies-operator-seed-files
+[Install]
+WantedBy=dev-disk-by\x2dlabel-cidata.device
+EOF
+in_root systemctl enable egress-proxies-operator-seed-files.service >/dev/null 2>&1
+[[ -L "$root/etc/systemd/system/dev-disk-by\x2dlabel-cidata.device.wants/egress-proxies-operator-seed-files.service" ]]
+
 # No password anywhere; the serial console shows the boot, nobody logs in on it.
 in_root passwd -l root >/dev/null
 

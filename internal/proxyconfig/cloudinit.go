@@ -50,6 +50,9 @@ import (
 //     update), keeping the configuration written above; then start tinyproxy, which does
 //     nothing when it runs already and fails, leaving it stopped, when the fence cannot be
 //     loaded;
+//   - a comment line (EarlyFilesPrefix, earlyfiles.go) carrying the files bootcmd and
+//     write_files install as one archive, for an image that installs them from its seed
+//     before cloud-init's Python has started (the test image does, hack/lib/guest-seed-files.sh);
 //   - merge_how: when combined with the user's cloud-config, lists (bootcmd, write_files,
 //     runcmd) are appended to the user's and the user's other keys are kept.
 func CloudConfig(c Config) ([]byte, error) {
@@ -57,31 +60,11 @@ func CloudConfig(c Config) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var b bytes.Buffer
-	b.WriteString(`#cloud-config
-# Rendered by egress-proxies-operator from the Proxy's spec.proxy.
-merge_how:
-  - name: list
-    settings: [append]
-  - name: dict
-    settings: [no_replace, recurse_list]
-bootcmd:
-  - |
-    mkdir -p ` + path.Dir(TinyproxyDropInPath) + `
-`)
-	for _, u := range []struct{ path, content string }{
+	units := []struct{ path, content string }{
 		{TinyproxyDropInPath, tinyproxyDropIn(c.WireGuard != nil)},
 		{FenceRetryUnitPath, fenceRetryUnit},
 		{TinyproxyPathUnitPath, tinyproxyPathUnit},
-	} {
-		b.WriteString("    cat >" + u.path + " <<'EOF'\n")
-		indent(&b, "    ", u.content)
-		b.WriteString("    EOF\n")
 	}
-	b.WriteString(`    systemctl daemon-reload
-    systemctl start --no-block ` + TinyproxyPathUnit + `
-write_files:
-`)
 	files := []struct{ path, perm, content string }{
 		{TinyproxyConfPath, "0600", conf},
 		{FenceRulesetPath, "0644", fenceRuleset(allowed)},
@@ -96,6 +79,44 @@ write_files:
 	}
 	files = append(files, struct{ path, perm, content string }{ConfigWrittenPath, "0644", configWritten})
 	install = append(install, installIfMissing("tinyproxy", "tinyproxy"))
+
+	early := make([]earlyFile, 0, len(units)+len(files))
+	for _, u := range units {
+		early = append(early, earlyFile{path: u.path, mode: 0o644, content: u.content})
+	}
+	for _, f := range files {
+		early = append(early, earlyFile{path: f.path, mode: parsePerm(f.perm), content: f.content})
+	}
+	earlyLine, err := earlyFilesLine(early)
+	if err != nil {
+		return nil, err
+	}
+
+	var b bytes.Buffer
+	b.WriteString(`#cloud-config
+# Rendered by egress-proxies-operator from the Proxy's spec.proxy.
+# The next line is the files below (bootcmd's units, write_files' files) as a base64 tar.gz,
+# for images that install them before cloud-init runs; cloud-init itself ignores it.
+`)
+	b.WriteString(earlyLine)
+	b.WriteString(`merge_how:
+  - name: list
+    settings: [append]
+  - name: dict
+    settings: [no_replace, recurse_list]
+bootcmd:
+  - |
+    mkdir -p ` + path.Dir(TinyproxyDropInPath) + `
+`)
+	for _, u := range units {
+		b.WriteString("    cat >" + u.path + " <<'EOF'\n")
+		indent(&b, "    ", u.content)
+		b.WriteString("    EOF\n")
+	}
+	b.WriteString(`    systemctl daemon-reload
+    systemctl start --no-block ` + TinyproxyPathUnit + `
+write_files:
+`)
 	for _, f := range files {
 		b.WriteString("  - path: " + f.path + "\n    owner: root:root\n    permissions: \"" + f.perm + "\"\n    content: |\n")
 		indent(&b, "      ", f.content)
