@@ -91,6 +91,11 @@ ExecStart=/usr/local/libexec/egress-proxies-operator-seed-files
 WantedBy=dev-disk-by\x2dlabel-cidata.device
 EOF
 in_root systemctl enable egress-proxies-operator-seed-files.service >/dev/null 2>&1
+# Not enabled: the seed unit (or, without it, cloud-init's bootcmd) starts tinyproxy through
+# the rendered path unit, on every boot. Left unreferenced at boot, tinyproxy's unit is read
+# from disk, with the rendered drop-in, when the path unit starts it, so the seed unit need
+# not reload systemd first.
+in_root systemctl disable tinyproxy.service >/dev/null 2>&1
 [[ -L "$root/etc/systemd/system/dev-disk-by\x2dlabel-cidata.device.wants/egress-proxies-operator-seed-files.service" ]]
 
 # No password anywhere; the serial console shows the boot, nobody logs in on it.
@@ -128,7 +133,9 @@ done
 in_root wg --version >/dev/null
 
 printf 'MODULES=list\nCOMPRESS=zstd\nRESUME=none\n' | put /etc/initramfs-tools/conf.d/90-epo-guest 0644
-printf 'virtio_pci\nvirtio_blk\nvirtio_scsi\nahci\nsd_mod\next4\n' >>"$root/etc/initramfs-tools/modules"
+# sr_mod: the seed's cdrom is found in the initramfs already, so its device (which starts
+# the seed unit) is there as soon as udev runs in the real root.
+printf 'virtio_pci\nvirtio_blk\nvirtio_scsi\nahci\nsd_mod\nsr_mod\next4\n' >>"$root/etc/initramfs-tools/modules"
 in_root update-initramfs -u -k all >/dev/null 2>&1
 
 # A new machine id on first boot; no apt lists or caches in the image.

@@ -41,10 +41,20 @@ if [ -z "$line" ]; then
   echo "seed files: the user-data carries no rendered files; cloud-init alone configures this guest"
   exit 0
 fi
-printf '%s' "${line#"$prefix"}" | base64 -d | tar -xzf - -C "$root" --no-same-owner --same-permissions
-echo "seed files: unpacked $(printf '%s' "${line#"$prefix"}" | base64 -d | tar -tzf - | wc -l) rendered files under $root"
+n=$(printf '%s' "${line#"$prefix"}" | base64 -d | tar -xzvf - -C "$root" --no-same-owner --same-permissions | wc -l)
+echo "seed files: unpacked $n rendered files under $root"
 if [ -n "$boot" ]; then
-  systemctl daemon-reload
+  # The image does not enable tinyproxy, so nothing has loaded its unit (nor the path or
+  # retry unit) yet and systemd reads them, drop-in included, from disk at the start below:
+  # no daemon-reload, which reruns every generator (seconds under emulation). Should one of
+  # them have been loaded all the same, reload, or tinyproxy would start without its fence.
+  for unit in tinyproxy.service "$path_unit" egress-proxies-operator-fence-retry.service; do
+    if [ "$(systemctl show -P NeedDaemonReload "$unit")" = yes ]; then
+      echo "seed files: $unit was loaded before its files were written; reloading systemd"
+      systemctl daemon-reload
+      break
+    fi
+  done
   systemctl start --no-block "$path_unit"
   echo "seed files: started $path_unit"
 fi

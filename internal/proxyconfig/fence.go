@@ -235,8 +235,11 @@ echo "egress fence loaded: $(grep -c '^add element' "$batch") subnets and resolv
 // DefaultDependencies=no takes away the implicit After=sysinit.target: cloud-init's network
 // stage (cloud-init.service) is ordered before sysinit.target, so an ordinary service
 // waits for all of that stage, whose slow modules (SSH host keys under emulation) come after
-// write_files. Ordered after the local file systems, tmpfiles and network.target instead, it
-// is started by TinyproxyPathUnit the moment the files are there. The start job systemd
+// write_files. Ordered after the local file systems and tmpfiles only, it is started by
+// TinyproxyPathUnit the moment the files are there. Not after network.target either: that
+// target is ordered after network-pre.target, which cloud-init's first stage
+// (cloud-init-local.service, a Python start of tens of seconds under emulation) holds back,
+// and tinyproxy needs no network to listen (the fence script waits for the address). The start job systemd
 // queued at boot for an enabled tinyproxy runs at once after bootcmd's daemon-reload and is
 // skipped by the condition (not failed), so the image's tinyproxy never starts without the
 // rendered configuration.
@@ -245,7 +248,7 @@ func tinyproxyDropIn(wireguard bool) string {
 # as cloud-init has written its configuration, or not at all.
 [Unit]
 DefaultDependencies=no
-After=local-fs.target systemd-tmpfiles-setup.service network.target
+After=local-fs.target systemd-tmpfiles-setup.service
 Conflicts=shutdown.target
 Before=shutdown.target
 ConditionPathExists=` + ConfigWrittenPath + `

@@ -102,7 +102,7 @@ func TestFenceUnitsRendered(t *testing.T) {
 	dropIn := unitKeys(t, TinyproxyDropInPath, files[TinyproxyDropInPath])
 	if diff := cmp.Diff(map[string][]string{
 		"Unit.DefaultDependencies": {"no"},
-		"Unit.After":               {"local-fs.target systemd-tmpfiles-setup.service network.target"},
+		"Unit.After":               {"local-fs.target systemd-tmpfiles-setup.service"},
 		"Unit.Conflicts":           {"shutdown.target"},
 		"Unit.Before":              {"shutdown.target"},
 		"Unit.ConditionPathExists": {ConfigWrittenPath},
