@@ -5,6 +5,9 @@
 #
 #   hack/guest-image.sh                 # build if missing; prints .../guest-image/<hash>/guest.qcow2
 #
+# Beside it, guest-no-nft.qcow2 is the same disk without the nft binary: the e2e tier boots
+# it to show that a guest whose egress fence cannot load never serves.
+#
 # What is in it: systemd, linux-image-amd64 (the -cloud kernel has no AHCI driver, so a SATA
 # seed cdrom would go unseen), cloud-init reading only a NoCloud seed, qemu-guest-agent
 # started as soon as its port appears, tinyproxy without a configuration of its own (it
@@ -40,9 +43,11 @@ key=$(cat "$HACK/guest-image.sh" "$HACK/lib/guest-image-customize.sh" "$HACK/lib
   { cat; printf '%s\n' "$MIRROR" "$SECURITY_MIRROR" "$SUITE" "$INCLUDE"; } | sha256sum | cut -c1-16)
 OUT_DIR=$CACHE_ROOT/$key
 IMAGE=$OUT_DIR/guest.qcow2
+NO_NFT_NAME=guest-no-nft
+NO_NFT_IMAGE=$OUT_DIR/$NO_NFT_NAME.qcow2
 
 cached() {
-  [[ -s $IMAGE && -s $IMAGE.sha256 ]]
+  [[ -s $IMAGE && -s $IMAGE.sha256 && -s $NO_NFT_IMAGE && -s $NO_NFT_IMAGE.sha256 ]]
 }
 
 if cached; then
@@ -106,9 +111,12 @@ build_esp() {
   log "ESP ready (kernel $kver, initramfs $(du -k "$WORK/rootfs/boot/initrd.img-$kver" | cut -f1) KiB)"
 }
 
+# build_disk NAME: the root tree and the ESP as the UEFI disk $OUT_DIR/NAME.qcow2, with its
+# .sha256 beside it.
 build_disk() {
-  local root_mib esp_sect root_sect
+  local name=$1 root_mib esp_sect root_sect
   root_mib=$(($(du -sm "$WORK/rootfs" | cut -f1) + ROOT_SLACK_MIB))
+  rm -f "$WORK/root.img" "$WORK/disk.raw"
   mkfs.ext4 -q -L epo-root -d "$WORK/rootfs" "$WORK/root.img" "${root_mib}M" >&2
   esp_sect=$((ESP_MIB * 2048))
   root_sect=$((root_mib * 2048))
@@ -122,15 +130,20 @@ EOF
   dd if="$WORK/esp.img" of="$WORK/disk.raw" bs=1M seek=1 conv=notrunc,sparse status=none
   dd if="$WORK/root.img" of="$WORK/disk.raw" bs=1M seek=$((1 + ESP_MIB)) conv=notrunc,sparse status=none
   mkdir -p "$OUT_DIR"
-  qemu-img convert -f raw -O qcow2 -c "$WORK/disk.raw" "$WORK/guest.qcow2"
-  (cd "$WORK" && sha256sum guest.qcow2 >guest.qcow2.sha256)
-  mv -f "$WORK/guest.qcow2" "$IMAGE"
-  mv -f "$WORK/guest.qcow2.sha256" "$IMAGE.sha256"
-  log "disk ready: root ${root_mib} MiB, qcow2 $(du -m "$IMAGE" | cut -f1) MiB"
+  qemu-img convert -f raw -O qcow2 -c "$WORK/disk.raw" "$WORK/$name.qcow2"
+  (cd "$WORK" && sha256sum "$name.qcow2" >"$name.qcow2.sha256")
+  mv -f "$WORK/$name.qcow2" "$OUT_DIR/$name.qcow2"
+  mv -f "$WORK/$name.qcow2.sha256" "$OUT_DIR/$name.qcow2.sha256"
+  log "disk ready: root ${root_mib} MiB, $name.qcow2 $(du -m "$OUT_DIR/$name.qcow2" | cut -f1) MiB"
 }
 
 build_rootfs
 build_esp
-build_disk
-log "built $IMAGE"
+build_disk guest
+# The same disk without nft, for the e2e tier's fail-closed story: an image on which the
+# egress fence cannot load (as on a stock image whose nftables install fails). Built last,
+# so the variant is never the one that is missing: the cache test looks for both.
+rm -f "$WORK/rootfs/usr/sbin/nft"
+build_disk "$NO_NFT_NAME"
+log "built $IMAGE and $NO_NFT_IMAGE"
 echo "$IMAGE"

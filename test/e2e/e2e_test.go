@@ -33,6 +33,9 @@ import (
 // cached copy in the pool is removed before and after the test, so every run downloads it.
 const imageKey = "e2e-guest"
 
+// noNftImageKey is the catalogue key of the same image without nft (fence_test.go).
+const noNftImageKey = "e2e-guest-no-nft"
+
 // percent finds the percentage in a progress message such as "... 12.0 MiB of 121.2 MiB (10%)".
 var percent = regexp.MustCompile(`\((\d+)%\)$`)
 
@@ -99,6 +102,8 @@ func TestProxyLifecycle(t *testing.T) {
 	guestImage, guestSHA := framework.GuestImage(t)
 	images := newImageServer(t, guestImage, durationEnv("E2E_IMAGE_SECONDS", 15*time.Second))
 	imageURL := framework.Serve(t, h.BridgeIP, images) + "/guest.qcow2"
+	noNft, noNftSHA := framework.NoNftImage(t, guestImage)
+	noNftURL := framework.Serve(t, h.BridgeIP, newImageServer(t, noNft, time.Second)) + "/guest-no-nft.qcow2"
 	// The probe target is on a private address of the bridge, which the guest's egress
 	// fence refuses unless the Proxy allows it (allowedDestinations), as a user with an
 	// in-cluster probe target would.
@@ -109,7 +114,7 @@ func TestProxyLifecycle(t *testing.T) {
 	answersURL := edge.serve(t, edge.allowed, &framework.Whoami{}) + "/answers"
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "providers.yaml")
-	if err := os.WriteFile(cfgPath, []byte(providersConfig(h, imageURL, guestSHA)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(providersConfig(h, imageURL, guestSHA, catalogueImage(noNftImageKey, noNftURL, noNftSHA))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	discovery := "http://" + freeAddr(t, "127.0.0.1")
@@ -133,10 +138,12 @@ func TestProxyLifecycle(t *testing.T) {
 	s := &story{t: t, c: c, host: host, mgr: mgr, key: client.ObjectKeyFromObject(px), vm: px.InstanceName()}
 	host.RemoveInstance(s.vm)
 	host.RemoveBaseImage(imageKey)
+	host.RemoveBaseImage(noNftImageKey)
 	t.Cleanup(func() {
 		mgr.kill(syscall.SIGTERM)
 		host.RemoveInstance(s.vm)
 		host.RemoveBaseImage(imageKey)
+		host.RemoveBaseImage(noNftImageKey)
 		if t.Failed() {
 			keep := filepath.Join(os.TempDir(), fmt.Sprintf("e2e-manager-%s.log", time.Now().Format("20060102-150405")))
 			if data, err := os.ReadFile(mgr.logPath); err == nil && os.WriteFile(keep, data, 0o644) == nil {

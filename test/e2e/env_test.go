@@ -163,8 +163,9 @@ func (m *manager) tail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// providersConfig is the manager's providers config for the local host.
-func providersConfig(h framework.HostEnv, imageURL, imageSHA string) string {
+// providersConfig is the manager's providers config for the local host, with imageKey at
+// imageURL and any more catalogue entries given in extra (already indented YAML).
+func providersConfig(h framework.HostEnv, imageURL, imageSHA string, extra ...string) string {
 	return fmt.Sprintf(`providers:
   - name: kvm2-home
     type: kvm2
@@ -178,7 +179,7 @@ func providersConfig(h framework.HostEnv, imageURL, imageSHA string) string {
           sha256: %s
           format: qcow2
           firmware: uefi
-      machineTypes:
+%s      machineTypes:
         small: {vcpus: 2, memoryMiB: 1024}
       hosts:
         - name: local
@@ -188,7 +189,12 @@ func providersConfig(h framework.HostEnv, imageURL, imageSHA string) string {
           pool: %s
           bridge: %s
           domainType: %s
-`, h.Key, h.KnownHosts, imageKey, imageURL, imageSHA, h.Address, h.User, h.Socket, h.Pool, h.Bridge, h.DomainType)
+`, h.Key, h.KnownHosts, imageKey, imageURL, imageSHA, strings.Join(extra, ""), h.Address, h.User, h.Socket, h.Pool, h.Bridge, h.DomainType)
+}
+
+// catalogueImage is one more entry of the providers config's image catalogue.
+func catalogueImage(key, url, sha string) string {
+	return fmt.Sprintf("        %s:\n          url: %s\n          sha256: %s\n          format: qcow2\n          firmware: uefi\n", key, url, sha)
 }
 
 // ctxFor is a context that ends with the test or after d.

@@ -92,19 +92,21 @@ func firstLine(b []byte) string {
 	return line
 }
 
-// checkFailClosed creates a second Proxy whose guest cannot load the fence: its
-// cloud-init removes nft before the rendered configuration runs, and the install in
-// runcmd fails (the bridge has no route to a package mirror). It waits until the guest's
-// cloud-init has finished (asked through the guest agent), checks tinyproxy is not
-// running, and that the Proxy, probed past the failure threshold, never became Ready, also
-// for three check intervals after that, then deletes it. One more guest boot: about as long as the first create's
-// boot (1-3 min under TCG at this machine's load).
+// checkFailClosed creates a second Proxy whose guest cannot load the fence: it boots the
+// test image without nft (noNftImageKey), as a stock image whose nftables install failed,
+// so neither the image's early start from the seed nor cloud-init's start can load the
+// fence, and runcmd's install fails too (the bridge has no route to a package mirror). It
+// waits until the guest's cloud-init has finished (asked through the guest agent), checks
+// tinyproxy is not running, and that the Proxy, probed past the failure threshold, never
+// became Ready, also for three check intervals after that, then deletes it. One more
+// guest boot: about as long as the first create's boot (1-3 min under TCG at this
+// machine's load).
 func (s *story) checkFailClosed(ctx context.Context, template *v1alpha1.Proxy) {
 	t := s.t
 	px := &v1alpha1.Proxy{}
 	px.Namespace, px.Name = template.Namespace, "e2e-no-fence"
 	px.Spec = *template.Spec.DeepCopy()
-	px.Spec.CloudInit = "#cloud-config\nbootcmd:\n  - [rm, -f, /usr/sbin/nft, /sbin/nft]\n"
+	px.Spec.Placement.Image = noNftImageKey
 	ns := &story{t: t, c: s.c, host: s.host, mgr: s.mgr, key: client.ObjectKeyFromObject(px), vm: px.InstanceName()}
 	ns.host.RemoveInstance(ns.vm)
 	t.Cleanup(func() { ns.host.RemoveInstance(ns.vm) })

@@ -78,6 +78,18 @@ func GuestImage(t testing.TB) (path, sum string) {
 	return path, sum
 }
 
+// NoNftImage is the image hack/guest-image.sh builds beside guestImage without the nft
+// binary, and its sha256: a guest on which the egress fence cannot load.
+func NoNftImage(t testing.TB, guestImage string) (path, sum string) {
+	t.Helper()
+	path = filepath.Join(filepath.Dir(guestImage), "guest-no-nft.qcow2")
+	sum, err := fileSHA256(path)
+	if err != nil {
+		t.Fatalf("the guest image without nft (hack/guest-image.sh builds it beside %s): %v", guestImage, err)
+	}
+	return path, sum
+}
+
 // fileSHA256 is the hex sha256 of path: the first field of path.sha256 when that file
 // exists (hack/guest-image.sh writes it), else worked out from the file.
 func fileSHA256(path string) (string, error) {
