@@ -17,10 +17,10 @@
 #   SMOKE_CLOSED=1        a seed without the operator's configuration: once cloud-init has
 #                         finished, nothing may answer on 3128 (the image has no tinyproxy
 #                         configuration of its own) and tinyproxy must not be running;
-#   SMOKE_LATE_ADDRESS=1  the guest's address comes late: the seed's own cloud-init takes
-#                         the NIC down before tinyproxy's start and up again only once the
-#                         fence has given up waiting for an address; the proxy must then
-#                         come up by itself (the fence's retry), behind the fence.
+#   SMOKE_LATE_ADDRESS=1  the guest's address comes late: the NIC's link starts down and
+#                         comes up only once the fence has given up waiting for an
+#                         address; the proxy must then come up by itself (the fence's
+#                         retry), behind the fence.
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -69,26 +69,11 @@ upload() { # file volume: a raw volume of the file's size, filled over libvirt's
   "${VIRSH[@]}" vol-upload --pool "$KVM2_TEST_POOL" "$2" "$1"
 }
 
-# The seed's own cloud-init for SMOKE_LATE_ADDRESS: bootcmd (cloud-init's init stage,
-# before tinyproxy's start) takes the NIC down, and a transient unit brings it up once the
-# fence script has left its marker, that is once it has given up waiting for an address.
-late_address_cloud_init() {
-  cat <<'EOF'
-#cloud-config
-bootcmd:
-  - |
-    for dev in /sys/class/net/en*; do networkctl down "${dev##*/}"; done
-    systemd-run --unit=epo-smoke-late-address /bin/sh -c 'until [ -e /run/egress-proxies-operator/fence-no-address ]; do sleep 1; done; for dev in /sys/class/net/en*; do networkctl up "${dev##*/}"; networkctl reconfigure "${dev##*/}"; done'
-EOF
-}
-
 # The user-data the operator renders, from the renderer of RENDER_TREE.
 rendered_user_data() {
-  local cloud_init=""
-  [[ $LATE == 1 ]] && cloud_init=$(late_address_cloud_init)
   python3 -c 'import json, sys; print(json.dumps({"config": {"Port": 3128,
-    "AllowedSourceRanges": [sys.argv[1]], "AllowedDestinations": [sys.argv[2] + "/32"]},
-    "cloudInit": sys.argv[3]}))' "$KVM2_TEST_BRIDGE_SUBNET" "$KVM2_TEST_BRIDGE_IP" "$cloud_init" |
+    "AllowedSourceRanges": [sys.argv[1]], "AllowedDestinations": [sys.argv[2] + "/32"]}}))' \
+    "$KVM2_TEST_BRIDGE_SUBNET" "$KVM2_TEST_BRIDGE_IP" |
     (cd "$RENDER_TREE" && go run ./hack/guest-userdata)
 }
 
@@ -108,7 +93,8 @@ EOF
 }
 
 domain_xml() { # overlay-path seed-path
-  local cpu="<cpu mode='host-passthrough'/>" mac
+  local cpu="<cpu mode='host-passthrough'/>" mac link=""
+  [[ $LATE == 1 ]] && link="<link state='down'/>"
   [[ $KVM2_TEST_DOMAIN_TYPE == qemu ]] && cpu="<cpu mode='maximum'/>"
   mac=$(printf '52:54:00:%02x:%02x:%02x' $((RANDOM % 256)) $((RANDOM % 256)) $((RANDOM % 256)))
   cat <<EOF
@@ -140,6 +126,7 @@ domain_xml() { # overlay-path seed-path
       <mac address='$mac'/>
       <source bridge='$KVM2_TEST_BRIDGE'/>
       <model type='virtio'/>
+      $link
     </interface>
     <serial type='pty'><log file='/var/log/libvirt/qemu/$NAME-serial.log' append='off'/></serial>
     <console type='pty'/>
@@ -216,6 +203,19 @@ domain_xml "$("${VIRSH[@]}" vol-path --pool "$KVM2_TEST_POOL" "$NAME.qcow2")" \
 t0=$(now)
 "${VIRSH[@]}" start "$NAME" >/dev/null
 log "started $NAME (type $KVM2_TEST_DOMAIN_TYPE); serial log /var/log/libvirt/qemu/$NAME-serial.log"
+
+# SMOKE_LATE_ADDRESS: the NIC's link starts down, so tinyproxy's first start (from the seed,
+# before cloud-init) finds no address; once the fence script has given up waiting and left
+# its marker (read through the guest agent, which needs no network), the link comes up.
+fence_gave_up() {
+  [[ $(guest_exec /bin/sh -c 'test -e /run/egress-proxies-operator/fence-no-address && echo gave-up') == gave-up* ]]
+}
+if [[ $LATE == 1 ]]; then
+  wait_until "$DEADLINE" "the egress fence to give up waiting for an address (its marker, through the guest agent)" fence_gave_up ||
+    die "the fence never gave up waiting for an address"
+  "${VIRSH[@]}" domif-setlink "$NAME" "$(awk -F"'" '/<mac address=/ { print $2 }' "$WORK/domain.xml")" up >/dev/null
+  log "the fence gave up waiting for an address after $(since "$t0" "$(now)")s; the NIC's link is up now"
+fi
 
 has_agent_ip() { [[ -n $(agent_ip) ]]; }
 wait_until "$DEADLINE" "the guest agent to report an address on $KVM2_TEST_BRIDGE" has_agent_ip ||

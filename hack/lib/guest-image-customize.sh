@@ -96,6 +96,17 @@ in_root systemctl enable egress-proxies-operator-seed-files.service >/dev/null 2
 # from disk, with the rendered drop-in, when the path unit starts it, so the seed unit need
 # not reload systemd first.
 in_root systemctl disable tinyproxy.service >/dev/null 2>&1
+# Debian's tinyproxy.service is ordered after network.target, which waits for
+# network-pre.target and so for cloud-init's first stage (a Python start, tens of seconds
+# under TCG): the rendered drop-in cannot remove an ordering, so the unit is copied
+# without it, as networkd's is above. tinyproxy needs no network to listen; the fence
+# script waits for the address.
+sed -e '/^After=network\.target$/d' -e '/^After=/s/ *network\.target//' \
+  "$root/lib/systemd/system/tinyproxy.service" | put /etc/systemd/system/tinyproxy.service 0644
+if grep -q 'network\.target' "$root/etc/systemd/system/tinyproxy.service"; then
+  echo "tinyproxy.service is still ordered after network.target" >&2
+  exit 1
+fi
 [[ -L "$root/etc/systemd/system/dev-disk-by\x2dlabel-cidata.device.wants/egress-proxies-operator-seed-files.service" ]]
 
 # No password anywhere; the serial console shows the boot, nobody logs in on it.
