@@ -230,7 +230,7 @@ func (c GCEConfig) Validate(block string) []error {
 				add(fmt.Sprintf("%s.firewall.sourceRanges[%d]", block, i), "%q is not a CIDR", r)
 			}
 		}
-		if msg := MixedFamilies(c.Firewall.SourceRanges); msg != "" {
+		if msg := MixedFamilies(c.Firewall.SourceRanges); msg != "" && c.StackType != GCEStackDualIPv6 {
 			add(block+".firewall.sourceRanges", "%s", msg)
 		}
 	}
@@ -274,9 +274,11 @@ func gceImageProblem(ref string) string {
 	return fmt.Sprintf("%q is not an image or image family (such as projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64)", ref)
 }
 
-// MixedFamilies says why ranges cannot go into one GCE firewall rule when they mix IPv4
-// and IPv6 CIDRs (the API refuses such a rule), naming the first of each family; "" when
-// they do not (ranges that are not CIDRs are left to their own check).
+// MixedFamilies says why ranges cannot go into the one GCE firewall rule an IPv4-only
+// instance gets when they mix IPv4 and IPv6 CIDRs (the API refuses such a rule, and such
+// an instance has no IPv6 address), naming the first of each family; "" when they do not
+// (ranges that are not CIDRs are left to their own check). A dual-stack provider splits
+// them into a rule per family instead.
 func MixedFamilies(ranges []string) string {
 	var v4, v6 string
 	for _, r := range ranges {
@@ -293,7 +295,8 @@ func MixedFamilies(ranges []string) string {
 		return ""
 	}
 	return fmt.Sprintf("mixes IPv4 (%s) and IPv6 (%s) ranges, which one GCE firewall rule cannot hold; "+
-		"the rules the provider writes admit IPv4 sources only, so list the IPv4 ranges", v4, v6)
+		"with gce.stackType IPV4_ONLY the VMs have no IPv6 address, so list the IPv4 ranges "+
+		"(or set gce.stackType IPV4_IPV6: the provider then writes a second rule for the IPv6 ranges)", v4, v6)
 }
 
 // gceZoneRegion is the region of a zone name (europe-west1-b: europe-west1).

@@ -69,7 +69,10 @@ func TestParseConfigGCEProblems(t *testing.T) {
 		{"mixed families", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small}, images: {d: images/family/x},
 		  firewall: {sourceRanges: [192.0.2.0/24, 10.0.0.0/8, "2001:db8::/32"]}}`, []string{
 			`provider "g": gce.firewall.sourceRanges: mixes IPv4 (192.0.2.0/24) and IPv6 (2001:db8::/32) ranges, which one GCE firewall rule cannot hold; ` +
-				`the rules the provider writes admit IPv4 sources only, so list the IPv4 ranges`}},
+				`with gce.stackType IPV4_ONLY the VMs have no IPv6 address, so list the IPv4 ranges ` +
+				`(or set gce.stackType IPV4_IPV6: the provider then writes a second rule for the IPv6 ranges)`}},
+		{"mixed families on a dual stack", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small}, images: {d: images/family/x},
+		  subnetwork: regions/europe-west1/subnetworks/proxies, stackType: IPV4_IPV6, firewall: {sourceRanges: [192.0.2.0/24, "2001:db8::/32"]}}`, nil},
 		{"stack type", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small}, images: {d: images/family/x}, stackType: IPV6_ONLY}`, []string{
 			`provider "g": gce: stackType must be IPV4_ONLY or IPV4_IPV6, got "IPV6_ONLY"`}},
 		{"dual stack without subnetwork, standard tier", `{project: my-proxies, zones: [europe-west1-b], machineTypes: {s: e2-small}, images: {d: images/family/x},

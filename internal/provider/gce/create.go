@@ -124,8 +124,15 @@ func (p *Provider) insert(ctx context.Context, c *clients, pl plan, req provider
 		l := p.poolRuleLock(shared)
 		l.RLock()
 		defer l.RUnlock()
-		if err := p.ensurePoolRule(ctx, c, req, shared, ranges); err != nil {
-			return err
+		for _, r := range p.familyRules(shared, ranges) {
+			// A family without ranges needs no rule; one left from other ranges
+			// cannot be, since the shared rule's name is a digest of them all.
+			if len(r.ranges) == 0 {
+				continue
+			}
+			if err := p.ensurePoolRule(ctx, c, req, r.name, shared, r.ranges); err != nil {
+				return err
+			}
 		}
 	case p.cfg.ManagesFirewallRules():
 		if err := p.ensureFirewall(ctx, c, req); err != nil {

@@ -21,10 +21,10 @@ func dualStack(c *provider.GCEConfig) {
 	c.StackType = provider.GCEStackDualIPv6
 }
 
-// newDualEnv is a dual-stack provider over a fake whose subnetwork is dual-stack when
-// dual is true, IPv4 only otherwise.
-func newDualEnv(t *testing.T, dual bool) *env {
-	e := newEnv(t, dualStack)
+// newDualEnv is a dual-stack provider (with opts) over a fake whose subnetwork is
+// dual-stack when dual is true, IPv4 only otherwise.
+func newDualEnv(t *testing.T, dual bool, opts ...envOption) *env {
+	e := newEnv(t, append([]envOption{dualStack}, opts...)...)
 	e.fake.AddNetwork("proxies")
 	if dual {
 		e.fake.AddDualStackSubnetwork("europe-west1", "proxies-v6", "proxies")
@@ -35,10 +35,11 @@ func newDualEnv(t *testing.T, dual bool) *env {
 }
 
 // TestContractDualStack runs the suite every provider passes with stackType IPV4_IPV6 on
-// a dual-stack subnetwork.
+// a dual-stack subnetwork, the provider managing rules for IPv4 and IPv6 sources (two
+// per instance, none left once the suite's instances are deleted).
 func TestContractDualStack(t *testing.T) {
 	providertest.RunContract(t, func(t *testing.T) providertest.ContractEnv {
-		e := newDualEnv(t, true)
+		e := newDualEnv(t, true, withDualFirewall)
 		return providertest.ContractEnv{
 			Provider: e.p,
 			Request: provider.CreateRequest{

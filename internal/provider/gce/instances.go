@@ -151,16 +151,21 @@ func (p *Provider) preemptedAt(ctx context.Context, c *clients, zone, name strin
 }
 
 // Delete removes the instance providerID names (its boot disk goes with it) and, when
-// the provider manages firewalls, its rule, or for a pool child the pool's shared rule
-// when no other instance is admitted by it. Gone, or not this install's, is success.
+// the provider manages firewalls, its rules (IPv4 and IPv6), or for a pool child the
+// pool's shared rules when no other instance is admitted by them. Gone, or not this
+// install's, is success.
 func (p *Provider) Delete(ctx context.Context, id string) error {
 	zone, name, err := p.parseProviderID(id)
 	if project, ok := otherProject(id, p.cfg.Project); ok {
 		// The config moved to another project: the instance may still run in the old one.
+		rules := name
+		if p.cfg.DualStack() {
+			rules += " " + name + ipv6RuleSuffix
+		}
 		return provider.Errorf(provider.ErrPermanent,
 			"%w: instance %s is in zone %s of project %s, which is not gce.project %s, so it may still be there; remove it with "+
-				"gcloud compute instances delete %s --zone %s --project %s (and gcloud compute firewall-rules delete %s --project %s if the provider made a rule)",
-			provider.ErrLeftBehind, name, zone, project, p.cfg.Project, name, zone, project, name, project)
+				"gcloud compute instances delete %s --zone %s --project %s (and gcloud compute firewall-rules delete %s --project %s if the provider made rules)",
+			provider.ErrLeftBehind, name, zone, project, p.cfg.Project, name, zone, project, rules, project)
 	}
 	if err != nil {
 		return err
@@ -196,7 +201,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	if !p.cfg.ManagesFirewallRules() {
 		return nil
 	}
-	if err := p.deleteFirewall(ctx, c, name); err != nil {
+	if err := p.deleteRules(ctx, c, name); err != nil {
 		return err
 	}
 	if shared != "" && isPoolRule(shared) {

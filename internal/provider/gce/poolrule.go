@@ -68,11 +68,12 @@ func (p *Provider) poolRuleDescription(pool provider.PoolRef) string {
 	return fmt.Sprintf("%s provider=%s install=%s pool=%s/%s uid=%s", firewallMark, labelValue(p.name), labelValue(p.installID), pool.Namespace, pool.Name, pool.UID)
 }
 
-// ensurePoolRule makes sure the shared rule name admits port from ranges to the tag
-// name: it is inserted when missing, left as it is when it matches, and patched back to
-// what it must be when it is this install's but differs (edited by hand). A rule of
-// that name that is not this install's is a permanent error, never touched.
-func (p *Provider) ensurePoolRule(ctx context.Context, c *clients, req provider.CreateRequest, name string, ranges []string) error {
+// ensurePoolRule makes sure the shared rule name admits port from ranges to the
+// network tag tag (the shared rule's own name; its IPv6 rule targets the same tag): it
+// is inserted when missing, left as it is when it matches, and patched back to what it
+// must be when it is this install's but differs (edited by hand). A rule of that name
+// that is not this install's is a permanent error, never touched.
+func (p *Provider) ensurePoolRule(ctx context.Context, c *clients, req provider.CreateRequest, name, tag string, ranges []string) error {
 	var fw *computepb.Firewall
 	err := p.call(ctx, "firewalls.get", target{firewall: name}, func(ctx context.Context) (err error) {
 		fw, err = c.firewalls.Get(ctx, &computepb.GetFirewallRequest{Project: p.cfg.Project, Firewall: name})
@@ -80,7 +81,7 @@ func (p *Provider) ensurePoolRule(ctx context.Context, c *clients, req provider.
 	})
 	want := &computepb.Firewall{
 		Name: proto.String(name), Network: proto.String(p.cfg.Network), Description: proto.String(p.poolRuleDescription(req.Pool)),
-		Direction: proto.String("INGRESS"), SourceRanges: ranges, TargetTags: []string{name},
+		Direction: proto.String("INGRESS"), SourceRanges: ranges, TargetTags: []string{tag},
 		Allowed: []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{fmt.Sprint(req.Port)}}},
 	}
 	switch {
@@ -98,7 +99,7 @@ func (p *Provider) ensurePoolRule(ctx context.Context, c *clients, req provider.
 	err = p.insertRule(ctx, c, key, rid, want)
 	if errors.Is(err, errAlreadyExists) {
 		// Made meanwhile by a sibling's Create: judged as any rule found.
-		return p.ensurePoolRule(ctx, c, req, name, ranges)
+		return p.ensurePoolRule(ctx, c, req, name, tag, ranges)
 	}
 	return err
 }
@@ -179,5 +180,5 @@ func (p *Provider) releasePoolRule(ctx context.Context, c *clients, name, delete
 	if len(users) > 0 {
 		return inUse(users)
 	}
-	return p.deleteFirewall(ctx, c, name)
+	return p.deleteRules(ctx, c, name)
 }

@@ -36,6 +36,13 @@ func (s *Server) PutFirewall(fw *computepb.Firewall) {
 	s.firewalls[fw.GetName()] = fw
 }
 
+// DeleteFirewall removes the named rule at once, as if deleted outside the provider.
+func (s *Server) DeleteFirewall(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.firewalls, name)
+}
+
 // FirewallNames are the names of the firewall rules, sorted.
 func (s *Server) FirewallNames() []string {
 	s.mu.Lock()
@@ -70,18 +77,26 @@ func (s *Server) getFirewall(w http.ResponseWriter, r *http.Request) {
 }
 
 // mixedFamilies refuses a rule whose source ranges are not CIDRs or mix IPv4 and IPv6, as
-// GCE does: one rule holds one family.
+// GCE does: "A firewall rule can contain either IPv4 or IPv6 ranges, but not both"
+// (cloud.google.com/firewall/docs/using-firewalls). The API's own text for that refusal
+// is not published; the words here follow the shape of its invalid-field errors (the
+// field with its index, the value, then why), naming the first range whose family
+// differs from the first range's.
 func mixedFamilies(ranges []string) string {
-	fam := map[bool]string{}
+	var first netip.Prefix
 	for i, r := range ranges {
 		pfx, err := netip.ParsePrefix(r)
 		if err != nil {
 			return fmt.Sprintf("Invalid value for field 'resource.sourceRanges[%d]': '%s'. Must be a valid IPV4 or IPV6 CIDR.", i, r)
 		}
-		fam[pfx.Addr().Is4()] = r
-	}
-	if len(fam) == 2 {
-		return fmt.Sprintf("Invalid value for field 'resource.sourceRanges': IPv4 (%s) and IPv6 (%s) ranges cannot be mixed in one firewall rule.", fam[true], fam[false])
+		if i == 0 {
+			first = pfx
+			continue
+		}
+		if pfx.Addr().Is4() != first.Addr().Is4() {
+			return fmt.Sprintf("Invalid value for field 'resource.sourceRanges[%d]': '%s'. "+
+				"A firewall rule can contain either IPv4 or IPv6 ranges, but not both (resource.sourceRanges[0] is '%s').", i, r, ranges[0])
+		}
 	}
 	return ""
 }

@@ -360,25 +360,33 @@ func TestRequestIDMustBeAValidUUID(t *testing.T) {
 }
 
 // TestFirewallRefusesMixedFamilies: like GCE, the fake refuses a rule whose source ranges
-// mix IPv4 and IPv6, or are not CIDRs, and takes one of either family.
+// mix IPv4 and IPv6 (in either order, the open ranges 0.0.0.0/0 and ::/0 too), or are not
+// CIDRs, with a 400 naming the field and the entry at fault, and stores nothing; it takes
+// a rule of either family alone.
 func TestFirewallRefusesMixedFamilies(t *testing.T) {
-	_, _, fc := clients(t)
+	s, _, fc := clients(t)
 	for i, c := range []struct {
 		ranges []string
-		ok     bool
+		says   string // "" when the rule is taken
 	}{
-		{[]string{"192.0.2.0/24", "198.51.100.0/24"}, true},
-		{[]string{"2001:db8::/32"}, true},
-		{[]string{"192.0.2.0/24", "2001:db8::/32"}, false},
-		{[]string{"192.0.2.0/33"}, false},
+		{[]string{"192.0.2.0/24", "198.51.100.0/24"}, ""},
+		{[]string{"2001:db8::/32", "::/0"}, ""},
+		{[]string{"192.0.2.0/24", "2001:db8::/32"}, "'resource.sourceRanges[1]': '2001:db8::/32'. A firewall rule can contain either IPv4 or IPv6 ranges, but not both"},
+		{[]string{"2001:db8::/32", "2001:db8:1::/48", "0.0.0.0/0"}, "'resource.sourceRanges[2]': '0.0.0.0/0'. A firewall rule can contain either IPv4 or IPv6 ranges, but not both"},
+		{[]string{"0.0.0.0/0", "::/0"}, "'resource.sourceRanges[1]': '::/0'"},
+		{[]string{"192.0.2.0/33"}, "'resource.sourceRanges[0]': '192.0.2.0/33'. Must be a valid IPV4 or IPV6 CIDR"},
 	} {
+		name := fmt.Sprintf("rule-%d", i)
 		_, err := fc.Insert(t.Context(), &computepb.InsertFirewallRequest{Project: project, FirewallResource: &computepb.Firewall{
-			Name: proto.String(fmt.Sprintf("rule-%d", i)), SourceRanges: c.ranges}})
-		if c.ok && err != nil {
+			Name: proto.String(name), SourceRanges: c.ranges}})
+		if c.says == "" && err != nil {
 			t.Errorf("%v refused: %v", c.ranges, err)
 		}
-		if !c.ok && (err == nil || apiErr(t, err).Code != 400 || !strings.Contains(err.Error(), "sourceRanges")) {
-			t.Errorf("%v: %v, want a 400 naming sourceRanges", c.ranges, err)
+		if c.says != "" && (err == nil || apiErr(t, err).Code != 400 || !strings.Contains(err.Error(), "Invalid value for field "+c.says)) {
+			t.Errorf("%v: %v, want a 400 saying %q", c.ranges, err, c.says)
+		}
+		if c.says != "" && s.Firewall(name) != nil {
+			t.Errorf("%v: the refused rule was stored", c.ranges)
 		}
 	}
 }
