@@ -10,7 +10,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -349,42 +348,49 @@ func (r *ProxyPoolReconciler) act(ctx context.Context, s *poolScope) error {
 	return r.createChildren(ctx, s, batch, at)
 }
 
-// createChildren creates the children in batches of 1, 2, 4, … (at most
-// createBatchLimit), each batch at once, stopping after a batch with a failure: a
-// provider quota or an admission webhook that refuses one child refuses the rest too,
-// and a pool of a thousand is not made one round trip at a time.
+// createChildren creates the children with a slow start and no barrier between batches:
+// one create first, and one more in flight for every create that succeeds, up to
+// createBatchLimit at once (so 1, then 2, 4, 8, … at a time, as cluster-api's and the
+// ReplicaSet controller's slow-start batches do). The first failure stops it: a provider
+// quota or an admission webhook that refuses one child refuses the rest too, so a bad
+// template costs one request, and the pass returns once the creates in flight are
+// answered. A finished create starts the next at once rather than waiting for its whole
+// batch, so a pool of a thousand is made at the API server's pace, not its slowest
+// answer's. What a stopped pass did not create is the next pass's to decide on, from
+// its own live list.
 func (r *ProxyPoolReconciler) createChildren(ctx context.Context, s *poolScope, children []*v1alpha1.Proxy, at []placement) error {
 	log := ctrl.LoggerFrom(ctx)
-	for start, size := 0, 1; start < len(children); start, size = start+size, min(2*size, createBatchLimit) {
-		end := min(start+size, len(children))
-		errs := make([]error, end-start)
-		var wg sync.WaitGroup
-		for i := start; i < end; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i-start] = r.Client.Create(ctx, children[i])
-			}()
+	type answer struct {
+		i   int
+		err error
+	}
+	answers := make(chan answer)
+	var errs []error
+	window, inFlight, next := 1, 0, 0
+	for inFlight > 0 || (len(errs) == 0 && next < len(children)) {
+		for ; len(errs) == 0 && inFlight < window && next < len(children); next, inFlight = next+1, inFlight+1 {
+			go func(i int) { answers <- answer{i, r.Client.Create(ctx, children[i])} }(next)
 		}
-		wg.Wait()
-		for i := start; i < end; i++ {
-			if errs[i-start] != nil {
-				continue
-			}
-			px := children[i]
-			log.Info("created pool child", "child", px.Name, "placement", at[i].String())
-			r.event(s.pool, corev1.EventTypeNormal, EventChildCreated, actionCreate, "created child %s (%s)", px.Name, at[i])
-			s.children = append(s.children, px)
-			s.info = append(s.info, s.classify(px))
+		a := <-answers
+		inFlight--
+		if a.err != nil {
+			errs = append(errs, a.err)
+			continue
 		}
-		if err := errors.Join(errs...); err != nil {
-			return fmt.Errorf("creating child proxies of pool %s/%s: %w", s.pool.Namespace, s.pool.Name, err)
-		}
+		window = min(window+1, createBatchLimit)
+		px := children[a.i]
+		log.Info("created pool child", "child", px.Name, "placement", at[a.i].String())
+		r.event(s.pool, corev1.EventTypeNormal, EventChildCreated, actionCreate, "created child %s (%s)", px.Name, at[a.i])
+		s.children = append(s.children, px)
+		s.info = append(s.info, s.classify(px))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("creating child proxies of pool %s/%s: %w", s.pool.Namespace, s.pool.Name, err)
 	}
 	return nil
 }
 
-// createBatchLimit is the most children created at once.
+// createBatchLimit is the most creates of one pass in flight at once.
 const createBatchLimit = 32
 
 // entryCounts counts the children each spread entry holds that the pool keeps.
