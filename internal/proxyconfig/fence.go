@@ -50,6 +50,14 @@ const (
 	fenceNoAddressExit = 75
 	// FenceTable is the nftables table of the fence.
 	FenceTable = "inet egress_proxies_operator"
+	// FenceWireGuardEndpoints4 and FenceWireGuardEndpoints6 are the fence's sets of
+	// WireGuard endpoints (address . UDP port) the proxy's user may send to. The guest
+	// kernel sends the tunnel's encrypted packets with the socket of the connection inside
+	// them still attached, so to the fence they are the proxy user's UDP to the endpoint,
+	// refused when the endpoint is a private address (an exit on the LAN). The WireGuard
+	// script adds the endpoint wg resolved, after the fence is loaded.
+	FenceWireGuardEndpoints4 = "wg_endpoints4"
+	FenceWireGuardEndpoints6 = "wg_endpoints6"
 	// proxyUser is the user tinyproxy runs as (its configuration's User line).
 	proxyUser = "tinyproxy"
 )
@@ -145,6 +153,8 @@ func fenceRuleset(allowed []netip.Prefix) string {
 	b.WriteString(set("fenced6", "ipv6_addr", true, fenced6))
 	b.WriteString(set("own4", "ipv4_addr", true, nil))
 	b.WriteString(set("own6", "ipv6_addr", true, nil))
+	b.WriteString(set(FenceWireGuardEndpoints4, "ipv4_addr . inet_service", false, nil))
+	b.WriteString(set(FenceWireGuardEndpoints6, "ipv6_addr . inet_service", false, nil))
 	b.WriteString(`	chain output {
 		type filter hook output priority filter; policy accept;
 		meta skuid "` + proxyUser + `" jump proxy_user
@@ -155,6 +165,8 @@ func fenceRuleset(allowed []netip.Prefix) string {
 		meta l4proto { tcp, udp } th dport 53 ip6 daddr @resolvers6 accept
 		ip daddr @metadata4 goto refuse
 		ip6 daddr @metadata6 goto refuse
+		ip daddr . udp dport @` + FenceWireGuardEndpoints4 + ` accept
+		ip6 daddr . udp dport @` + FenceWireGuardEndpoints6 + ` accept
 		ip daddr @allowed4 accept
 		ip6 daddr @allowed6 accept
 		fib daddr type local goto refuse

@@ -377,6 +377,18 @@ wg setconf "$dev" %s
 			fmt.Fprintf(&b, "ip %s route add default dev \"$dev\" table \"$table\" metric 10\n", f)
 		}
 	}
+	// The endpoint as wg resolved it ("<key>\t203.0.113.1:51820", "[2001:db8::1]:51820"),
+	// into the fence's sets: the tunnel's own packets carry the proxy user's socket.
+	fmt.Fprintf(&b, `wg show "$dev" endpoints | while read -r _ ep; do
+  port=${ep##*:} addr=${ep%%:*}
+  case "$addr" in
+    \[*) addr=${addr#[} addr=${addr%%]} set=%s ;;
+    *) set=%s ;;
+  esac
+  nft add element %s "$set" "{ $addr . $port }"
+  echo "wireguard egress: the fence lets the tunnel's packets to $addr port $port through"
+done
+`, FenceWireGuardEndpoints6, FenceWireGuardEndpoints4, FenceTable)
 	b.WriteString("echo \"wireguard egress: $dev up; the proxy user's connections use table $table only\"\n")
 	return b.String()
 }

@@ -3,6 +3,9 @@ package proxyconfig
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -240,5 +243,84 @@ func TestWireGuardHashInput(t *testing.T) {
 	withIP.EgressIP = other.EgressIP
 	if d := wg.Digest(); d != withIP.Digest() {
 		t.Error("an unset egress address changed the digest")
+	}
+}
+
+// TestWireGuardScriptOpensTheFenceToItsEndpoint runs the rendered tunnel script with
+// stand-ins for id, ip, wg and nft: once the tunnel is up it adds the endpoint wg
+// resolved (IPv4 or IPv6, address and port) to the fence's sets, since the tunnel's own
+// packets carry the proxy user's socket and the fence would refuse an endpoint on a
+// private network (an exit on the LAN). The fence lets exactly those through, after the
+// metadata refusal and before the private ranges.
+func TestWireGuardScriptOpensTheFenceToItsEndpoint(t *testing.T) {
+	wg, err := ParseWireGuard(sampleWGConf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct{ shown, want string }{
+		"ipv4": {"10.123.0.242:51820", "nft add element " + FenceTable + " wg_endpoints4 { 10.123.0.242 . 51820 }"},
+		"ipv6": {"[fd00:7::5]:4500", "nft add element " + FenceTable + " wg_endpoints6 { fd00:7::5 . 4500 }"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			log := filepath.Join(dir, "calls")
+			stubs := map[string]string{
+				"id":  "echo 100",
+				"ip":  `echo "ip $*" >>` + log + "\n" + `case "$*" in *"rule del"*) exit 2 ;; esac`,
+				"wg":  `echo "wg $*" >>` + log + "\n" + `[ "$1" = show ] && printf 'cHVibGljLWtleS1vZi10aGUtZXhpdC1wZWVyLTMyYnl0ZXM=\t%s\n' ` + tc.shown + "\nexit 0",
+				"nft": `echo "nft $*" >>` + log,
+			}
+			bin := filepath.Join(dir, "bin")
+			if err := os.Mkdir(bin, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for n, body := range stubs {
+				if err := os.WriteFile(filepath.Join(bin, n), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			script := strings.ReplaceAll(wireGuardScript(wg, 3128), "/etc/resolv.conf", filepath.Join(dir, "resolv.conf"))
+			cmd := exec.Command("/bin/sh", "-c", script)
+			cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("the script: %v\n%s", err, out)
+			}
+			calls, err := os.ReadFile(log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(string(calls)), "\n")
+			var nft []string
+			up, added := -1, -1
+			for i, l := range lines {
+				if strings.HasPrefix(l, "nft ") {
+					nft = append(nft, l)
+					added = i
+				}
+				if l == "ip link set epo-wg0 up" {
+					up = i
+				}
+			}
+			if len(nft) != 1 || nft[0] != tc.want {
+				t.Errorf("nft calls %q, want [%q]", nft, tc.want)
+			}
+			if up < 0 || added < up {
+				t.Errorf("the endpoint is added before the tunnel is up; calls:\n%s", calls)
+			}
+		})
+	}
+	rs := fenceRuleset(nil)
+	meta, v4, v6, allowed := strings.Index(rs, "ip6 daddr @metadata6 goto refuse"),
+		strings.Index(rs, "ip daddr . udp dport @wg_endpoints4 accept"),
+		strings.Index(rs, "ip6 daddr . udp dport @wg_endpoints6 accept"),
+		strings.Index(rs, "ip daddr @allowed4 accept")
+	if meta < 0 || v4 < meta || v6 < v4 || allowed < v6 {
+		t.Errorf("the ruleset does not accept the endpoints after the metadata refusal and before the rest:\n%s", rs)
+	}
+	for _, set := range []string{"set wg_endpoints4 {\n\t\ttype ipv4_addr . inet_service\n", "set wg_endpoints6 {\n\t\ttype ipv6_addr . inet_service\n"} {
+		if !strings.Contains(rs, set) {
+			t.Errorf("the ruleset lacks %q:\n%s", set, rs)
+		}
 	}
 }
