@@ -49,7 +49,9 @@ VIRSH=(virsh -q -c qemu:///system)
 PACKAGES=(libvirt-daemon-system libvirt-daemon-system-sysv libvirt-clients qemu-system-x86
   qemu-utils ovmf openssh-server dnsmasq-base iptables genisoimage
   # guest-image.sh builds the test guest's disk with these
-  mmdebstrap dosfstools mtools fdisk e2fsprogs)
+  mmdebstrap dosfstools mtools fdisk e2fsprogs
+  # the e2e tier's WireGuard exits: userspace WireGuard (this kernel may lack the module)
+  wireguard-go wireguard-tools)
 
 source "$HACK/lib/libvirt-host-parts.sh"
 source "$HACK/lib/libvirt-host-net.sh"
@@ -65,12 +67,14 @@ lock() {
 cmd_up() {
   mkdir -p "$RUN" "$STATE/etc" "$STATE/log" "$STATE/keys" "$STATE/dnsmasq"
   lock
+  # Checked even when everything runs (a dpkg query per package), so that a package added
+  # to the list after the host came up is installed by the next up.
+  ensure_packages "${PACKAGES[@]}"
   if healthy; then
     write_env
     log "already up (ssh $TEST_USER@127.0.0.1:$SSH_PORT, bridge $BRIDGE $BRIDGE_CIDR)"
     return 0
   fi
-  ensure_packages "${PACKAGES[@]}"
   ensure_user
   start_virtlogd
   start_libvirtd

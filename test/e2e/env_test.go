@@ -84,7 +84,7 @@ type manager struct {
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited <-chan struct{}
 	starts int
 }
 
@@ -99,13 +99,22 @@ func (m *manager) start() {
 	m.starts++
 	fmt.Fprintf(f, "===== manager start #%d at %s =====\n", m.starts, time.Now().Format(time.RFC3339))
 	cmd := exec.Command(m.bin, m.args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	// Should the test binary die without its clean-ups (a go test timeout), so does the
-	// manager. The kernel sends Pdeathsig when the thread that started the child ends, not
-	// the process, and Go ends a thread whenever a goroutine locked to it returns (the
-	// edge namespace's listeners do so on purpose), which may be the thread the manager
-	// was started from. So the manager is started from a goroutine locked to its thread
-	// until the manager exits, and that thread outlives it.
+	exited, err := startTied(cmd, f)
+	if err != nil {
+		m.t.Fatalf("starting the manager: %v", err)
+	}
+	m.cmd, m.exited = cmd, exited
+}
+
+// startTied starts cmd, its output going to log, tied to the test binary's life: should
+// the binary die without its clean-ups (a go test timeout), cmd is killed too. The kernel
+// sends Pdeathsig when the thread that started the child ends, not the process, and Go
+// ends a thread whenever a goroutine locked to it returns (the edge namespace's listeners
+// do so on purpose), which may be the thread cmd was started from. So cmd is started from
+// a goroutine locked to its thread until cmd exits, and that thread outlives it. The
+// channel closes once cmd has exited and log is closed.
+func startTied(cmd *exec.Cmd, log *os.File) (<-chan struct{}, error) {
+	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	started := make(chan error, 1)
 	exited := make(chan struct{})
@@ -113,18 +122,15 @@ func (m *manager) start() {
 		goruntime.LockOSThread() // never unlocked: the thread ends with this goroutine
 		if err := cmd.Start(); err != nil {
 			started <- err
-			f.Close()
+			log.Close()
 			return
 		}
 		started <- nil
 		_ = cmd.Wait()
-		f.Close()
+		log.Close()
 		close(exited)
 	}()
-	if err := <-started; err != nil {
-		m.t.Fatalf("starting the manager: %v", err)
-	}
-	m.cmd, m.exited = cmd, exited
+	return exited, <-started
 }
 
 // kill sends sig and waits (up to a minute) for the process to end.

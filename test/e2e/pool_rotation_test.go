@@ -46,7 +46,7 @@ var poolSamplePath = filepath.Join("config", "samples", "proxypool.yaml")
 // samplePool is config/samples/proxypool.yaml with two replicas on the one local host:
 // no spread, the test image, the bridge subnet allowed, no rotation, children available
 // as soon as they are Ready, no Service. It returns the sample's basic-auth Secret too,
-// which the template names.
+// which the template names. The test adds the WireGuard exits.
 func samplePool(t *testing.T, h framework.HostEnv, namespace string) (*v1alpha1.ProxyPool, *corev1.Secret) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(framework.RepoRoot(t), poolSamplePath))
@@ -78,9 +78,6 @@ func samplePool(t *testing.T, h framework.HostEnv, namespace string) (*v1alpha1.
 		t.Fatalf("%s: the template does not name the Secret %s in spec.proxy.basicAuth", poolSamplePath, sec.Name)
 	}
 	tmpl.Proxy.AllowedSourceRanges = []v1alpha1.CIDR{v1alpha1.CIDR(h.BridgeSubnet)}
-	// The probe target is the host's bridge address, a private one the guest's egress
-	// fence refuses unless it is allowed, as a user with an in-cluster probe target would.
-	tmpl.Proxy.AllowedDestinations = []v1alpha1.CIDR{v1alpha1.CIDR(h.BridgeIP + "/32")}
 	tmpl.Placement.Image = imageKey
 	replicas := int32(2)
 	pool.Namespace, pool.Spec.Replicas = namespace, &replicas
@@ -143,7 +140,11 @@ func (e *everySecond[T]) close() []T {
 }
 
 // TestPoolRotation: a ProxyPool of 2 on the local libvirt host, whose children share the
-// sample's basic-auth Secret. Once both children are Ready the password is changed, and
+// sample's basic-auth Secret and each leave through a WireGuard exit of their own, from
+// a pool of three exits on this machine (wgExit); the probe target and every request of
+// the test are on the internet stand-in, which only the exits reach. Once both children
+// are Ready, checkEgress checks each leaves from its exit's address (status, pool status,
+// discovery with distinctEgress=true, and real requests). Then the password is changed, and
 // the pool rolls both children over to it, surge-first. Two samplers run every second
 // from the change to the end: one reads the pool (the test fails if fewer than 2
 // children are Ready at any sample), one is a crawler from outside: it lists the pool's
@@ -152,7 +153,10 @@ func (e *everySecond[T]) close() []T {
 // carried the request at any sample. So an old child must be handed out, and probed,
 // with the password it was built with until it goes, and a new one with the new. The
 // rotation ends when both original children are gone and two new ones are Ready; both
-// then refuse the old password.
+// then refuse the old password, and leave from their exits' addresses (the surge took the
+// third, free, exit). Last, checkExitDown stops one new child's exit. The internet
+// stand-in must have seen requests from the exits' addresses alone, during the whole
+// test: never from a guest's own address, as a request that bypassed the tunnel would.
 func TestPoolRotation(t *testing.T) {
 	testStart := time.Now()
 	h := loadHostEnv(t)
@@ -164,7 +168,10 @@ func TestPoolRotation(t *testing.T) {
 	guestImage, guestSHA := framework.GuestImage(t)
 	images := newImageServer(t, guestImage, time.Second)
 	imageURL := framework.Serve(t, h.BridgeIP, images) + "/guest.qcow2"
-	whoURL := framework.Serve(t, h.BridgeIP, &framework.Whoami{})
+	edge := newEdge(t, h)
+	exits := newWGExits(t, h, edge, 3)
+	internet := &framework.Whoami{}
+	whoURL := edge.serve(t, internetAddr, internet)
 	cfg := providersConfig(h, imageURL, guestSHA)
 	small := "small: {vcpus: 2, memoryMiB: 1024}"
 	if !strings.Contains(cfg, small) {
@@ -189,6 +196,12 @@ func TestPoolRotation(t *testing.T) {
 
 	ns := "e2e-pool"
 	pool, sec := samplePool(t, h, ns)
+	exitLabels := map[string]string{"e2e-exits": "pool"}
+	pool.Spec.Egress = &v1alpha1.PoolEgress{WireGuard: &v1alpha1.PoolWireGuard{
+		SecretSelector: metav1.LabelSelector{MatchLabels: exitLabels}}}
+	// The guests get the edge's route to the internet stand-in, as in TestProxyLifecycle:
+	// a request that bypassed the tunnel would reach it, from the guest's own address.
+	pool.Spec.Template.Spec.CloudInit = edge.routeCloudInit()
 	key := client.ObjectKeyFromObject(pool)
 	p := &poolStory{t: t, c: c, host: host, mgr: mgr, key: key, vms: map[string]bool{}}
 	p.removeLeftovers()
@@ -217,6 +230,12 @@ func TestPoolRotation(t *testing.T) {
 	if err := c.Create(ctx, sec); err != nil {
 		t.Fatalf("creating the sample's Secret: %v", err)
 	}
+	for _, x := range exits {
+		if err := c.Create(ctx, x.secret(t, ns, exitLabels)); err != nil {
+			t.Fatalf("creating the WireGuard Secret of exit %d: %v", x.n, err)
+		}
+	}
+	eg := &egressCheck{p: p, exits: exits, who: internet, target: whoURL, discovery: discovery, user: user}
 	mgr.start()
 	if err := c.Create(ctx, pool); err != nil {
 		t.Fatalf("creating ProxyPool %s: %v", key, err)
@@ -224,6 +243,7 @@ func TestPoolRotation(t *testing.T) {
 	created := time.Now()
 	originals := p.waitSettled("2 children Ready", nil)
 	t.Logf("TIMING pool: created -> 2 children Ready in %s (%s)", time.Since(created).Round(time.Second), strings.Join(names(originals), ", "))
+	eg.check("the original children", originals, oldPass)
 	crawler := &poolCrawler{discovery: discovery, pool: key.Name, target: whoURL + "/crawl"}
 	p.wait("discovery to hand out both children with credentials that work", shortDeadline, func() (bool, error) {
 		s := crawler.take()
@@ -259,6 +279,9 @@ func TestPoolRotation(t *testing.T) {
 		t.Errorf("fewer than 2 proxies carried a request at %d of %d outside samples (longest %s)", cbelow, len(crawls), clongest)
 	}
 	p.checkNewPassword(final, user, oldPass, newPass, whoURL)
+	eg.check("the new children", final, newPass)
+	eg.checkExitDown(final, newPass)
+	eg.checkNoLeak()
 
 	p.deleteAll(ctx)
 }

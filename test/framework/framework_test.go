@@ -173,7 +173,7 @@ func TestLocalHostRunsAndReportsFailures(t *testing.T) {
 	}
 }
 
-// TestWhoamiAndThrough: the answer names the caller and the count goes up; Through passes
+// TestWhoamiAndThrough: the answer names the caller and the count goes up (From, Callers); Through passes
 // for a request through a forwarding proxy that arrives from the address wanted, and
 // fails naming the target and the address otherwise; StatusThrough gives the proxy's
 // own refusal.
@@ -185,6 +185,9 @@ func TestWhoamiAndThrough(t *testing.T) {
 	}
 	if n := who.From("127.0.0.1"); n != 1 {
 		t.Fatalf("From = %d after one request", n)
+	}
+	if c := who.Callers(); len(c) != 1 || c["127.0.0.1"] != 1 {
+		t.Fatalf("Callers = %v after one request from 127.0.0.1", c)
 	}
 	forward := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Proxy-Authorization") == "" {

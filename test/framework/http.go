@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -68,6 +69,13 @@ func (wh *Whoami) From(ip string) int {
 	wh.mu.Lock()
 	defer wh.mu.Unlock()
 	return wh.callers[ip]
+}
+
+// Callers is every address a request came from, with its count.
+func (wh *Whoami) Callers() map[string]int {
+	wh.mu.Lock()
+	defer wh.mu.Unlock()
+	return maps.Clone(wh.callers)
 }
 
 // Get GETs u and returns the body; an answer other than 200 is an error naming the URL,
