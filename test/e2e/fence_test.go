@@ -183,15 +183,22 @@ func (s *story) checkFailClosed(ctx context.Context, template *v1alpha1.Proxy) {
 }
 
 // checkOneStart checks that tinyproxy started once on the guest: at boot, behind the
-// fence, with the rendered configuration, never with the image's own and never restarted.
+// fence, with the rendered configuration, never with the image's own and never restarted,
+// started by the test image's seed unit (before cloud-init).
 func (s *story) checkOneStart() {
-	out, _, err := s.host.GuestExec(s.vm, "/usr/bin/journalctl", "-b", "-u", "tinyproxy.service", "-o", "cat", "--no-pager")
+	// With the seed unit and networkd's lease beside it, in the guest's monotonic time: the
+	// log then shows how long after the address tinyproxy started and its fence loaded.
+	out, _, err := s.host.GuestExec(s.vm, "/usr/bin/journalctl", "-b", "-u", "tinyproxy.service",
+		"-u", "egress-proxies-operator-seed-files.service", "-u", "systemd-networkd.service", "-o", "short-monotonic", "--no-pager")
 	if err != nil {
 		s.t.Fatalf("reading tinyproxy's journal on the guest: %v", err)
 	}
 	starts := strings.Count(out, "Starting tinyproxy.service")
+	if !strings.Contains(out, "seed files: started") {
+		s.t.Errorf("the guest's seed unit did not start tinyproxy's path unit; the journal:\n%s", out)
+	}
 	if starts != 1 {
 		s.t.Errorf("tinyproxy.service started %d times on the guest, want once; its journal:\n%s", starts, out)
 	}
-	s.t.Logf("tinyproxy.service started once on the guest; its journal:\n%s", strings.TrimSpace(out))
+	s.t.Logf("tinyproxy.service started once on the guest; the journal of it, the seed unit and networkd:\n%s", strings.TrimSpace(out))
 }
