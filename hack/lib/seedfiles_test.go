@@ -89,7 +89,7 @@ func TestSeedFilesUnpackTheRenderedFiles(t *testing.T) {
 	for _, f := range cc.WriteFiles {
 		want[f.Path] = strings.TrimPrefix(f.Permissions, "0") + " " + f.Content
 	}
-	units := []string{proxyconfig.TinyproxyDropInPath, proxyconfig.FenceRetryUnitPath, proxyconfig.TinyproxyPathUnitPath}
+	units := []string{proxyconfig.TinyproxyDropInPath, proxyconfig.FenceRetryUnitPath, proxyconfig.TinyproxyStartUnitPath, proxyconfig.TinyproxyPathUnitPath}
 
 	multipart, err := proxyconfig.UserData(c, "#cloud-config\npackages: [curl]\n")
 	if err != nil {

@@ -26,7 +26,8 @@ import (
 //     sysinit.target and with it the whole of that stage; ConditionPathExists the marker
 //     below; ExecStartPre the fence script; OnFailure= the retry unit), the retry unit
 //     (FenceRetryUnitPath: after a start that found no address, wait for one and start
-//     tinyproxy again), the path unit (TinyproxyPathUnitPath: start tinyproxy when the
+//     tinyproxy again), the one-shot start unit (TinyproxyStartUnitPath: start tinyproxy
+//     once per boot), the path unit (TinyproxyPathUnitPath: start that unit when the
 //     marker exists), a daemon-reload and the path unit's start. They cannot be write_files
 //     entries: write_files runs after bootcmd, and systemd reads tinyproxy.service when the
 //     boot begins, so without the reload the drop-in would take effect only on the next
@@ -63,6 +64,7 @@ func CloudConfig(c Config) ([]byte, error) {
 	units := []struct{ path, content string }{
 		{TinyproxyDropInPath, tinyproxyDropIn(c.WireGuard != nil)},
 		{FenceRetryUnitPath, fenceRetryUnit},
+		{TinyproxyStartUnitPath, tinyproxyStartUnit},
 		{TinyproxyPathUnitPath, tinyproxyPathUnit},
 	}
 	files := []struct{ path, perm, content string }{

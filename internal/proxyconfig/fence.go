@@ -37,6 +37,12 @@ const (
 	TinyproxyPathUnit = "egress-proxies-operator-tinyproxy.path"
 	// TinyproxyPathUnitPath is where the rendered cloud-config writes TinyproxyPathUnit.
 	TinyproxyPathUnitPath = "/etc/systemd/system/" + TinyproxyPathUnit
+	// TinyproxyStartUnit is the oneshot TinyproxyPathUnit starts: it starts
+	// tinyproxy.service once and stays active, so the path unit does not start tinyproxy
+	// again after a failed start.
+	TinyproxyStartUnit = "egress-proxies-operator-tinyproxy-start.service"
+	// TinyproxyStartUnitPath is where the rendered cloud-config writes TinyproxyStartUnit.
+	TinyproxyStartUnitPath = "/etc/systemd/system/" + TinyproxyStartUnit
 	// ConfigWrittenPath is the last file the rendered write_files writes, after
 	// tinyproxy's configuration, the fence and (with WireGuard egress) the tunnel's: its
 	// existence says all of them are complete. TinyproxyPathUnit waits for it, and
@@ -275,11 +281,18 @@ TimeoutStartSec=5min
 `
 }
 
-// tinyproxyPathUnit is TinyproxyPathUnitPath, started by bootcmd: it starts tinyproxy.service
-// once ConfigWrittenPath exists (at once when it does already, on a later boot). Without
-// default dependencies it is not ordered after sysinit.target either.
-const tinyproxyPathUnit = `# Rendered by egress-proxies-operator: start tinyproxy as soon as cloud-init has written
-# its configuration and the egress fence.
+// tinyproxyPathUnit is TinyproxyPathUnitPath, started by bootcmd (or the test image's seed
+// unit): once ConfigWrittenPath exists (at once when it does already, on a later boot) it
+// starts TinyproxyStartUnit, which starts tinyproxy.service. Without default dependencies
+// it is not ordered after sysinit.target either.
+//
+// It does not start tinyproxy.service itself: a path unit with PathExists= triggers its
+// unit again each time that unit stops while the path exists, so a tinyproxy whose fence
+// cannot load would be started over and over for the guest's whole life (the e2e tier's
+// fail-closed guest was found "activating" minutes later). The start unit stays active
+// after its one run (RemainAfterExit=), so the path unit triggers once per boot.
+const tinyproxyPathUnit = `# Rendered by egress-proxies-operator: start tinyproxy as soon as its configuration and
+# the egress fence are written.
 [Unit]
 Description=Start tinyproxy once its rendered configuration is written
 DefaultDependencies=no
@@ -287,7 +300,23 @@ Conflicts=shutdown.target
 Before=shutdown.target
 [Path]
 PathExists=` + ConfigWrittenPath + `
-Unit=tinyproxy.service
+Unit=` + TinyproxyStartUnit + `
+`
+
+// tinyproxyStartUnit is TinyproxyStartUnitPath: tinyproxy's one start of the boot, asked
+// for by TinyproxyPathUnit. A tinyproxy that fails to start is not started again by it;
+// only FenceRetryUnit retries, and only a start that found no address.
+const tinyproxyStartUnit = `# Rendered by egress-proxies-operator: start tinyproxy once per boot, when its path unit
+# sees the rendered files; staying active keeps the path unit from starting it again.
+[Unit]
+Description=Start tinyproxy once per boot behind the egress fence
+DefaultDependencies=no
+Conflicts=shutdown.target
+Before=shutdown.target
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/systemctl --no-block start tinyproxy.service
 `
 
 // fenceRetryUnit is FenceRetryUnitPath, started by tinyproxy's OnFailure=. It runs only

@@ -86,7 +86,7 @@ func TestFenceUnitsRendered(t *testing.T) {
 		t.Fatal(err)
 	}
 	paths, files, commands := bootUnits(t, doc)
-	if diff := cmp.Diff([]string{TinyproxyDropInPath, FenceRetryUnitPath, TinyproxyPathUnitPath}, paths); diff != "" {
+	if diff := cmp.Diff([]string{TinyproxyDropInPath, FenceRetryUnitPath, TinyproxyStartUnitPath, TinyproxyPathUnitPath}, paths); diff != "" {
 		t.Errorf("files bootcmd writes (-want +got):\n%s", diff)
 	}
 	wantCommands := []string{"mkdir -p " + path.Dir(TinyproxyDropInPath), "systemctl daemon-reload",
@@ -94,7 +94,7 @@ func TestFenceUnitsRendered(t *testing.T) {
 	if diff := cmp.Diff(wantCommands, commands); diff != "" {
 		t.Errorf("bootcmd's commands besides the files (-want +got), the reload, then the path unit's start, last:\n%s", diff)
 	}
-	for unit, p := range map[string]string{FenceRetryUnit: FenceRetryUnitPath, TinyproxyPathUnit: TinyproxyPathUnitPath} {
+	for unit, p := range map[string]string{FenceRetryUnit: FenceRetryUnitPath, TinyproxyPathUnit: TinyproxyPathUnitPath, TinyproxyStartUnit: TinyproxyStartUnitPath} {
 		if path.Dir(p) != "/etc/systemd/system" || path.Base(p) != unit {
 			t.Errorf("%s is written to %s, want /etc/systemd/system/%s", unit, p, unit)
 		}
@@ -127,9 +127,24 @@ func TestFenceUnitsRendered(t *testing.T) {
 		"Unit.Conflicts":           {"shutdown.target"},
 		"Unit.Before":              {"shutdown.target"},
 		"Path.PathExists":          {ConfigWrittenPath},
-		"Path.Unit":                {"tinyproxy.service"},
+		"Path.Unit":                {TinyproxyStartUnit},
 	}, pathUnit); diff != "" {
 		t.Errorf("the path unit (-want +got):\n%s", diff)
+	}
+	// The path unit starts a oneshot that stays active, not tinyproxy: a path unit starts
+	// its unit again whenever that unit stops while the path exists, which would start a
+	// tinyproxy whose fence cannot load over and over.
+	start := unitKeys(t, TinyproxyStartUnitPath, files[TinyproxyStartUnitPath])
+	if diff := cmp.Diff(map[string][]string{
+		"Unit.Description":         {"Start tinyproxy once per boot behind the egress fence"},
+		"Unit.DefaultDependencies": {"no"},
+		"Unit.Conflicts":           {"shutdown.target"},
+		"Unit.Before":              {"shutdown.target"},
+		"Service.Type":             {"oneshot"},
+		"Service.RemainAfterExit":  {"yes"},
+		"Service.ExecStart":        {"/bin/systemctl --no-block start tinyproxy.service"},
+	}, start); diff != "" {
+		t.Errorf("the start unit (-want +got):\n%s", diff)
 	}
 	// The marker is the last file write_files writes, so its existence means the others
 	// (configuration, fence, tunnel) are complete when the path unit starts tinyproxy.

@@ -85,7 +85,7 @@ func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
 	}
 	wantBoot := "mkdir -p /etc/systemd/system/tinyproxy.service.d\ncat >" + TinyproxyDropInPath + " <<'EOF'\n" +
 		tinyproxyDropIn(false) + "EOF\ncat >" + FenceRetryUnitPath + " <<'EOF'\n" + fenceRetryUnit + "EOF\ncat >" +
-		TinyproxyPathUnitPath + " <<'EOF'\n" + tinyproxyPathUnit + "EOF\nsystemctl daemon-reload\nsystemctl start --no-block " + TinyproxyPathUnit + "\n"
+		TinyproxyStartUnitPath + " <<'EOF'\n" + tinyproxyStartUnit + "EOF\ncat >" + TinyproxyPathUnitPath + " <<'EOF'\n" + tinyproxyPathUnit + "EOF\nsystemctl daemon-reload\nsystemctl start --no-block " + TinyproxyPathUnit + "\n"
 	if len(cc.Bootcmd) != 1 || cc.Bootcmd[0] != wantBoot {
 		t.Errorf("bootcmd %q, want [%q]", cc.Bootcmd, wantBoot)
 	}
