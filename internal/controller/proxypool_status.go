@@ -67,15 +67,19 @@ func (r *ProxyPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope)
 		st.LastProgressTime = ptr.To(metav1.NewTime(s.progressAt))
 	}
 	s.setConditions(n)
-	recordPoolMetrics(s, n)
 	s.setEgressIdentities()
 	s.setEgressExhausted()
 	if equality.Semantic.DeepEqual(s.base.Status, pool.Status) {
+		recordPoolMetrics(s, n)
 		return nil
 	}
 	if err := statusapply.Status(ctx, r.Client, pool, poolStatusOf(&pool.Status), statusapply.ProxyPoolController); err != nil {
 		return fmt.Errorf("applying status of proxy pool %s/%s: %w", pool.Namespace, pool.Name, err)
 	}
+	// The gauges follow the status the API server holds: set once it has taken it, so a
+	// scrape never shows counts a reader of the pool cannot see yet (or ever, when the
+	// apply fails).
+	recordPoolMetrics(s, n)
 	return nil
 }
 
