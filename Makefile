@@ -26,6 +26,10 @@ LINT_TAGS := $(subst $(space),$(comma),$(BUILD_TAGS))
 # The shell scripts shellcheck reads: everything under hack/ and .ci/ that runs in a shell.
 SHELL_SCRIPTS = $(sort $(wildcard hack/*.sh hack/lib/*.sh .ci/*))
 GO_TEST_FLAGS ?=
+# Every build but the -race one uses the image's configuration (static, -trimpath): vet,
+# staticcheck, make build, the test tiers and make image-tar then share one compile of the
+# dependencies. A different CGO_ENABLED or -trimpath recompiles all of them (5 min cold).
+GO_BUILD_ENV = CGO_ENABLED=0 GOFLAGS="$(strip $(GOFLAGS) -trimpath)"
 # The project's version: the chart's version and appVersion (make chart-version).
 VERSION := $(shell cat VERSION)
 CHART := charts/egress-proxies-operator
@@ -37,7 +41,7 @@ all: build
 
 .PHONY: build
 build: ## Build the manager binary into bin/manager.
-	go build -o bin/manager ./cmd/manager
+	$(GO_BUILD_ENV) go build -o bin/manager ./cmd/manager
 
 # The image config/manager/manager.yaml runs; override both for a registry of your own
 # (kustomize edit set image, or edit the Deployment).
@@ -54,8 +58,8 @@ image-tar: ## Build the manager image IMG as a tarball, without a daemon or a re
 	@# the binary's path, the entrypoint and the user. Load it with ctr images import,
 	@# podman load or docker load, or push it with crane push.
 	mkdir -p bin/image
-	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o bin/image/manager ./cmd/manager
-	go run ./hack/imagebuild -dockerfile Dockerfile -bin bin/image/manager -tag $(IMG) -o bin/image/manager.tar
+	$(GO_BUILD_ENV) go build -ldflags="-s -w" -o bin/image/manager ./cmd/manager
+	$(GO_BUILD_ENV) go run ./hack/imagebuild -dockerfile Dockerfile -bin bin/image/manager -tag $(IMG) -o bin/image/manager.tar
 	@echo "bin/image/manager.tar ($(IMG))"
 
 .PHONY: docker-push
@@ -103,8 +107,36 @@ envtest: ## Build kube-apiserver and etcd for envtest into the cache (once per v
 
 ##@ Test
 
+# make test runs the tiers in this order, one at a time, and three steps besides in the
+# background at nice 19 (hack/background.sh), on the CPU the tiers leave idle: the guest
+# image from the start, the one-node cluster's other Kubernetes binaries once
+# kube-apiserver and kubectl are built, and the fuzz smoke once the unit tests have passed.
+# test-e2e waits for the guest image and test-deploy for the binaries (a failed background
+# build is reported, and the tier builds it itself); the fuzz smoke's result is collected
+# at the end. A tier run on its own, or make test BACKGROUND=, does all of it in the
+# foreground.
 .PHONY: test
-test: lint verify-generated test-unit test-integration-crawl test-integration-kvm2 test-e2e test-deploy ## Run every test tier.
+test: BACKGROUND := yes
+test: test-background-start lint verify-generated test-background-cluster test-unit test-integration-crawl test-integration-kvm2 test-e2e test-deploy test-background-wait ## Run every test tier.
+
+# $$PPID in a recipe is make itself: a background step stops when make ends without it.
+.PHONY: test-background-start
+test-background-start:
+	@# Debian's packages first, so that the guest image's own install is not a second apt
+	@# beside lint's.
+	@hack/deps.sh
+	$(if $(BACKGROUND),hack/background.sh start $$PPID guest-image hack/guest-image.sh)
+
+.PHONY: test-background-cluster
+test-background-cluster: envtest
+	@# kubectl in the foreground: test-unit needs it next, and envtest-assets.sh builds
+	@# under one lock.
+	@hack/envtest-assets.sh kubectl >/dev/null
+	$(if $(BACKGROUND),hack/background.sh start $$PPID cluster-binaries hack/envtest-assets.sh kube-controller-manager kube-scheduler kubelet kube-proxy)
+
+.PHONY: test-background-wait
+test-background-wait:
+	$(if $(BACKGROUND),hack/background.sh wait fuzz-smoke)
 
 # Each gate runs even when an earlier one failed, so one run lists every finding; lint
 # fails if any did. Missing tools are built (staticcheck) or installed (shellcheck, by
@@ -118,8 +150,8 @@ lint: $(STATICCHECK) ## gofmt, go mod tidy, go vet and staticcheck with every bu
 	tidy_clean() { go mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy and commit"; return 1; }; }; \
 	gate gofmt gofmt_clean; \
 	gate "go mod tidy" tidy_clean; \
-	gate "go vet -tags=$(LINT_TAGS)" go vet -tags=$(LINT_TAGS) ./...; \
-	gate "staticcheck -tags=$(LINT_TAGS)" $(STATICCHECK) -tags=$(LINT_TAGS) ./...; \
+	gate "go vet -tags=$(LINT_TAGS)" env $(GO_BUILD_ENV) go vet -tags=$(LINT_TAGS) ./...; \
+	gate "staticcheck -tags=$(LINT_TAGS)" env $(GO_BUILD_ENV) $(STATICCHECK) -tags=$(LINT_TAGS) ./...; \
 	gate shellcheck shellcheck $(SHELL_SCRIPTS); \
 	gate "helm lint" "$$(hack/helm.sh)" lint --strict $(CHART); \
 	gate "promtool check rules" promtool check rules config/prometheus/rules.yaml; \
@@ -132,7 +164,7 @@ test-unit: envtest ## Unit and envtest tiers, with -race.
 	@# kubectl (its kustomize) and helm for the chart's test against config/default.
 	EPO_REQUIRE_ENVTEST=1 KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh kube-apiserver etcd kubectl) HELM=$$(hack/helm.sh) \
 	  go test -race -count=1 $(GO_TEST_FLAGS) ./...
-	hack/fuzz-smoke.sh
+	$(if $(BACKGROUND),hack/background.sh start $$PPID fuzz-smoke hack/fuzz-smoke.sh,hack/fuzz-smoke.sh)
 
 .PHONY: test-integration-crawl
 test-integration-crawl: envtest ## Real crawlers (Scrapy, and Go's pkg/client) through the manager's discovery API, over envtest and loopback proxies.
@@ -140,22 +172,23 @@ test-integration-crawl: envtest ## Real crawlers (Scrapy, and Go's pkg/client) t
 	hack/crawl-deps.sh
 	cd clients/scrapy && PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests
 	EPO_REQUIRE_ENVTEST=1 KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) \
-	  go test -tags=integration -count=1 -timeout=10m -v $(GO_TEST_FLAGS) ./test/crawl/...
+	  $(GO_BUILD_ENV) go test -tags=integration -count=1 -timeout=10m -v $(GO_TEST_FLAGS) ./test/crawl/...
 
 .PHONY: test-integration-kvm2
 test-integration-kvm2: ## The kvm2 provider against a real libvirtd over a real sshd on this machine.
 	hack/libvirt-host.sh up
 	@# Only the tests named *_realHost (the unit tests run in test-unit); one package at a
 	@# time, because the fault tests stop sshd and libvirtd under everyone on the host.
-	source $(CACHE)/libvirt-host/env && go test -tags=integration -count=1 -timeout=30m -p 1 -run '_realHost$$' \
+	source $(CACHE)/libvirt-host/env && $(GO_BUILD_ENV) go test -tags=integration -count=1 -timeout=30m -p 1 -run '_realHost$$' \
 	  $(GO_TEST_FLAGS) ./internal/provider/kvm2/... ./test/integration/...
 
 .PHONY: test-e2e
 test-e2e: envtest build ## A real guest VM carrying traffic, driven through the manager.
 	hack/libvirt-host.sh up
+	$(if $(BACKGROUND),hack/background.sh wait --advisory guest-image)
 	hack/guest-image.sh >/dev/null
 	source $(CACHE)/libvirt-host/env && EPO_REQUIRE_ENVTEST=1 KUBEBUILDER_ASSETS=$$(hack/envtest-assets.sh) \
-	  go test -tags=e2e -count=1 -timeout=60m -v $(GO_TEST_FLAGS) ./test/e2e/...
+	  $(GO_BUILD_ENV) go test -tags=e2e -count=1 -timeout=60m -v $(GO_TEST_FLAGS) ./test/e2e/...
 
 # The cluster goes down afterwards whatever the result, so nothing is left running for the
 # next tier; its binaries, certificates and images stay cached. Hold the libvirt host's
@@ -168,9 +201,10 @@ test-deploy: ## The operator's image on a one-node cluster (hack/cluster.sh), in
 	hack/helm.sh >/dev/null
 	hack/libvirt-host.sh up
 	hack/guest-image.sh >/dev/null
+	$(if $(BACKGROUND),hack/background.sh wait --advisory cluster-binaries)
 	hack/cluster.sh up
 	source $(CACHE)/libvirt-host/env && source $(CACHE)/cluster/env && HELM=$$(hack/helm.sh) && export HELM && \
-	  { go test -tags=deploy -count=1 -timeout=60m -v $(GO_TEST_FLAGS) ./test/deploy/... && rc=0 || rc=$$?; }; \
+	  { $(GO_BUILD_ENV) go test -tags=deploy -count=1 -timeout=60m -v $(GO_TEST_FLAGS) ./test/deploy/... && rc=0 || rc=$$?; }; \
 	  hack/cluster.sh down; exit $$rc
 
 .PHONY: bench

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,10 +29,7 @@ func managerBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "manager")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		buildErr = testutil.BuildManager(binPath)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

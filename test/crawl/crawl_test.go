@@ -239,10 +239,8 @@ func startManager(t *testing.T, env *testenv.Env, root string) (string, string) 
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "manager")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/manager: %v\n%s", err, out)
+	if err := testutil.BuildManager(bin); err != nil {
+		t.Fatal(err)
 	}
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)
