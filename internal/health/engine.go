@@ -114,10 +114,18 @@ type Engine struct {
 	bootWake chan struct{}
 }
 
-// failureCount is the run of failed probes through one target of one Proxy.
+// failureCount is the run of failed probes through one target of one Proxy, and the
+// health the engine last applied for that target.
 type failureCount struct {
 	target target
 	n      int32
+	// written is the engine's part of the status (healthStatusOf) as its last apply for
+	// target left it, nil before that apply. The engine is the only writer of these
+	// fields, so they are true where the cached copy it decides from may lag behind its
+	// own writes: a recovery probe judged against a cached "still healthy" would
+	// otherwise see nothing to write and leave the proxy out of rotation until the
+	// heartbeat.
+	written *v1alpha1.ProxyStatus
 }
 
 // New builds an engine. c lists Proxies (from the manager's cache) and applies their
@@ -316,7 +324,42 @@ func (e *Engine) failuresOf(px *v1alpha1.Proxy) int32 {
 func (e *Engine) setFailures(px *v1alpha1.Proxy, n int32) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.failures[px.UID] = failureCount{target: probeTarget(px), n: n}
+	f := failureCount{target: probeTarget(px), n: n}
+	if old, ok := e.failures[px.UID]; ok && old.target == f.target {
+		f.written = old.written
+	}
+	e.failures[px.UID] = f
+}
+
+// setWritten remembers own as what the engine's apply left in px's status.
+func (e *Engine) setWritten(px *v1alpha1.Proxy, own *v1alpha1.ProxyStatus) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f := e.failures[px.UID]
+	if f.target != probeTarget(px) {
+		f = failureCount{target: probeTarget(px), n: own.ConsecutiveProbeFailures}
+	}
+	f.written = own
+	e.failures[px.UID] = f
+}
+
+// layWritten lays the health the engine last applied for px's current target onto
+// px's status, where a copy from the cache may not show it yet.
+func (e *Engine) layWritten(px *v1alpha1.Proxy) {
+	e.mu.Lock()
+	f, ok := e.failures[px.UID]
+	e.mu.Unlock()
+	if !ok || f.written == nil || f.target != probeTarget(px) {
+		return
+	}
+	own, st := f.written, &px.Status
+	st.Healthy, st.ProbeTarget, st.LastProbeTime = own.Healthy, own.ProbeTarget, own.LastProbeTime.DeepCopy()
+	st.ProbeLatencyMilliseconds, st.EgressIP = own.ProbeLatencyMilliseconds, own.EgressIP
+	st.ConsecutiveProbeFailures = own.ConsecutiveProbeFailures
+	meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionHealthy)
+	for _, c := range own.Conditions {
+		st.Conditions = append(st.Conditions, *c.DeepCopy())
+	}
 }
 
 // eligible: the health engine looks only at proxies whose instance runs and has an
@@ -331,6 +374,7 @@ func eligible(px *v1alpha1.Proxy) bool {
 // proxy that is not running as healthy. It writes once per such change; its apply holds
 // only the engine's fields, so it never conflicts with the reconciler's.
 func (e *Engine) retire(ctx context.Context, px *v1alpha1.Proxy) {
+	e.layWritten(px)
 	if !px.Status.Healthy || px.DeletionTimestamp != nil || px.Status.Phase == v1alpha1.PhaseDeleting {
 		return
 	}
@@ -421,6 +465,7 @@ func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int,
 // write lays r onto px and applies the result if writeReason says so, under the
 // proxy-health field manager and px's version.
 func (e *Engine) write(ctx context.Context, px *v1alpha1.Proxy, r result, now time.Time) (bool, error) {
+	e.layWritten(px)
 	base := px.DeepCopy()
 	px.Status.ConsecutiveProbeFailures = e.failuresOf(px)
 	hint := ""
@@ -433,10 +478,12 @@ func (e *Engine) write(ctx context.Context, px *v1alpha1.Proxy, r result, now ti
 	if why == "" {
 		return false, nil
 	}
-	if err := statusapply.Status(ctx, e.client, px, healthStatusOf(&px.Status), statusapply.ProxyHealth,
+	own := healthStatusOf(&px.Status)
+	if err := statusapply.Status(ctx, e.client, px, own, statusapply.ProxyHealth,
 		statusapply.IfVersion(base.ResourceVersion), statusapply.Claiming(healthStatusOf(&base.Status))); err != nil {
 		return false, err
 	}
+	e.setWritten(px, own)
 	statusWrites.WithLabelValues(why).Inc()
 	if tr != nil && e.recorder != nil {
 		e.recorder.Eventf(px, nil, tr.typ, tr.reason, "Probe", "%s", tr.note)

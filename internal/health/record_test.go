@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -195,5 +197,65 @@ func TestRecordWritesTransitionsAndHeartbeatsOnly(t *testing.T) {
 	}
 	if d := testutil.ToFloat64(statusWrites.WithLabelValues(writeHeartbeat)) - heartbeats; d != 2 {
 		t.Errorf("status_writes_total{why=heartbeat} rose by %v, want 2", d)
+	}
+}
+
+// The engine decides from the manager's cache, which may not show its own last write
+// yet. A recovery probe judged against such a copy (still "healthy") must still be
+// written, with its Event: the engine's own record of what it applied stands for the
+// fields only it writes. Before that record the proxy stayed out of rotation until the
+// next heartbeat.
+func TestRecordRecoveryFromACacheBehindItsOwnWrite(t *testing.T) {
+	px := runningProxy()
+	c := testenv.FakeClient(t, interceptor.Funcs{}, px.DeepCopy())
+	rec := events.NewFakeRecorder(10)
+	eng, err := New(c, c, rec, Options{ProbeURL: "http://127.0.0.1:1/v1/whoami", FailureThreshold: 3,
+		HeartbeatInterval: 10 * time.Minute}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	eng.now = func() time.Time { now = now.Add(10 * time.Second); return now }
+	read := func() *v1alpha1.Proxy {
+		got := &v1alpha1.Proxy{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(px), got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	ok := result{latency: 5 * time.Millisecond, egressIP: "198.51.100.7"}
+	bad := result{err: errors.New("probe through 10.0.0.1:3128: connection refused"), latency: time.Millisecond}
+
+	if _, wrote, err := eng.record(context.Background(), read(), ok); err != nil || !wrote {
+		t.Fatalf("first good probe: wrote=%v err=%v", wrote, err)
+	}
+	lagging := read() // healthy: what the cache still shows after the failures below
+	for i := 1; i <= 3; i++ {
+		if _, _, err := eng.record(context.Background(), read(), bad); err != nil {
+			t.Fatalf("failed probe %d: %v", i, err)
+		}
+	}
+	if got := read(); got.Status.Healthy || got.Status.ConsecutiveProbeFailures != 3 {
+		t.Fatalf("after 3 failed probes: %+v, want unhealthy with 3 failures", got.Status)
+	}
+	for len(rec.Events) > 0 {
+		<-rec.Events
+	}
+
+	if _, wrote, err := eng.record(context.Background(), lagging, ok); err != nil || !wrote {
+		t.Fatalf("recovery decided from a lagging copy: wrote=%v err=%v, want a write", wrote, err)
+	}
+	got := read()
+	if shown(got) != v1alpha1.PhaseReady || !got.Status.Healthy || got.Status.ConsecutiveProbeFailures != 0 {
+		t.Errorf("after recovery: phase %s healthy=%v failures=%d, want Ready, healthy, 0",
+			shown(got), got.Status.Healthy, got.Status.ConsecutiveProbeFailures)
+	}
+	select {
+	case ev := <-rec.Events:
+		if !strings.Contains(ev, v1alpha1.ReasonProbeSucceeded) {
+			t.Errorf("event %q, want %s", ev, v1alpha1.ReasonProbeSucceeded)
+		}
+	default:
+		t.Errorf("no %s event for the recovery", v1alpha1.ReasonProbeSucceeded)
 	}
 }

@@ -20,17 +20,22 @@ import (
 func TestManagerOutlivesTheThreadThatStartedIt(t *testing.T) {
 	m := &manager{t: t, bin: "/bin/sleep", args: []string{"60"}, logPath: filepath.Join(t.TempDir(), "manager.log")}
 	// The thread must not be the main one, which Go never ends (a goroutine returning
-	// locked to it leaves it parked): the test holds its own thread, so the goroutine
-	// below cannot run on it, and tries again should it land on the main one.
+	// locked to it leaves it parked). The test holds its own thread, so the goroutine
+	// below cannot run on it; should it land on the main thread, it keeps that thread
+	// (locked, parked until the test ends) and a second goroutine is started, which can
+	// then run on neither.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	for try := 0; ; try++ {
+	holdMain := make(chan struct{})
+	defer close(holdMain)
+	for try := 1; ; try++ {
 		onMain := make(chan bool)
 		go func() {
 			runtime.LockOSThread()
 			if unix.Gettid() == unix.Getpid() {
-				runtime.UnlockOSThread()
 				onMain <- true
+				<-holdMain
+				runtime.UnlockOSThread()
 				return
 			}
 			m.start()
@@ -40,8 +45,8 @@ func TestManagerOutlivesTheThreadThatStartedIt(t *testing.T) {
 		if !<-onMain {
 			break
 		}
-		if try == 100 {
-			t.Fatal("no goroutine ran on a thread other than the main one in 100 tries")
+		if try == 2 {
+			t.Fatal("a goroutine ran on the main thread while another held it locked")
 		}
 	}
 	t.Cleanup(func() { m.kill(syscall.SIGKILL) })
