@@ -31,7 +31,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing/otlp"
 )
 
 // options are the manager's flags.
@@ -169,6 +169,7 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	log.Info("install identity", "installID", installID.id, "source", installID.source)
+	registerProviderMetrics()
 	providers, err := provider.Build(cfg, registry(installID.id), ctrl.Log)
 	if err != nil {
 		fmt.Fprintf(stderr, "providers config %s: %v\n", o.providersConfig, err)
@@ -177,7 +178,7 @@ func run(args []string, stderr io.Writer) int {
 	defer closeProviders(providers, log)
 
 	ctx := ctrl.SetupSignalHandler()
-	shutdownTracing, err := tracing.Setup(ctx)
+	shutdownTracing, err := otlp.Setup(ctx)
 	if err != nil {
 		log.Error(err, "setting up tracing")
 		return 1

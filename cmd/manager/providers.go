@@ -1,7 +1,10 @@
 package main
 
 import (
+	"sync"
+
 	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce"
@@ -27,3 +30,10 @@ func registry(installID string) provider.Registry {
 		},
 	}
 }
+
+// registerProviderMetrics puts the operation metrics provider.Observe records on
+// controller-runtime's registry, which the manager serves at /metrics. Once per process:
+// the tests start the manager more than once.
+var registerProviderMetrics = sync.OnceFunc(func() {
+	metrics.Registry.MustRegister(provider.Collectors()...)
+})

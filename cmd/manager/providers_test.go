@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce"
@@ -52,16 +53,7 @@ func TestRegistryBuildsKVMAndKVM2FromOneFile(t *testing.T) {
 // the registry's install ID, without reading credentials or dialling, and its placement
 // checks answer with the gce block's name.
 func TestRegistryBuildsGCE(t *testing.T) {
-	path := writeFile(t, "providers.yaml", `providers:
-- name: gcp-eu
-  type: gce
-  gce:
-    project: my-proxies
-    zones: [europe-west1-b]
-    machineTypes: {small: e2-small}
-    images: {ubuntu-2404: projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64}
-    credentialsFile: /nonexistent/key.json
-`)
+	path := writeFile(t, "providers.yaml", gceProviders("gcp-eu"))
 	providers := buildProviders(t, path)
 	p := providers["gcp-eu"]
 	g, ok := p.(interface{ Unwrap() provider.Provider }).Unwrap().(*gce.Provider)
@@ -73,6 +65,52 @@ func TestRegistryBuildsGCE(t *testing.T) {
 	if want := `placement.zone "us-east1-b" is not in gce.zones`; err == nil || err.Error() != want || provider.Class(err) != provider.ErrPermanent {
 		t.Errorf("create in an unknown zone: %v, want permanent %q", err, want)
 	}
+}
+
+// The operation metrics of the providers the manager builds are on controller-runtime's
+// registry, the one /metrics serves: internal/provider registers nothing itself.
+func TestProviderOperationsOnTheManagersMetrics(t *testing.T) {
+	registerProviderMetrics()
+	registerProviderMetrics() // once per process, however often the manager starts
+	path := writeFile(t, "providers.yaml", gceProviders("gcp-metrics"))
+	p := buildProviders(t, path)["gcp-metrics"]
+	if _, err := p.Get(t.Context(), "gce://other-project/europe-west1-b/proxy-x"); provider.Class(err) != provider.ErrPermanent {
+		t.Fatalf("get of another project's instance: %v, want a permanent error", err)
+	}
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() != "proxy_operator_provider_operations_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["provider"] == "gcp-metrics" && labels["op"] == "get" && labels["class"] == "permanent" && m.GetCounter().GetValue() == 1 {
+				return
+			}
+		}
+	}
+	t.Fatalf("no proxy_operator_provider_operations_total{provider=gcp-metrics,op=get,class=permanent} 1 on controller-runtime's registry")
+}
+
+// gceProviders is a providers file with one gce entry called name, whose credentials
+// file does not exist: building it dials nothing.
+func gceProviders(name string) string {
+	return `providers:
+- name: ` + name + `
+  type: gce
+  gce:
+    project: my-proxies
+    zones: [europe-west1-b]
+    machineTypes: {small: e2-small}
+    images: {ubuntu-2404: projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64}
+    credentialsFile: /nonexistent/key.json
+`
 }
 
 // buildProviders loads the providers file at path and builds it through the manager's

@@ -3,7 +3,6 @@ package provider
 import (
 	"context"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
@@ -49,14 +47,14 @@ var (
 		// From a cached Get to a Create that fetches a large image.
 		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200},
 	}, []string{"provider", "op"})
-	registerOnce sync.Once
 )
 
-// registerMetrics puts the collectors on controller-runtime's registry, once per process.
-func registerMetrics() {
-	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(operationsTotal, operationDuration)
-	})
+// Collectors are the operation metrics Observe records, for the manager to register on
+// the registry it serves at /metrics (controller-runtime's). The package registers
+// nothing itself, so that it does not import controller-runtime's metrics and, with
+// them, client-go.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{operationsTotal, operationDuration}
 }
 
 // observed decorates a Provider with operation spans, outcome log lines and metrics.
@@ -74,7 +72,6 @@ var _ Provider = (*observed)(nil)
 // proxy_operator_provider_operation_duration_seconds{provider,op}. Check is passed
 // through: its caller opens its own span.
 func Observe(name, typ string, p Provider) Provider {
-	registerMetrics()
 	return &observed{name: name, typ: typ, p: p}
 }
 

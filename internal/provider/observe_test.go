@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -19,7 +20,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
@@ -51,11 +51,18 @@ func logLines(ctx context.Context, v int) (context.Context, func() []string) {
 	}
 }
 
-// metricValue reads a sample of name with labels from controller-runtime's registry: the
-// counter value, or a histogram's sample count. It returns -1 when there is no such series.
+// registry holds provider.Collectors, as the manager's /metrics registry does.
+var registry = func() *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	r.MustRegister(provider.Collectors()...)
+	return r
+}()
+
+// metricValue reads a sample of name with labels from registry: the counter value, or a
+// histogram's sample count. It returns -1 when there is no such series.
 func metricValue(t *testing.T, name string, labels map[string]string) float64 {
 	t.Helper()
-	families, err := metrics.Registry.Gather()
+	families, err := registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

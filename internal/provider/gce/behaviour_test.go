@@ -15,6 +15,7 @@ import (
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/gcefake"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/ident"
 )
 
 // TestOwnership: an instance of another install or not made by this provider entry is
@@ -41,7 +42,7 @@ func TestOwnership(t *testing.T) {
 		t.Errorf("create over another UID's instance: %v", err)
 	}
 	for _, n := range []string{"proxy-00000000000000b1", "proxy-00000000000000b2"} {
-		id := providerID(testProject, testZone, n)
+		id := ident.ProviderID(testProject, testZone, n)
 		if _, err := e.p.Get(t.Context(), id); provider.Class(err) != provider.ErrNotFound {
 			t.Errorf("get %s: %v, want not found", n, err)
 		}

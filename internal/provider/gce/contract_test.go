@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 )
 
@@ -19,7 +20,7 @@ func TestContract(t *testing.T) {
 				Placement: provider.Placement{Zone: testZone, MachineType: "small", Image: "ubuntu-2404"},
 				CloudInit: []byte(testUserData), Port: 3128,
 			},
-			MissingID:   providerID(testProject, testZone, "proxy-0000000000000000"),
+			MissingID:   ident.ProviderID(testProject, testZone, "proxy-0000000000000000"),
 			MalformedID: "gce://" + testProject + "/proxy-0000000000000000",
 			Targets:     []string{testZone, testZone2},
 			Timeout:     30 * time.Second,
@@ -43,7 +44,7 @@ func TestContractPoolChildren(t *testing.T) {
 				Placement: provider.Placement{Zone: testZone, MachineType: "small", Image: "ubuntu-2404"},
 				CloudInit: []byte(testUserData), Port: 3128, Pool: testPool,
 			},
-			MissingID:   providerID(testProject, testZone, "proxy-0000000000000000"),
+			MissingID:   ident.ProviderID(testProject, testZone, "proxy-0000000000000000"),
 			MalformedID: "gce://" + testProject + "/proxy-0000000000000000",
 			Targets:     []string{testZone, testZone2},
 			Timeout:     30 * time.Second,

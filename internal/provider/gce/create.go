@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
 
@@ -78,10 +79,10 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 		switch p.owner(inst) {
 		case notThisProviders:
 			return provider.Instance{}, provider.Errorf(provider.ErrPermanent,
-				"%s exists but is not labelled %s=%s: it was not made by gce provider %s", where, LabelProvider, labelValue(p.name), p.name)
+				"%s exists but is not labelled %s=%s: it was not made by gce provider %s", where, LabelProvider, ident.LabelValue(p.name), p.name)
 		case otherInstall:
 			return provider.Instance{}, provider.Errorf(provider.ErrPermanent,
-				"%s belongs to install %q of the operator, not to this install %q", where, inst.GetLabels()[LabelInstall], labelValue(p.installID))
+				"%s belongs to install %q of the operator, not to this install %q", where, inst.GetLabels()[LabelInstall], ident.LabelValue(p.installID))
 		}
 		if owner := ownerUID(inst); owner != req.UID {
 			return provider.Instance{}, provider.OwnedByOther(fmt.Errorf("%s belongs to Proxy UID %s, not %s", where, owner, req.UID))

@@ -10,6 +10,7 @@ import (
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/gcefake"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/ident"
 )
 
 // withDualFirewall makes the provider manage rules, admitting 192.0.2.0/24 and
@@ -190,7 +191,7 @@ func TestDualStackLeftoverRulesListedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(list) != 1 || list[0].Name != req.Name || list[0].UID != req.UID || list[0].State != provider.StateUnknown ||
-		list[0].ProviderID != providerID(testProject, testZone, req.Name) {
+		list[0].ProviderID != ident.ProviderID(testProject, testZone, req.Name) {
 		t.Fatalf("list %+v: want one entry for the rules left by the failed insert", list)
 	}
 	if err := e.p.Delete(t.Context(), list[0].ProviderID); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 )
 
@@ -46,7 +47,7 @@ func TestContractDualStack(t *testing.T) {
 				Placement: provider.Placement{Zone: testZone, MachineType: "small", Image: "ubuntu-2404"},
 				CloudInit: []byte(testUserData), Port: 3128,
 			},
-			MissingID:   providerID(testProject, testZone, "proxy-0000000000000000"),
+			MissingID:   ident.ProviderID(testProject, testZone, "proxy-0000000000000000"),
 			MalformedID: "gce://" + testProject + "/proxy-0000000000000000",
 			Targets:     []string{testZone},
 			Timeout:     30 * time.Second,

@@ -15,12 +15,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/ident"
 )
 
 // firewallDescription marks a rule as this provider's and install's, made for the
 // instance of Proxy uid in zone.
 func (p *Provider) firewallDescription(zone, uid string) string {
-	return fmt.Sprintf("%s provider=%s install=%s zone=%s uid=%s", firewallMark, labelValue(p.name), labelValue(p.installID), zone, uid)
+	return fmt.Sprintf("%s provider=%s install=%s zone=%s uid=%s", firewallMark, ident.LabelValue(p.name), ident.LabelValue(p.installID), zone, uid)
 }
 
 // firewallMark starts the description of every rule the provider writes.
@@ -44,7 +45,7 @@ func firewallFields(desc string) map[string]string {
 
 func (p *Provider) ownsFirewall(fw *computepb.Firewall) bool {
 	f := firewallFields(fw.GetDescription())
-	return f != nil && f["provider"] == labelValue(p.name) && f["install"] == labelValue(p.installID)
+	return f != nil && f["provider"] == ident.LabelValue(p.name) && f["install"] == ident.LabelValue(p.installID)
 }
 
 // notOurRule is the permanent error of a rule of the instance's name that this provider
@@ -54,7 +55,7 @@ func (p *Provider) notOurRule(fw *computepb.Firewall) error {
 		"firewall rule %s exists in project %s but is not this install's (description %q, want one starting %q): "+
 			"it is left alone; remove or rename it, or set gce.firewall.manageRules: false",
 		fw.GetName(), p.cfg.Project, fw.GetDescription(),
-		fmt.Sprintf("%s provider=%s install=%s", firewallMark, labelValue(p.name), labelValue(p.installID)))
+		fmt.Sprintf("%s provider=%s install=%s", firewallMark, ident.LabelValue(p.name), ident.LabelValue(p.installID)))
 }
 
 // leftoverRules lists this install's rules whose instance is not among have (an insert
@@ -89,7 +90,7 @@ func (p *Provider) leftoverRules(ctx context.Context, c *clients, have map[strin
 				zone = p.cfg.Zones[0]
 			}
 			inst := provider.Instance{
-				ProviderID: providerID(p.cfg.Project, zone, base), Name: base,
+				ProviderID: ident.ProviderID(p.cfg.Project, zone, base), Name: base,
 				UID: f["uid"], State: provider.StateUnknown,
 			}
 			if t, err := time.Parse(time.RFC3339Nano, fw.GetCreationTimestamp()); err == nil {

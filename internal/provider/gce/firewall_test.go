@@ -11,6 +11,7 @@ import (
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/gcefake"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/ident"
 )
 
 // withFirewall makes the provider manage rules, admitting 192.0.2.0/24 by default.
@@ -40,7 +41,7 @@ func TestRuleOfFailedInsertIsListedAndDeleted(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(list) != 1 || list[0].Name != req.Name || list[0].UID != req.UID || list[0].State != provider.StateUnknown ||
-				list[0].ProviderID != providerID(testProject, testZone, req.Name) || time.Since(list[0].CreatedAt) > time.Minute {
+				list[0].ProviderID != ident.ProviderID(testProject, testZone, req.Name) || time.Since(list[0].CreatedAt) > time.Minute {
 				t.Fatalf("list %+v: want the rule left by the failed insert, with its UID, zone and creation time", list)
 			}
 			if err := e.p.Delete(t.Context(), list[0].ProviderID); err != nil {
@@ -110,7 +111,7 @@ func TestForeignRuleOfTheNameIsNeverTouched(t *testing.T) {
 			if list, err := e.p.ListByTag(t.Context()); err != nil || len(list) != 0 {
 				t.Errorf("list: %+v, %v; want nothing", list, err)
 			}
-			if err := e.p.Delete(t.Context(), providerID(testProject, testZone, req.Name)); err != nil {
+			if err := e.p.Delete(t.Context(), ident.ProviderID(testProject, testZone, req.Name)); err != nil {
 				t.Fatal(err)
 			}
 			if fw := e.fake.Firewall(req.Name); fw == nil || fw.GetDescription() != desc || e.fake.CallCount(gcefake.FirewallsDelete) != 0 {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
 
@@ -23,7 +24,7 @@ var nameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
 // instance describes inst for the contract.
 func (p *Provider) instance(zone string, inst *computepb.Instance) provider.Instance {
 	out := provider.Instance{
-		ProviderID: providerID(p.cfg.Project, zone, inst.GetName()),
+		ProviderID: ident.ProviderID(p.cfg.Project, zone, inst.GetName()),
 		Name:       inst.GetName(),
 		UID:        ownerUID(inst),
 		State:      state(inst.GetStatus()),
@@ -87,7 +88,7 @@ func state(status string) string {
 // Get describes the instance providerID names. An instance that is gone, or that is not
 // this provider's and install's, is ErrNotFound.
 func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error) {
-	zone, name, err := p.parseProviderID(id)
+	zone, name, err := ident.ParseProviderID(id, p.cfg.Project)
 	if err != nil {
 		return provider.Instance{}, err
 	}
@@ -155,8 +156,8 @@ func (p *Provider) preemptedAt(ctx context.Context, c *clients, zone, name strin
 // pool's shared rules when no other instance is admitted by them. Gone, or not this
 // install's, is success.
 func (p *Provider) Delete(ctx context.Context, id string) error {
-	zone, name, err := p.parseProviderID(id)
-	if project, ok := otherProject(id, p.cfg.Project); ok {
+	zone, name, err := ident.ParseProviderID(id, p.cfg.Project)
+	if project, _, _, ok := ident.SplitProviderID(id); ok && project != p.cfg.Project {
 		// The config moved to another project: the instance may still run in the old one.
 		rules := name
 		if p.cfg.DualStack() {
@@ -237,9 +238,9 @@ func (p *Provider) deleteInstance(ctx context.Context, c *clients, zone string, 
 
 // listFilter selects this provider entry's and install's instances.
 func (p *Provider) listFilter() string {
-	f := fmt.Sprintf(`(labels.%s = "%s")`, LabelProvider, labelValue(p.name))
+	f := fmt.Sprintf(`(labels.%s = "%s")`, LabelProvider, ident.LabelValue(p.name))
 	if p.installID != "" {
-		f += fmt.Sprintf(` AND (labels.%s = "%s")`, LabelInstall, labelValue(p.installID))
+		f += fmt.Sprintf(` AND (labels.%s = "%s")`, LabelInstall, ident.LabelValue(p.installID))
 	}
 	return f
 }

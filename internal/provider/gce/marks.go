@@ -1,15 +1,13 @@
 package gce
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/google/uuid"
 
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/ident"
 )
 
 // The labels that mark an instance as this provider's, and the metadata keys it writes.
@@ -24,31 +22,11 @@ const (
 	MetadataUID = "epo-uid"
 )
 
-// labelValue makes s a valid GCE label value: lowercase letters, digits, '_' and '-', at
-// most 63 characters. Other characters become '_'; a longer value keeps its first 46
-// characters and a digest of the whole, so distinct inputs stay distinct.
-func labelValue(s string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(s) {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	v := b.String()
-	if len(v) > 63 {
-		sum := sha256.Sum256([]byte(s))
-		v = v[:46] + "-" + hex.EncodeToString(sum[:8])
-	}
-	return v
-}
-
 // labels are the marks of an instance owned by uid.
 func (p *Provider) labels(uid string) map[string]string {
-	l := map[string]string{LabelProvider: labelValue(p.name), LabelUID: labelValue(uid)}
+	l := map[string]string{LabelProvider: ident.LabelValue(p.name), LabelUID: ident.LabelValue(uid)}
 	if p.installID != "" {
-		l[LabelInstall] = labelValue(p.installID)
+		l[LabelInstall] = ident.LabelValue(p.installID)
 	}
 	return l
 }
@@ -64,10 +42,10 @@ const (
 
 func (p *Provider) owner(inst *computepb.Instance) ownership {
 	l := inst.GetLabels()
-	if l[LabelProvider] != labelValue(p.name) {
+	if l[LabelProvider] != ident.LabelValue(p.name) {
 		return notThisProviders
 	}
-	if l[LabelInstall] != labelValue(p.installID) {
+	if l[LabelInstall] != ident.LabelValue(p.installID) {
 		return otherInstall
 	}
 	return ownedHere
@@ -109,40 +87,6 @@ func requestID(attempt int, parts ...string) string {
 	}
 	fmt.Fprintf(&b, "%d", attempt)
 	return uuid.NewSHA1(requestIDSpace, []byte(b.String())).String()
-}
-
-// providerID is gce://<project>/<zone>/<name>.
-func providerID(project, zone, name string) string {
-	return "gce://" + project + "/" + zone + "/" + name
-}
-
-// splitProviderID splits gce://<project>/<zone>/<name>.
-func splitProviderID(id string) (project, zone, name string, ok bool) {
-	rest, ok := strings.CutPrefix(id, "gce://")
-	parts := strings.Split(rest, "/")
-	if !ok || len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
-		return "", "", "", false
-	}
-	return parts[0], parts[1], parts[2], true
-}
-
-// parseProviderID returns the zone and name of a providerID of gce.project; anything
-// else is permanent.
-func (p *Provider) parseProviderID(id string) (zone, name string, err error) {
-	project, zone, name, ok := splitProviderID(id)
-	if !ok {
-		return "", "", provider.Errorf(provider.ErrPermanent, "providerID %q is not gce://<project>/<zone>/<name>", id)
-	}
-	if project != p.cfg.Project {
-		return zone, name, provider.Errorf(provider.ErrPermanent, "providerID %q names project %q, not gce.project %q", id, project, p.cfg.Project)
-	}
-	return zone, name, nil
-}
-
-// otherProject reports the project of a well-formed providerID that is not project.
-func otherProject(id, project string) (string, bool) {
-	other, _, _, ok := splitProviderID(id)
-	return other, ok && other != project
 }
 
 // lastSegment is the part of a resource URL after its last slash (zones/x: x).

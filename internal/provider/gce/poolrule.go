@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/ident"
 )
 
 // The children of a ProxyPool share one firewall rule per (pool, source ranges, port)
@@ -65,7 +66,7 @@ func (p *Provider) poolRuleLock(name string) *sync.RWMutex {
 // poolRuleDescription marks a shared rule as this provider's and install's, made for the
 // children of pool.
 func (p *Provider) poolRuleDescription(pool provider.PoolRef) string {
-	return fmt.Sprintf("%s provider=%s install=%s pool=%s/%s uid=%s", firewallMark, labelValue(p.name), labelValue(p.installID), pool.Namespace, pool.Name, pool.UID)
+	return fmt.Sprintf("%s provider=%s install=%s pool=%s/%s uid=%s", firewallMark, ident.LabelValue(p.name), ident.LabelValue(p.installID), pool.Namespace, pool.Name, pool.UID)
 }
 
 // ensurePoolRule makes sure the shared rule name admits port from ranges to the

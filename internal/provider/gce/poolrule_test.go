@@ -13,6 +13,7 @@ import (
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/gcefake"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce/ident"
 )
 
 var testPool = provider.PoolRef{Namespace: "crawl", Name: "eu", UID: "pool-uid-1"}
@@ -197,7 +198,7 @@ func TestPoolRuleErrors(t *testing.T) {
 	if _, err := e.p.Create(t.Context(), child("proxy-00000000000000e3", "uid-e3")); err != nil {
 		t.Fatal(err)
 	}
-	id := providerID(testProject, testZone, "proxy-00000000000000e3")
+	id := ident.ProviderID(testProject, testZone, "proxy-00000000000000e3")
 	e.fake.Fail(gcefake.InstancesAggregatedList, gcefake.ShapeNamed("sync 503 backendError"))
 	if err := e.p.Delete(t.Context(), id); !errors.Is(err, provider.ErrTransient) {
 		t.Fatalf("delete with the count failing: %v, want transient", err)
@@ -246,7 +247,7 @@ func TestPoolRuleLeftOverIsCollected(t *testing.T) {
 	if list, err := e.p.ListByTag(t.Context()); err != nil || len(list) != 1 || list[0].Name != "proxy-00000000000000f8" {
 		t.Fatalf("list with the child: %+v, %v; want the child only", list, err)
 	}
-	if err := e.p.Delete(t.Context(), providerID(testProject, testZone, "proxy-00000000000000f8")); err != nil {
+	if err := e.p.Delete(t.Context(), ident.ProviderID(testProject, testZone, "proxy-00000000000000f8")); err != nil {
 		t.Fatal(err)
 	}
 	if len(poolRules(t, e)) != 0 {

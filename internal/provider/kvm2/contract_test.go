@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 )
 
@@ -25,7 +26,7 @@ func (e *testEnv) contract() providertest.ContractEnv {
 			Placement: provider.Placement{MachineType: "small", Image: "debian-13"},
 			CloudInit: []byte(testUserData), Port: 3128,
 		},
-		MissingID:   providerID(e.host, "proxy-0000000000000000"),
+		MissingID:   ident.ProviderID(e.host, "proxy-0000000000000000"),
 		MalformedID: "domains/proxy-0000000000000000",
 		Targets:     []string{e.host},
 		Timeout:     30 * time.Second,

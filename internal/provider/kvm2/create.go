@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 )
 
@@ -80,7 +81,7 @@ func (p *Provider) plan(req provider.CreateRequest) (createPlan, error) {
 	if err != nil {
 		return createPlan{}, err
 	}
-	if !validName(req.Name) {
+	if !ident.ValidName(req.Name) {
 		return createPlan{}, provider.Errorf(provider.ErrPermanent,
 			"instance name %q may hold only letters, digits, dots, dashes and underscores", req.Name)
 	}
@@ -100,7 +101,7 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 	if !found && !isCode(err, libvirt.ErrNoDomain) {
 		return provider.Instance{}, fmt.Errorf("looking up domain %s on host %s: %w", req.Name, h.Name, err)
 	}
-	var m mark
+	var m ident.Mark
 	if found {
 		log.V(1).Info("kvm2 domain already defined")
 		if m, err = p.ownMark(b, plan, dom); err != nil {
@@ -141,7 +142,7 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 		}
 	}
 	created := p.now().UTC().Truncate(time.Second)
-	own := mark{UID: req.UID, CreatedAt: created, Install: p.installID, SpecHash: req.SpecHash}
+	own := ident.Mark{UID: req.UID, CreatedAt: created, Install: p.installID, SpecHash: req.SpecHash}
 	claim, err := p.claimForCreate(log, b, plan, own)
 	if err != nil {
 		return provider.Instance{}, err
@@ -150,7 +151,7 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	meta, err := marshalMetadata(p.metaNS, own)
+	meta, err := ident.MarshalMark(p.metaNS, own)
 	if err != nil {
 		return provider.Instance{}, provider.Permanent(err)
 	}
@@ -185,7 +186,7 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, b backend, plan 
 // mark and fails as checkAdoption says: another install's is permanent, another UID's
 // is permanent and wraps provider.ErrOwnedByOther; its own install's and UID's (a
 // second process of this install) is transient.
-func (p *Provider) claimForCreate(log logr.Logger, b backend, plan createPlan, own mark) (libvirt.Domain, error) {
+func (p *Provider) claimForCreate(log logr.Logger, b backend, plan createPlan, own ident.Mark) (libvirt.Domain, error) {
 	h, req := plan.host, plan.req
 	claim := own
 	claim.Building = true
@@ -211,8 +212,8 @@ func (p *Provider) claimForCreate(log logr.Logger, b backend, plan createPlan, o
 
 // claim defines the claim of name on host h carrying mark m (see buildClaimXML). It fails
 // with libvirt's ErrOperationFailed ("already exists") when the name is defined.
-func (p *Provider) claim(b backend, h provider.KVMHost, name string, m mark) (libvirt.Domain, error) {
-	meta, err := marshalMetadata(p.metaNS, m)
+func (p *Provider) claim(b backend, h provider.KVMHost, name string, m ident.Mark) (libvirt.Domain, error) {
+	meta, err := ident.MarshalMark(p.metaNS, m)
 	if err != nil {
 		return libvirt.Domain{}, provider.Permanent(err)
 	}
@@ -247,10 +248,10 @@ func (p *Provider) volumes(log logr.Logger, b backend, plan createPlan, pool lib
 
 // ownMark reads the mark of the existing domain of the requested name and returns it
 // when this Create may take the domain over (checkAdoption).
-func (p *Provider) ownMark(b backend, plan createPlan, dom libvirt.Domain) (mark, error) {
+func (p *Provider) ownMark(b backend, plan createPlan, dom libvirt.Domain) (ident.Mark, error) {
 	m, found, err := p.readMark(b, plan.host.Name, dom)
 	if err != nil {
-		return mark{}, err
+		return ident.Mark{}, err
 	}
 	return m, p.checkAdoption(plan.host.Name, plan.req.Name, plan.req.UID, m, found)
 }
@@ -258,7 +259,7 @@ func (p *Provider) ownMark(b backend, plan createPlan, dom libvirt.Domain) (mark
 // adopt takes over an existing domain of the requested name whose mark m is ours, and
 // starts it when it is shut off. Its disks already exist: the seed is only rebuilt before
 // a domain is defined, because a defined domain proves an earlier upload completed.
-func (p *Provider) adopt(ctx context.Context, log logr.Logger, b backend, plan createPlan, dom libvirt.Domain, m mark) (provider.Instance, error) {
+func (p *Provider) adopt(ctx context.Context, log logr.Logger, b backend, plan createPlan, dom libvirt.Domain, m ident.Mark) (provider.Instance, error) {
 	h, req := plan.host, plan.req
 	state, reason, err := b.DomainGetState(dom, 0)
 	if err != nil {
@@ -424,7 +425,7 @@ func (p *Provider) uploadSeed(log logr.Logger, b backend, h provider.KVMHost, po
 
 func (p *Provider) instance(h provider.KVMHost, dom libvirt.Domain, uid string, created time.Time) provider.Instance {
 	return provider.Instance{
-		ProviderID: providerID(h.Name, dom.Name),
+		ProviderID: ident.ProviderID(h.Name, dom.Name),
 		Name:       dom.Name,
 		UID:        uid,
 		State:      provider.StateRunning,

@@ -15,6 +15,7 @@ import (
 	"github.com/kdomanski/iso9660"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 )
@@ -35,7 +36,7 @@ func TestCreateDefinesAndStartsDomain(t *testing.T) {
 	if !ok || dom.State != libvirt.DomainRunning || !dom.Persistent || !dom.UEFI {
 		t.Fatalf("domain on the host: %+v", dom)
 	}
-	m, err := parseMetadata(metadataURI, dom.Metadata[metadataURI])
+	m, err := ident.ParseMark(metadataURI, dom.Metadata[metadataURI])
 	if err != nil || m.UID != req.UID || !m.CreatedAt.Equal(inst.CreatedAt) {
 		t.Fatalf("mark %+v (%v), want uid %s created %s", m, err, req.UID, inst.CreatedAt)
 	}
@@ -363,20 +364,20 @@ func TestCreateAndDeleteShareTheNameLock(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	err := env.p.Delete(ctx, providerID(fakeHost, req.Name))
+	err := env.p.Delete(ctx, ident.ProviderID(fakeHost, req.Name))
 	wantClass(t, err, provider.ErrTransient, context.DeadlineExceeded)
 	if !strings.Contains(err.Error(), "waiting for the lock on domain "+req.Name) {
 		t.Fatalf("delete error %v", err)
 	}
 	// Another name is not held up.
-	if err := env.p.Delete(t.Context(), providerID(fakeHost, "proxy-other")); err != nil {
+	if err := env.p.Delete(t.Context(), ident.ProviderID(fakeHost, "proxy-other")); err != nil {
 		t.Fatal(err)
 	}
 	gate.Release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if err := env.p.Delete(t.Context(), providerID(fakeHost, req.Name)); err != nil {
+	if err := env.p.Delete(t.Context(), ident.ProviderID(fakeHost, req.Name)); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := env.fake.Domain(req.Name); ok {

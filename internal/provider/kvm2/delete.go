@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 )
 
 // undefineFlags remove what libvirt keeps beside the definition: the UEFI NVRAM copy
@@ -26,7 +27,7 @@ const undefineFlags = libvirt.DomainUndefineNvram | libvirt.DomainUndefineManage
 // error wrapping provider.ErrLeftBehind, which tells the caller to let the Proxy go while
 // saying that the domain may still be on that host.
 func (p *Provider) Delete(ctx context.Context, id string) error {
-	hostName, vm, err := parseProviderID(id)
+	hostName, vm, err := ident.ParseProviderID(id)
 	if err != nil {
 		return err
 	}
@@ -143,7 +144,7 @@ func (p *Provider) removeLeftOvers(log logr.Logger, b backend, h provider.KVMHos
 	if !left {
 		return nil
 	}
-	claim, err := p.claim(b, h, vm, mark{CreatedAt: p.now().UTC().Truncate(time.Second), Install: p.installID, Removing: true})
+	claim, err := p.claim(b, h, vm, ident.Mark{CreatedAt: p.now().UTC().Truncate(time.Second), Install: p.installID, Removing: true})
 	if isCode(err, libvirt.ErrOperationFailed) {
 		return provider.Errorf(provider.ErrTransient,
 			"domain %s on host %s was defined while its left-over volumes were to be removed; trying again", vm, h.Name)

@@ -8,6 +8,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 )
 
@@ -65,7 +66,7 @@ func TestDeleteRemovesVolumesWithoutDomain(t *testing.T) {
 		name := "proxy-d3d3d3d3d3d3d3d3"
 		putLeftOvers(t, f, name)
 		f.ResetCalls()
-		if err := env.p.Delete(t.Context(), providerID(fakeHost, name)); err != nil {
+		if err := env.p.Delete(t.Context(), ident.ProviderID(fakeHost, name)); err != nil {
 			t.Fatal(err)
 		}
 		if got := volumes(f); strings.Contains(got, name) {
@@ -85,7 +86,7 @@ func TestDeleteRemovesVolumesWithoutDomain(t *testing.T) {
 	t.Run("nothing left", func(t *testing.T) {
 		env := newTestEnv(t)
 		f := env.fake
-		if err := env.p.Delete(t.Context(), providerID(fakeHost, "proxy-d3d3d3d3d3d3d3d4")); err != nil {
+		if err := env.p.Delete(t.Context(), ident.ProviderID(fakeHost, "proxy-d3d3d3d3d3d3d3d4")); err != nil {
 			t.Fatal(err)
 		}
 		if n := f.Calls("DomainDefineXMLFlags"); n != 0 {
@@ -107,7 +108,7 @@ func TestDeleteRemovesVolumesWithoutDomain(t *testing.T) {
 		if _, ok := f.Domain(req.Name); !ok {
 			t.Fatal("the cut-off create left no claim")
 		}
-		if err := env.p.Delete(t.Context(), providerID(fakeHost, req.Name)); err != nil {
+		if err := env.p.Delete(t.Context(), ident.ProviderID(fakeHost, req.Name)); err != nil {
 			t.Fatal(err)
 		}
 		if got := volumes(f); strings.Contains(got, req.Name) {

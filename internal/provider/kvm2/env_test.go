@@ -8,6 +8,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/imagecache"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/sshtest"
@@ -244,7 +245,7 @@ func defineForeign(t *testing.T, f *libvirtfake.Fake, name, meta string, start b
 
 func markFor(t *testing.T, ns, uid string) string {
 	t.Helper()
-	return must(marshalMetadata(ns, mark{UID: uid, CreatedAt: time.Date(2026, 9, 16, 17, 42, 11, 0, time.UTC)}))
+	return must(ident.MarshalMark(ns, ident.Mark{UID: uid, CreatedAt: time.Date(2026, 9, 16, 17, 42, 11, 0, time.UTC)}))
 }
 
 // stateOf returns the fake's state of domain name, or -1 when it does not exist.

@@ -10,12 +10,13 @@ import (
 	"github.com/go-logr/logr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 )
 
 // Get reports the domain providerID names: its state, its address (from the guest
 // agent, else the host's ARP table) and the owner UID from its mark.
 func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error) {
-	hostName, vm, err := parseProviderID(id)
+	hostName, vm, err := ident.ParseProviderID(id)
 	if err != nil {
 		return provider.Instance{}, err
 	}
@@ -75,7 +76,7 @@ func (p *Provider) get(log logr.Logger, b backend, h provider.KVMHost, vm string
 		state = libvirt.DomainState(raw)
 	}
 	inst := provider.Instance{
-		ProviderID: providerID(h.Name, vm), Name: vm, UID: m.UID, State: instanceState(state), CreatedAt: m.CreatedAt,
+		ProviderID: ident.ProviderID(h.Name, vm), Name: vm, UID: m.UID, State: instanceState(state), CreatedAt: m.CreatedAt,
 	}
 	if inst.State == provider.StateRunning {
 		if inst.IP, err = p.address(log, b, h, dom); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 )
 
 // defineForeignDomain defines (without starting) a small domain called name, as an admin
@@ -30,7 +31,7 @@ func (e *itRealEnv) defineForeignDomain(t *testing.T, name, meta string) {
 
 func itMark(t *testing.T, typ, uid string) string {
 	t.Helper()
-	m, err := marshalMetadata(MetadataURI(typ), mark{UID: uid, CreatedAt: time.Now()})
+	m, err := ident.MarshalMark(MetadataURI(typ), ident.Mark{UID: uid, CreatedAt: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestKVM2Adoption_realHost(t *testing.T) {
 		itWantErr(t, err, provider.ErrPermanent,
 			"domain "+name+" on host "+integrationHost+" carries no kvm2 mark; it was not created by this provider")
 		// Not ours: Delete leaves it alone and it was never started.
-		if err := p.Delete(itCtxFor(t), providerID(integrationHost, name)); err != nil {
+		if err := p.Delete(itCtxFor(t), ident.ProviderID(integrationHost, name)); err != nil {
 			t.Fatalf("delete of a domain without the mark: %v", err)
 		}
 		if s := itDomState(t, name); s != "shut off" {

@@ -15,12 +15,13 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 )
 
 // missingID names a domain that does not exist: a Get of it that answers NotFound proves
 // the whole path (SSH, the forwarded socket, libvirt) works without creating anything.
 func (e *itRealEnv) missingID() string {
-	return providerID(integrationHost, e.names.token+"-absent")
+	return ident.ProviderID(integrationHost, e.names.token+"-absent")
 }
 
 // reachable fails unless a Get over p's pooled connection gets as far as libvirt.

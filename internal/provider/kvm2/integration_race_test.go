@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 )
 
 // TestKVM2TwoInstallsRaceForOneName_realHost: two installs create the same domain name on
@@ -79,7 +80,7 @@ func TestKVM2TwoInstallsRaceForOneName_realHost(t *testing.T) {
 			t.Fatalf("round %d: domain %s is marked %+v, want %s's finished mark", round, name, m, winner)
 		}
 		// The loser's Delete leaves the winner's VM running; the winner's removes it all.
-		if err := ps[loser].Delete(itCtxFor(t), providerID(integrationHost, name)); err != nil {
+		if err := ps[loser].Delete(itCtxFor(t), ident.ProviderID(integrationHost, name)); err != nil {
 			t.Fatalf("round %d: the loser's delete: %v", round, err)
 		}
 		if s := itDomState(t, name); s != "running" {
@@ -112,7 +113,7 @@ func TestKVM2TwoInstallsRaceForOneName_realHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = b.claimForCreate(itTestLogger(t), bk, plan, mark{UID: "uid-install-b", Install: "install-b"})
+		_, err = b.claimForCreate(itTestLogger(t), bk, plan, ident.Mark{UID: "uid-install-b", Install: "install-b"})
 		itWantErr(t, err, provider.ErrPermanent,
 			"domain "+name+" on host "+integrationHost+" belongs to install install-a, not to this one")
 		e.wantSeedOf(t, name, requestOf(name, "install-a"), requestOf(name, "install-b"))
@@ -126,7 +127,7 @@ func TestKVM2TwoInstallsRaceForOneName_realHost(t *testing.T) {
 		for _, vol := range []string{overlayVolName(name), seedVolName(name)} {
 			itMustVirsh(t, "vol-create-as", e.host.pool, vol, "1M", "--format", "raw")
 		}
-		if err := ps["install-b"].Delete(itCtxFor(t), providerID(integrationHost, name)); err != nil {
+		if err := ps["install-b"].Delete(itCtxFor(t), ident.ProviderID(integrationHost, name)); err != nil {
 			t.Fatalf("delete: %v", err)
 		}
 		if itHasDomain(name) || e.hasVolume(overlayVolName(name)) || e.hasVolume(seedVolName(name)) {
@@ -136,9 +137,9 @@ func TestKVM2TwoInstallsRaceForOneName_realHost(t *testing.T) {
 }
 
 // itMarkOf reads the kvm2 mark of domain name with virsh.
-func itMarkOf(t *testing.T, name string) mark {
+func itMarkOf(t *testing.T, name string) ident.Mark {
 	t.Helper()
-	m, err := parseMetadata(metadataURI, itMustVirsh(t, "metadata", name, "--uri", metadataURI))
+	m, err := ident.ParseMark(metadataURI, itMustVirsh(t, "metadata", name, "--uri", metadataURI))
 	if err != nil {
 		t.Fatalf("mark of %s: %v", name, err)
 	}

@@ -11,6 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 )
@@ -39,7 +40,7 @@ func TestKVMTypeMetadataNamespace(t *testing.T) {
 	if _, has := d.Metadata[metadataURI]; has {
 		t.Errorf("kvm domain carries a kvm2 mark: %v", d.Metadata)
 	}
-	m, err := parseMetadata(want, d.Metadata[want])
+	m, err := ident.ParseMark(want, d.Metadata[want])
 	if err != nil || m.UID != req.UID {
 		t.Fatalf("kvm domain's mark in %s: %q (%v), want uid %s", want, d.Metadata[want], err, req.UID)
 	}
@@ -102,7 +103,7 @@ func TestMessagesNameTheProviderType(t *testing.T) {
 					`placement.machineType "huge" is not in ` + typ + `.machineTypes`},
 				{"unknown image", create(func(r *provider.CreateRequest) { r.Placement.Image = "arch" }),
 					`placement.image "arch" is neither a key in ` + typ + `.images nor an http(s) URL`},
-				{"get on a host not configured", func() error { _, err := env.p.Get(t.Context(), providerID("h9", "proxy-x")); return err }(),
+				{"get on a host not configured", func() error { _, err := env.p.Get(t.Context(), ident.ProviderID("h9", "proxy-x")); return err }(),
 					`providerID "hosts/h9/domains/proxy-x" names host "h9", which is not in ` + typ + `.hosts`},
 			}
 			for _, c := range checks {

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
 
@@ -77,7 +78,7 @@ func (p *Provider) listHost(log logr.Logger, b backend, h provider.KVMHost) ([]p
 			continue
 		}
 		inst := provider.Instance{
-			ProviderID: providerID(h.Name, dom.Name),
+			ProviderID: ident.ProviderID(h.Name, dom.Name),
 			Name:       dom.Name,
 			UID:        m.UID,
 			State:      listedState(dom),

@@ -8,6 +8,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 )
 
@@ -25,13 +26,13 @@ func installEnv(t *testing.T, typ string) (env *testEnv, a, b *Provider, logsA *
 	return env, a, b, logsA
 }
 
-func markOf(t *testing.T, f *libvirtfake.Fake, typ, name string) mark {
+func markOf(t *testing.T, f *libvirtfake.Fake, typ, name string) ident.Mark {
 	t.Helper()
 	d, ok := f.Domain(name)
 	if !ok {
 		t.Fatalf("no domain %s", name)
 	}
-	m, err := parseMetadata(MetadataURI(typ), d.Metadata[MetadataURI(typ)])
+	m, err := ident.ParseMark(MetadataURI(typ), d.Metadata[MetadataURI(typ)])
 	if err != nil {
 		t.Fatalf("mark of %s: %v", name, err)
 	}
@@ -257,7 +258,7 @@ func TestCreateRemovesItsUIDFromOtherHosts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if inst.ProviderID != providerID("h2", req.Name) || stateOf(env.fakes["h2"], req.Name) != libvirt.DomainRunning {
+			if inst.ProviderID != ident.ProviderID("h2", req.Name) || stateOf(env.fakes["h2"], req.Name) != libvirt.DomainRunning {
 				t.Fatalf("moved instance %+v", inst)
 			}
 			if _, ok := h1.Domain(req.Name); ok {

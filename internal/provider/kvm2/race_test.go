@@ -11,6 +11,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 )
 
@@ -152,7 +153,7 @@ func TestTwoInstallsRaceForOneName(t *testing.T) {
 					}
 
 					// The loser's Delete leaves the winner's VM and volumes as they are.
-					if err := loser.p.Delete(t.Context(), providerID("h1", name)); err != nil {
+					if err := loser.p.Delete(t.Context(), ident.ProviderID("h1", name)); err != nil {
 						t.Fatalf("loser's delete: %v", err)
 					}
 					if o.installA != o.installB {
@@ -282,7 +283,7 @@ func TestDeleteOfLeftOversRacesACreate(t *testing.T) {
 	}
 	deleteAsync := func(p *Provider) <-chan error {
 		out := make(chan error, 1)
-		go func() { out <- p.Delete(t.Context(), providerID("h1", name)) }()
+		go func() { out <- p.Delete(t.Context(), ident.ProviderID("h1", name)) }()
 		return out
 	}
 	awaitErr := func(t *testing.T, what string, ch <-chan error) error {
@@ -315,7 +316,7 @@ func TestDeleteOfLeftOversRacesACreate(t *testing.T) {
 			t.Fatalf("b's delete: %v", err)
 		}
 		// The retry finds a's domain and leaves it alone.
-		if err := r[1].p.Delete(t.Context(), providerID("h1", name)); err != nil {
+		if err := r[1].p.Delete(t.Context(), ident.ProviderID("h1", name)); err != nil {
 			t.Fatalf("b's second delete: %v", err)
 		}
 		wantBuiltBy(t, f, provider.TypeKVM2, r, 0)

@@ -9,6 +9,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 )
@@ -54,7 +55,7 @@ func TestProviderOverSSH(t *testing.T) {
 	}
 	// Another install's domain on the same host: not listed, not adopted, not deleted.
 	const theirs = "proxy-7e7e7e7e7e7e7e7e"
-	defineForeign(t, f, theirs, must(marshalMetadata(metadataURI, mark{UID: "uid-theirs", CreatedAt: time.Now(), Install: "install-b"})), true)
+	defineForeign(t, f, theirs, must(ident.MarshalMark(metadataURI, ident.Mark{UID: "uid-theirs", CreatedAt: time.Now(), Install: "install-b"})), true)
 	list, err = p.ListByTag(ctx)
 	if err != nil || len(list) != 1 || list[0].Name != req.Name {
 		t.Fatalf("list beside another install's domain: %+v %v", list, err)
@@ -65,7 +66,7 @@ func TestProviderOverSSH(t *testing.T) {
 		err.Error() != "domain "+theirs+" on host ssh1 belongs to install install-b, not to this one" {
 		t.Fatalf("create over another install's domain: %v", err)
 	}
-	if err := p.Delete(ctx, providerID("ssh1", theirs)); err != nil || stateOf(f, theirs) != libvirt.DomainRunning {
+	if err := p.Delete(ctx, ident.ProviderID("ssh1", theirs)); err != nil || stateOf(f, theirs) != libvirt.DomainRunning {
 		t.Fatalf("delete of another install's domain: %v, state %v", err, stateOf(f, theirs))
 	}
 	if err := p.Delete(ctx, inst.ProviderID); err != nil {

@@ -3,9 +3,6 @@ package kvm2
 import (
 	"encoding/xml"
 	"fmt"
-	"strings"
-
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
 
 // Names of what a VM leaves in the host's pool. The domain itself carries the VM's name;
@@ -17,42 +14,6 @@ func overlayVolName(vm string) string { return vm + ".qcow2" }
 
 // seedVolName is the VM's NoCloud seed ISO.
 func seedVolName(vm string) string { return vm + "-seed.iso" }
-
-// providerID is how an instance is named outside the provider: hosts/<host>/domains/<vm>.
-func providerID(host, vm string) string { return "hosts/" + host + "/domains/" + vm }
-
-// parseProviderID splits a providerID into host and domain name. Anything that is not
-// exactly hosts/<host>/domains/<vm>, with both parts made of letters, digits, dots,
-// dashes and underscores, is permanent: no retry turns it into something valid.
-func parseProviderID(id string) (host, vm string, err error) {
-	parts := strings.Split(id, "/")
-	if len(parts) != 4 || parts[0] != "hosts" || parts[2] != "domains" {
-		return "", "", provider.Errorf(provider.ErrPermanent,
-			"malformed providerID %q: want hosts/<host>/domains/<name>", id)
-	}
-	host, vm = parts[1], parts[3]
-	if !validName(host) || !validName(vm) {
-		return "", "", provider.Errorf(provider.ErrPermanent,
-			"malformed providerID %q: host and name may hold only letters, digits, dots, dashes and underscores", id)
-	}
-	return host, vm, nil
-}
-
-// validName reports whether s is a non-empty run of letters, digits, dots, dashes and
-// underscores that is not "." or ".." (so it can never act as a path element).
-func validName(s string) bool {
-	if s == "" || s == "." || s == ".." || len(s) > 200 {
-		return false
-	}
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
-		default:
-			return false
-		}
-	}
-	return true
-}
 
 // volumeXML is the subset of libvirt's storage volume XML the provider writes.
 type volumeXML struct {

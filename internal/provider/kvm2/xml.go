@@ -20,7 +20,7 @@ type domainSpec struct {
 	OverlayPath string
 	SeedPath    string
 	Bridge      string
-	// Metadata is the marshalled mark (marshalMetadata).
+	// Metadata is the marshalled mark (ident.MarshalMark).
 	Metadata string
 }
 

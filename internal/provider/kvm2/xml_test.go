@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/ident"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 func testDomainSpec(t *testing.T, domainType, firmware string) domainSpec {
 	t.Helper()
-	meta, err := marshalMetadata(metadataURI, mark{UID: "0f3a9c1e-uid", CreatedAt: time.Date(2026, 9, 16, 17, 42, 11, 0, time.UTC),
+	meta, err := ident.MarshalMark(metadataURI, ident.Mark{UID: "0f3a9c1e-uid", CreatedAt: time.Date(2026, 9, 16, 17, 42, 11, 0, time.UTC),
 		Install: "5c1b7a2e-install", SpecHash: "9d4e1f0a"})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +108,7 @@ func checkDomain(t *testing.T, out, domainType, firmware string) {
 	if err := xml.Unmarshal([]byte(out), &probe); err != nil {
 		t.Fatal(err)
 	}
-	m, err := parseMetadata(metadataURI, strings.TrimSpace(probe.Metadata.Inner))
+	m, err := ident.ParseMark(metadataURI, strings.TrimSpace(probe.Metadata.Inner))
 	if err != nil || m.UID != "0f3a9c1e-uid" {
 		t.Errorf("metadata element: %+v %v in %q", m, err, probe.Metadata.Inner)
 	}
