@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -92,16 +93,19 @@ func firstLine(b []byte) string {
 	return line
 }
 
-// checkFailClosed creates a second Proxy whose guest cannot load the fence: it boots the
-// test image without nft (noNftImageKey), as a stock image whose nftables install failed,
-// so neither the image's early start from the seed nor cloud-init's start can load the
-// fence, and runcmd's install fails too (the bridge has no route to a package mirror). It
-// waits until the guest's cloud-init has finished (asked through the guest agent), checks
-// tinyproxy is not running, and that the Proxy, probed past the failure threshold, never
-// became Ready, also for three check intervals after that, then deletes it. One more
-// guest boot: about as long as the first create's boot (1-3 min under TCG at this
-// machine's load).
-func (s *story) checkFailClosed(ctx context.Context, template *v1alpha1.Proxy) {
+// failClosed is a second Proxy whose guest cannot load the fence: it boots the test
+// image without nft (noNftImageKey), as a stock image whose nftables install failed, so
+// neither the image's early start from the seed nor cloud-init's start can load the
+// fence, and runcmd's install fails too (the bridge has no route to a package mirror).
+// startFailClosed creates it, so that its guest boots while the first Proxy's replacement
+// does (each TCG guest keeps one core busy; one after the other, the second core idled
+// through both boots); check then waits for it.
+type failClosed struct {
+	s     *story // the Proxy without the fence
+	start time.Time
+}
+
+func (s *story) startFailClosed(ctx context.Context, template *v1alpha1.Proxy) *failClosed {
 	t := s.t
 	px := &v1alpha1.Proxy{}
 	px.Namespace, px.Name = template.Namespace, "e2e-no-fence"
@@ -114,6 +118,16 @@ func (s *story) checkFailClosed(ctx context.Context, template *v1alpha1.Proxy) {
 	if err := s.c.Create(ctx, px); err != nil {
 		t.Fatalf("creating Proxy %s: %v", ns.key, err)
 	}
+	return &failClosed{s: ns, start: start}
+}
+
+// check waits until the guest's cloud-init has finished (asked through the guest agent),
+// checks tinyproxy is not running, and that the Proxy, probed past the failure
+// threshold, never became Ready, also for three check intervals after that: not in any
+// status read, and no ProbeSucceeded Event ever recorded for it (which also covers the
+// time it booted unwatched). Then it deletes it.
+func (fc *failClosed) check(ctx context.Context) {
+	ns, t, start := fc.s, fc.s.t, fc.start
 	everReady := func(p *v1alpha1.Proxy) {
 		if framework.IsReady(p) || p.Status.Healthy {
 			t.Fatalf("Proxy %s, whose guest could not load the egress fence, became Ready:\n%s", ns.key, ns.describe())
@@ -173,7 +187,17 @@ func (s *story) checkFailClosed(ctx context.Context, template *v1alpha1.Proxy) {
 			last.Status.Phase, time.Since(start).Round(time.Second), status, strings.TrimSpace(active),
 			last.Status.ConsecutiveProbeFailures, c.Reason, c.Message, strings.TrimSpace(journal))
 	}
-	if err := s.c.Delete(ctx, last); err != nil {
+	var evs eventsv1.EventList
+	if err := ns.c.List(ctx, &evs, client.InNamespace(ns.key.Namespace)); err != nil {
+		t.Fatalf("listing the Events of namespace %s: %v", ns.key.Namespace, err)
+	}
+	for _, ev := range evs.Items {
+		if ev.Regarding.Name == ns.key.Name && ev.Reason == v1alpha1.ReasonProbeSucceeded {
+			t.Errorf("Proxy %s, whose guest could not load the egress fence, was probed healthy at %s: %s",
+				ns.key, ev.CreationTimestamp, ev.Note)
+		}
+	}
+	if err := ns.c.Delete(ctx, last); err != nil {
 		t.Fatalf("deleting Proxy %s: %v", ns.key, err)
 	}
 	ns.waitFor("Proxy "+ns.key.String()+" to be gone", shortDeadline, time.Second, func() (bool, error) {
