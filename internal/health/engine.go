@@ -102,8 +102,8 @@ type Engine struct {
 
 	mu sync.Mutex
 	// failures holds each probed Proxy's consecutive failed probes, which the status
-	// shows only when a write is due anyway.
-	failures map[types.UID]failureCount
+	// shows only when a write is due anyway, and the health last applied for it.
+	failures map[types.UID]probeRecord
 	// inflight holds the Proxies being probed right now, by a round or a boot probe:
 	// one probe of a Proxy at a time.
 	inflight map[types.UID]bool
@@ -114,9 +114,9 @@ type Engine struct {
 	bootWake chan struct{}
 }
 
-// failureCount is the run of failed probes through one target of one Proxy, and the
-// health the engine last applied for that target.
-type failureCount struct {
+// probeRecord is what the engine keeps of one Proxy's probes through one target: the
+// run of failed probes, and the health it last applied.
+type probeRecord struct {
 	target target
 	n      int32
 	// written is the engine's part of the status (healthStatusOf) as its last apply for
@@ -164,7 +164,7 @@ func New(c client.Client, apiReader client.Reader, rec events.EventRecorder, opt
 		apiReader = c
 	}
 	return &Engine{client: c, apiReader: apiReader, recorder: rec, log: log, opts: opts, prober: p, now: time.Now,
-		failures: map[types.UID]failureCount{}, inflight: map[types.UID]bool{},
+		failures: map[types.UID]probeRecord{}, inflight: map[types.UID]bool{},
 		booting: map[types.NamespacedName]bootEntry{}, bootWake: make(chan struct{}, 1)}, nil
 }
 
@@ -324,7 +324,7 @@ func (e *Engine) failuresOf(px *v1alpha1.Proxy) int32 {
 func (e *Engine) setFailures(px *v1alpha1.Proxy, n int32) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	f := failureCount{target: probeTarget(px), n: n}
+	f := probeRecord{target: probeTarget(px), n: n}
 	if old, ok := e.failures[px.UID]; ok && old.target == f.target {
 		f.written = old.written
 	}
@@ -337,7 +337,7 @@ func (e *Engine) setWritten(px *v1alpha1.Proxy, own *v1alpha1.ProxyStatus) {
 	defer e.mu.Unlock()
 	f := e.failures[px.UID]
 	if f.target != probeTarget(px) {
-		f = failureCount{target: probeTarget(px), n: own.ConsecutiveProbeFailures}
+		f = probeRecord{target: probeTarget(px), n: own.ConsecutiveProbeFailures}
 	}
 	f.written = own
 	e.failures[px.UID] = f
