@@ -102,7 +102,7 @@ func (eg *egressCheck) check(which string, kids []v1alpha1.Proxy, pass string) {
 	for i := range kids {
 		px, x := &kids[i], want[kids[i].Name]
 		if !slices.Contains(listed, fmt.Sprintf("http://%s:%d", px.Status.IP, px.Spec.Port)) {
-			t.Errorf("%s: discovery with distinctEgress=true listed %v, not child %s (%s:%d)", which, listed, px.Name, px.Status.IP, px.Spec.Port)
+			eg.p.checks.Errorf("%s: discovery with distinctEgress=true listed %v, not child %s (%s:%d)", which, listed, px.Name, px.Status.IP, px.Spec.Port)
 		}
 		before := eg.who.From(x.egress)
 		body, err := framework.Get(framework.ThroughClient(proxyURL(px, eg.user, pass)), eg.target+"/egress")
@@ -155,11 +155,11 @@ func (eg *egressCheck) checkExitDown(kids []v1alpha1.Proxy, pass string) {
 	// the first, the threshold's intervals, the last probe's timeout (at most an interval),
 	// and some slack for the status write and discovery's cache.
 	if bound := (poolFailureThreshold+2)*poolCheckInterval + 10*time.Second; took > bound {
-		t.Errorf("child %s took %s to leave discovery after its exit stopped, want at most %s (%d probes every %s)",
+		eg.p.checks.Errorf("child %s took %s to leave discovery after its exit stopped, want at most %s (%d probes every %s)",
 			victim.Name, took.Round(100*time.Millisecond), bound, poolFailureThreshold, poolCheckInterval)
 	}
 	if last.Status.ConsecutiveProbeFailures < poolFailureThreshold {
-		t.Errorf("child %s is unhealthy after %d failed probes, want %d", victim.Name, last.Status.ConsecutiveProbeFailures, poolFailureThreshold)
+		eg.p.checks.Errorf("child %s is unhealthy after %d failed probes, want %d", victim.Name, last.Status.ConsecutiveProbeFailures, poolFailureThreshold)
 	}
 	hc := framework.ThroughClient(proxyURL(&victim, eg.user, pass))
 	hc.Timeout = 20 * time.Second
@@ -167,7 +167,7 @@ func (eg *egressCheck) checkExitDown(kids []v1alpha1.Proxy, pass string) {
 	if resp, err := hc.Get(eg.target + "/exit-down"); err == nil {
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusOK {
-			t.Errorf("a request through child %s, whose exit is stopped, was answered %s", victim.Name, resp.Status)
+			eg.p.checks.Errorf("a request through child %s, whose exit is stopped, was answered %s", victim.Name, resp.Status)
 		} else {
 			t.Logf("a request through child %s, whose exit is stopped, failed: %s after %s", victim.Name, resp.Status, time.Since(start).Round(100*time.Millisecond))
 		}
@@ -177,7 +177,7 @@ func (eg *egressCheck) checkExitDown(kids []v1alpha1.Proxy, pass string) {
 	before := eg.who.From(ox.egress)
 	body, err := framework.Get(framework.ThroughClient(proxyURL(&other, eg.user, pass)), eg.target+"/other-exit")
 	if err != nil || !strings.Contains(body, `"`+ox.egress+`"`) || eg.who.From(ox.egress) <= before {
-		t.Errorf("a request through child %s, whose exit %d still runs, answered %q, %v; want it seen from %s", other.Name, ox.n, body, err, ox.egress)
+		eg.p.checks.Errorf("a request through child %s, whose exit %d still runs, answered %q, %v; want it seen from %s", other.Name, ox.n, body, err, ox.egress)
 	} else {
 		t.Logf("child %s still leaves through exit %d (%s)", other.Name, ox.n, ox.egress)
 	}
@@ -195,7 +195,7 @@ func (eg *egressCheck) checkNoLeak() {
 	callers := eg.who.Callers()
 	for ip, n := range callers {
 		if !exitAddrs[ip] {
-			t.Errorf("the internet stand-in saw %d requests from %s, not an exit's address: traffic that bypassed the tunnel", n, ip)
+			eg.p.checks.Errorf("the internet stand-in saw %d requests from %s, not an exit's address: traffic that bypassed the tunnel", n, ip)
 		}
 	}
 	t.Logf("the internet stand-in saw requests from %v during the whole test (the exits: %v)", callers, slices.Sorted(maps.Keys(exitAddrs)))

@@ -159,6 +159,7 @@ func (e *everySecond[T]) close() []T {
 // test: never from a guest's own address, as a request that bypassed the tunnel would.
 func TestPoolRotation(t *testing.T) {
 	testStart := time.Now()
+	checks := framework.NewChecks(t)
 	h := loadHostEnv(t)
 	host := framework.DialHost(t, h)
 	c, kubeconfig := controlPlane(t)
@@ -203,7 +204,7 @@ func TestPoolRotation(t *testing.T) {
 	// a request that bypassed the tunnel would reach it, from the guest's own address.
 	pool.Spec.Template.Spec.CloudInit = edge.routeCloudInit()
 	key := client.ObjectKeyFromObject(pool)
-	p := &poolStory{t: t, c: c, host: host, mgr: mgr, key: key, vms: map[string]bool{}}
+	p := &poolStory{t: t, checks: checks, c: c, host: host, mgr: mgr, key: key, vms: map[string]bool{}}
 	p.removeLeftovers()
 	host.RemoveBaseImage(imageKey)
 	t.Cleanup(func() {
@@ -270,13 +271,13 @@ func TestPoolRotation(t *testing.T) {
 	t.Logf("TIMING pool rotation: %s wall time for 2 children (%s -> %s); %d samples, %d with fewer than 2 Ready; longest interval with fewer than 2 Ready: %s",
 		took.Round(time.Second), strings.Join(names(originals), ", "), strings.Join(names(final), ", "), len(samples), below, longest)
 	if below > 0 {
-		t.Errorf("fewer than 2 children were Ready at %d of %d samples (longest %s)", below, len(samples), longest)
+		checks.Errorf("fewer than 2 children were Ready at %d of %d samples (longest %s)", below, len(samples), longest)
 	}
-	cbelow, clongest := p.reportCrawls(crawls)
+	cbelow, clongest, cfirst := p.reportCrawls(crawls)
 	t.Logf("TIMING pool rotation, outside: %d samples through discovery's URLs, %d with fewer than 2 working proxies; longest interval below 2: %s",
 		len(crawls), cbelow, clongest)
 	if cbelow > 0 {
-		t.Errorf("fewer than 2 proxies carried a request at %d of %d outside samples (longest %s)", cbelow, len(crawls), clongest)
+		checks.Errorf("fewer than 2 proxies carried a request at %d of %d outside samples (longest %s); the first: %s", cbelow, len(crawls), clongest, cfirst)
 	}
 	p.checkNewPassword(final, user, oldPass, newPass, whoURL)
 	eg.check("the new children", final, newPass)
@@ -310,7 +311,7 @@ func (p *poolStory) checkNewPassword(kids []v1alpha1.Proxy, user, oldPass, newPa
 		}{{newPass, http.StatusOK}, {oldPass, http.StatusUnauthorized}} {
 			u := &url.URL{Scheme: "http", Host: fmt.Sprintf("%s:%d", px.Status.IP, px.Spec.Port), User: url.UserPassword(user, tc.pass)}
 			if code, err := framework.StatusThrough(u, whoURL+"/after-rotation"); err != nil || code != tc.want {
-				p.t.Errorf("new child %s with the %s password: %d %v, want %d", px.Name,
+				p.checks.Errorf("new child %s with the %s password: %d %v, want %d", px.Name,
 					map[bool]string{true: "new", false: "old"}[tc.pass == newPass], code, err, tc.want)
 			}
 		}
@@ -397,12 +398,13 @@ func (c *poolCrawler) take() crawlSample {
 }
 
 // reportCrawls logs each change the crawler saw and returns how many samples had fewer
-// than 2 working proxies and the longest run of them.
-func (p *poolStory) reportCrawls(samples []crawlSample) (int, time.Duration) {
+// than 2 working proxies, the longest run of them and the first of them (when, and why).
+func (p *poolStory) reportCrawls(samples []crawlSample) (int, time.Duration, string) {
 	var (
 		runs      shortRuns
 		prev      string
 		maxListed int
+		first     string
 	)
 	for _, s := range samples {
 		line := fmt.Sprintf("listed %d, working %d", s.listed, s.working)
@@ -418,9 +420,12 @@ func (p *poolStory) reportCrawls(samples []crawlSample) (int, time.Duration) {
 		}
 		maxListed = max(maxListed, s.listed)
 		runs.add(s.at, s.working < 2)
+		if s.working < 2 && first == "" {
+			first = s.at.Format("15:04:05.000") + " " + line
+		}
 	}
 	p.t.Logf("crawler: at most %d proxies listed at once", maxListed)
-	return runs.below, runs.longest()
+	return runs.below, runs.longest(), first
 }
 
 // shortRuns counts the samples that fell short and measures the longest run of them:
@@ -456,11 +461,12 @@ func (r *shortRuns) longest() time.Duration {
 
 // poolStory holds what the steps of the pool test use.
 type poolStory struct {
-	t    *testing.T
-	c    client.Client
-	host *framework.Host
-	mgr  *manager
-	key  types.NamespacedName
+	t      *testing.T
+	checks *framework.Checks // every failed check, repeated at the end
+	c      client.Client
+	host   *framework.Host
+	mgr    *manager
+	key    types.NamespacedName
 
 	mu  sync.Mutex
 	vms map[string]bool // instance names of every child seen, for the clean-up
@@ -590,7 +596,7 @@ func (p *poolStory) report(samples []poolSample, took time.Duration) (int, time.
 	)
 	for i, s := range samples {
 		if s.err != nil {
-			p.t.Errorf("sample %d (%s): reading the pool: %v", i, s.at.Format(time.TimeOnly), s.err)
+			p.checks.Errorf("sample %d (%s): reading the pool: %v", i, s.at.Format(time.TimeOnly), s.err)
 			continue
 		}
 		maxChildren = max(maxChildren, s.children)
@@ -632,7 +638,7 @@ func (p *poolStory) deleteAll(ctx context.Context) {
 	t.Logf("pool and children deleted in %s", time.Since(start).Round(100*time.Millisecond))
 	for vm := range p.seenVMs() {
 		if left := p.host.Leftovers(vm); len(left) != 0 {
-			t.Errorf("after deleting the pool, %s left behind: %v", vm, left)
+			p.checks.Errorf("after deleting the pool, %s left behind: %v", vm, left)
 		}
 	}
 }

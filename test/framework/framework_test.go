@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -331,5 +332,62 @@ func TestDashboardPanelWithoutQuery(t *testing.T) {
 	}
 	if _, err := DashboardQueries(p); err == nil || !strings.Contains(err.Error(), `panel "Empty" has no query`) {
 		t.Errorf("a panel without a query: %v", err)
+	}
+}
+
+// recordingT is a testing.TB that keeps what a Checks writes, so its summary can be read.
+type recordingT struct {
+	testing.TB
+	errors, logs []string
+	cleanups     []func()
+	failed       bool
+}
+
+func (r *recordingT) Helper() {}
+func (r *recordingT) Error(args ...any) {
+	r.failed = true
+	r.errors = append(r.errors, fmt.Sprint(args...))
+}
+func (r *recordingT) Logf(format string, a ...any) {
+	r.logs = append(r.logs, fmt.Sprintf(format, a...))
+}
+func (r *recordingT) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+func (r *recordingT) Failed() bool     { return r.failed }
+
+func (r *recordingT) runCleanups() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+}
+
+func TestChecksRepeatTheFailuresLast(t *testing.T) {
+	r := &recordingT{}
+	c := NewChecks(r)
+	c.Errorf("fewer than %d children were Ready", 2)
+	c.Errorf("child %s left behind", "a")
+	if len(r.errors) != 2 || r.errors[0] != "fewer than 2 children were Ready" {
+		t.Fatalf("Errorf failed the test with %q, want each message", r.errors)
+	}
+	r.Cleanup(func() { r.Logf("total 5m") }) // a later cleanup, as a test's own
+	r.runCleanups()
+	want := []string{"total 5m", "FAILED: 2 check(s):", "  - fewer than 2 children were Ready", "  - child a left behind"}
+	if !slices.Equal(r.logs, want) {
+		t.Errorf("logs %q, want %q", r.logs, want)
+	}
+}
+
+func TestChecksSayAFatalStoppedTheTest(t *testing.T) {
+	r := &recordingT{}
+	NewChecks(r)
+	r.failed = true // as t.Fatal would
+	r.runCleanups()
+	if len(r.logs) != 1 || !strings.Contains(r.logs[0], "fatal error") {
+		t.Errorf("logs %q, want one line naming the fatal error", r.logs)
+	}
+	r = &recordingT{}
+	NewChecks(r)
+	r.runCleanups()
+	if len(r.logs) != 0 {
+		t.Errorf("a passing test logged %q", r.logs)
 	}
 }
