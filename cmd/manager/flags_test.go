@@ -23,6 +23,7 @@ func TestFlagDefaults(t *testing.T) {
 		{"pending-retry", o.pendingRetry, 10 * time.Second},
 		{"boot-poll-interval", o.health.BootPollInterval, time.Second},
 		{"address-hold", o.addressHold, 15 * time.Second},
+		{"deletion-drain", o.deletionDrain, 10 * time.Second},
 		{"failed-recheck-interval", o.failedRecheck, 10 * time.Minute},
 		{"proxy-status-heartbeat", o.health.StatusHeartbeat, 10 * time.Minute},
 		{"provider-check-interval", o.health.ProviderCheckInterval, time.Minute},
@@ -70,7 +71,7 @@ func TestFlagErrors(t *testing.T) {
 	if o, err := parseFlags([]string{"--install-id", "homelab-staging_2"}, io.Discard); err != nil || o.installID != "homelab-staging_2" {
 		t.Errorf("--install-id homelab-staging_2: %v, %+v", err, o)
 	}
-	for _, bad := range [][]string{{"--ban-retire-after-sites=-1"}, {"--ban-retire-after-sites=101"}, {"--ban-retire-window=0s"}, {"--ban-retire-window=-1m"}} {
+	for _, bad := range [][]string{{"--ban-retire-after-sites=-1"}, {"--ban-retire-after-sites=101"}, {"--ban-retire-window=0s"}, {"--ban-retire-window=-1m"}, {"--deletion-drain=-1s"}} {
 		flag := strings.SplitN(strings.TrimPrefix(bad[0], "--"), "=", 2)[0]
 		if _, err := parseFlags(bad, io.Discard); err == nil || !strings.Contains(err.Error(), "--"+flag) {
 			t.Errorf("%s: %v, want an error naming --%s", bad[0], err, flag)

@@ -46,7 +46,8 @@ func TestManagerRunsAProxyOnGCE(t *testing.T) {
 	mgr := startManager(t, env, "--providers-config", providers,
 		"--health-probe-bind-address", freeAddr(t), "--metrics-bind-address", "0",
 		"--discovery-bind-address", disc, "--proxy-probe-url", "http://"+disc+"/v1/whoami",
-		"--proxy-check-interval", "1s", "--provider-check-interval", "1s", "--provider-check-timeout", "2s")
+		"--proxy-check-interval", "1s", "--provider-check-interval", "1s", "--provider-check-timeout", "2s",
+		"--deletion-drain", "1s")
 
 	ctx := context.Background()
 	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "gce-edge", Namespace: "default"},

@@ -43,6 +43,7 @@ type options struct {
 	pendingRetry            time.Duration
 	failedRecheck           time.Duration
 	addressHold             time.Duration
+	deletionDrain           time.Duration
 	metricsAddr             string
 	metricsSecure           bool
 	metricsCertDir          string
@@ -88,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.pendingRetry, "pending-retry", controller.DefaultPendingRetry, "Wait before asking again for a Proxy whose provider is still working in the background (an image download).")
 	fs.DurationVar(&o.health.BootPollInterval, "boot-poll-interval", controller.DefaultPollInterval, "How often a booting Proxy is looked at: its instance while it has no address yet, then a probe through it from Running until the first one succeeds (for up to 2m). Fixed, not on the error backoff curve.")
 	fs.DurationVar(&o.addressHold, "address-hold", controller.DefaultAddressHold, "How long a running Proxy whose instance stops reporting an address keeps its last address and phase before it goes back to Provisioning.")
+	fs.DurationVar(&o.deletionDrain, "deletion-drain", controller.DefaultDeletionDrain, "How long a deleted Proxy that was healthy keeps its instance, from its deletion timestamp: discovery and a pool's EndpointSlice drop it at once, and requests it was handed just before finish. 0: delete the instance at once.")
 	fs.DurationVar(&o.failedRecheck, "failed-recheck-interval", controller.DefaultFailedRecheckInterval, "How often a Proxy Failed because another owner's instance holds its name is tried again (orphan GC also wakes it when it removes that instance).")
 	fs.DurationVar(&o.health.StatusHeartbeat, "proxy-status-heartbeat", health.DefaultHeartbeatInterval, "A probe that changes nothing a user sees is written to the Proxy's status only when its lastProbeTime is this old.")
 	fs.DurationVar(&o.health.ProviderCheckInterval, "provider-check-interval", time.Minute, "How often every provider's targets are checked.")
@@ -124,6 +126,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.health.BanRetireAfterSites < 0 || o.health.BanRetireAfterSites > bans.MaxEntries {
 		return nil, fmt.Errorf("--ban-retire-after-sites %d: give 0 (never retire) to %d", o.health.BanRetireAfterSites, bans.MaxEntries)
+	}
+	if o.deletionDrain < 0 {
+		return nil, fmt.Errorf("--deletion-drain %s: give 0 (delete at once) or a positive duration", o.deletionDrain)
 	}
 	if o.health.BanRetireWindow <= 0 {
 		return nil, fmt.Errorf("--ban-retire-window %s: give a positive duration", o.health.BanRetireWindow)
@@ -296,15 +301,16 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	// Secrets; one the cache lacks is looked up by its metadata alone, to say whether it
 	// is missing or lacks the label.
 	r := &controller.ProxyReconciler{
-		Credentials:  proxyconfig.SecretCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials,
-		Client:       mgr.GetClient(),
-		Scheme:       mgr.GetScheme(),
-		Recorder:     mgr.GetEventRecorder("proxy-controller"),
-		Providers:    providers,
-		QuotaRetry:   o.quotaRetry,
-		PendingRetry: o.pendingRetry,
-		PollInterval: o.health.BootPollInterval,
-		AddressHold:  o.addressHold,
+		Credentials:   proxyconfig.SecretCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials,
+		Client:        mgr.GetClient(),
+		Scheme:        mgr.GetScheme(),
+		Recorder:      mgr.GetEventRecorder("proxy-controller"),
+		Providers:     providers,
+		QuotaRetry:    o.quotaRetry,
+		PendingRetry:  o.pendingRetry,
+		PollInterval:  o.health.BootPollInterval,
+		AddressHold:   o.addressHold,
+		DeletionDrain: o.deletionDrain,
 
 		FailedRecheckInterval: o.failedRecheck,
 	}

@@ -58,6 +58,9 @@ const (
 	// DefaultFailedRecheckInterval is how often a Proxy Failed with OwnedByOther tries
 	// its Create again.
 	DefaultFailedRecheckInterval = 10 * time.Minute
+	// DefaultDeletionDrain is how long a deleted Proxy that was healthy keeps its instance
+	// after the deletion began (--deletion-drain).
+	DefaultDeletionDrain = 10 * time.Second
 )
 
 // ProxyReconciler turns Proxy objects into provider instances.
@@ -98,6 +101,13 @@ type ProxyReconciler struct {
 	// WireGuard reads the WireGuard configuration spec.proxy.egress.wireguard names; nil
 	// reads the Secrets through Client.
 	WireGuard proxyconfig.WireGuardFunc
+
+	// DeletionDrain is how long a Proxy that was healthy when its deletion began keeps
+	// its instance, counted from its deletion timestamp (DefaultDeletionDrain,
+	// --deletion-drain). Discovery and a pool's EndpointSlice drop the Proxy the moment
+	// it is deleted, but a crawler may have been handed it just before, and destroying the
+	// VM would cut that request; 0 deletes at once.
+	DeletionDrain time.Duration
 
 	// AddressHold is how long a running instance that stops reporting an address keeps
 	// its last address and phase before the Proxy goes back to Provisioning

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -28,6 +29,8 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.R
 		if !ok {
 			s.event(corev1.EventTypeWarning, v1alpha1.ReasonInstanceLeftBehind, actionDelete,
 				"provider %q is not configured: instance %s, if it exists, is left behind", px.Spec.Provider, px.InstanceName())
+		} else if left, until := r.drainLeft(px); left > 0 {
+			return r.drain(ctx, s, left, until)
 		} else if err := r.deleteInstance(ctx, s, p); err != nil {
 			return r.providerError(s, actionDelete, err, false)
 		}
@@ -40,6 +43,33 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.R
 	}
 	s.gone = true
 	return ctrl.Result{}, nil
+}
+
+// drainLeft is how much longer the instance of a deleted Proxy is kept, and until
+// when: DeletionDrain from the deletion timestamp, for a Proxy the health engine last
+// held healthy (discovery and its pool's EndpointSlice may have handed it out until the
+// deletion). The engine stops probing a Proxy once it is being deleted, so
+// status.healthy stays as it was at the deletion, through every reconcile of the drain.
+// The drain is counted from the timestamp, not from when this reconciler saw it, so a
+// manager restarted mid-drain neither starts it afresh nor skips it.
+func (r *ProxyReconciler) drainLeft(px *v1alpha1.Proxy) (time.Duration, time.Time) {
+	if r.DeletionDrain <= 0 || !px.Status.Healthy || px.DeletionTimestamp == nil {
+		return 0, time.Time{}
+	}
+	until := px.DeletionTimestamp.Add(r.DeletionDrain)
+	return until.Sub(r.clock().Now()), until
+}
+
+// drain shows Deleting with the time the instance goes, and looks again then.
+func (r *ProxyReconciler) drain(ctx context.Context, s *scope, left time.Duration, until time.Time) (ctrl.Result, error) {
+	msg := fmt.Sprintf("draining until %s (deletion drain %s), then deleting instance %s: the proxy left discovery when its deletion began; requests it was handed before then may still be in flight",
+		until.UTC().Format(time.RFC3339), r.DeletionDrain, s.px.InstanceName())
+	s.setPhase(v1alpha1.PhaseDeleting, v1alpha1.ReasonDeleting, msg)
+	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg)
+	if err := r.patchStatus(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: left}, nil
 }
 
 // mayHaveInstance: a recorded providerID, or a Proxy that got as far as asking its

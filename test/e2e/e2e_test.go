@@ -125,6 +125,7 @@ func TestProxyLifecycle(t *testing.T) {
 		"--discovery-token-file=" + writeDiscoveryToken(t, dir),
 		"--proxy-probe-url=" + whoURL + "/probe", "--proxy-check-interval=5s",
 		"--provider-check-interval=10s", "--provider-check-timeout=30s",
+		"--deletion-drain=" + e2eDeletionDrain.String(),
 		// Other tiers share this host: never collect what this cluster does not know.
 		"--gc-interval=1h", "--gc-grace=24h",
 	}}
@@ -189,7 +190,7 @@ func TestProxyLifecycle(t *testing.T) {
 	second.log(t)
 	t.Logf("first IP %s, after replacement %s", ip, s.mustProxy().Status.IP)
 
-	s.deleteLeavesNothing(ctx, discovery)
+	s.deleteLeavesNothing(ctx, discovery, creds, who, whoURL)
 
 	noFence.check(ctx)
 }
@@ -375,24 +376,45 @@ func (s *story) replace(ctx context.Context, oldUUID string, watch *bootWatch) t
 	return tm
 }
 
-// deleteLeavesNothing deletes the Proxy and checks that its domain, volumes, files and
-// NVRAM are gone and that discovery no longer lists it.
-func (s *story) deleteLeavesNothing(ctx context.Context, discovery string) {
+// e2eDeletionDrain is the lifecycle manager's --deletion-drain: the default's double, so
+// that the request sent through the draining proxy has seconds to spare on a loaded
+// machine. The pool story runs with the default.
+const e2eDeletionDrain = 20 * time.Second
+
+// deleteLeavesNothing deletes the Proxy and checks the deletion drain: discovery stops
+// listing it at once, while its VM goes on carrying a request (as one a crawler was
+// handed just before would be) until the drain is over; then that its domain, volumes,
+// files and NVRAM are gone.
+func (s *story) deleteLeavesNothing(ctx context.Context, discovery string, creds *url.Userinfo, who *framework.Whoami, whoURL string) {
 	t := s.t
 	px := s.mustProxy()
+	ip := px.Status.IP
+	deleted := time.Now()
 	if err := s.c.Delete(ctx, px); err != nil {
 		t.Fatalf("deleting Proxy %s: %v", s.key, err)
 	}
-	took := s.waitFor("Proxy "+s.key.String()+" to be gone", shortDeadline, 500*time.Millisecond, func() (bool, error) {
+	s.waitFor("the discovery API to stop listing the deleted proxy", shortDeadline, 200*time.Millisecond, func() (bool, error) {
+		body, err := framework.Get(discoveryClient, discovery+"/v1/proxies?format=text")
+		return err == nil && !strings.Contains(body, ip+":"), err
+	})
+	unlisted := time.Since(deleted)
+	if cur, err := s.proxy(); err != nil || cur.Status.Phase != v1alpha1.PhaseDeleting || !strings.Contains(cur.Status.Message, "draining until") {
+		t.Fatalf("%s after the deletion, out of discovery: %v, %s; want the Proxy Deleting and draining for --deletion-drain=%s", unlisted.Round(time.Millisecond), err, s.phaseLine(), e2eDeletionDrain)
+	}
+	framework.Through(t, &url.URL{Scheme: "http", Host: fmt.Sprintf("%s:%d", ip, px.Spec.Port), User: creds}, whoURL+"/during-the-drain", who, ip)
+	answered := time.Since(deleted)
+	s.waitFor("Proxy "+s.key.String()+" to be gone", shortDeadline, 500*time.Millisecond, func() (bool, error) {
 		_, err := s.proxy()
 		return apierrors.IsNotFound(err), nil
 	})
-	t.Logf("Proxy deleted in %s", took.Round(time.Millisecond))
+	took := time.Since(deleted)
+	t.Logf("TIMING delete: out of discovery in %s, a request through the draining proxy answered by %s, Proxy gone in %s (deletion drain %s)",
+		unlisted.Round(time.Millisecond), answered.Round(time.Millisecond), took.Round(time.Millisecond), e2eDeletionDrain)
+	// The drain counts from the deletion timestamp, which has whole seconds.
+	if took < e2eDeletionDrain-time.Second {
+		t.Errorf("Proxy gone %s after its deletion, before the deletion drain of %s was over", took.Round(time.Millisecond), e2eDeletionDrain)
+	}
 	if left := s.host.Leftovers(s.vm); len(left) != 0 {
 		t.Fatalf("after deleting the Proxy, %s left behind: %v", s.vm, left)
 	}
-	s.waitFor("the discovery API to stop listing the deleted proxy", shortDeadline, 500*time.Millisecond, func() (bool, error) {
-		body, err := framework.Get(discoveryClient, discovery+"/v1/proxies?format=text")
-		return err == nil && !strings.Contains(body, px.Status.IP+":"), err
-	})
 }
