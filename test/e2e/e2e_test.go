@@ -376,10 +376,10 @@ func (s *story) replace(ctx context.Context, oldUUID string, watch *bootWatch) t
 	return tm
 }
 
-// e2eDeletionDrain is the lifecycle manager's --deletion-drain: the default's double, so
-// that the request sent through the draining proxy has seconds to spare on a loaded
-// machine. The pool story runs with the default.
-const e2eDeletionDrain = 20 * time.Second
+// e2eDeletionDrain is the lifecycle manager's --deletion-drain, longer than the default
+// (10 s) so that the request sent through the draining proxy, about a second after the
+// deletion, has seconds to spare even when an emulated guest stalls on a loaded machine.
+const e2eDeletionDrain = 15 * time.Second
 
 // deleteLeavesNothing deletes the Proxy and checks the deletion drain: discovery stops
 // listing it at once, while its VM goes on carrying a request (as one a crawler was

@@ -139,6 +139,12 @@ func (e *everySecond[T]) close() []T {
 	return e.samples
 }
 
+// poolDeletionDrain is the pool manager's --deletion-drain: enough for the crawler's
+// requests sent through a child just before the pool deleted it, short of the default
+// because every step of the rotation waits for it (a draining child still holds a
+// surge slot).
+const poolDeletionDrain = 3 * time.Second
+
 // TestPoolRotation: a ProxyPool of 2 on the local libvirt host, whose children share the
 // sample's basic-auth Secret and each leave through a WireGuard exit of their own, from
 // a pool of three exits on this machine (wgExit); the probe target and every request of
@@ -191,6 +197,9 @@ func TestPoolRotation(t *testing.T) {
 		"--discovery-token-file=" + writeDiscoveryToken(t, dir),
 		"--proxy-probe-url=" + whoURL + "/probe", "--proxy-check-interval=5s",
 		"--provider-check-interval=1m",
+		// A replaced child's request in flight needs well under a second; each of the
+		// rotation's steps and the final deletion wait for the drain.
+		"--deletion-drain=" + poolDeletionDrain.String(),
 		// Other tiers share this host: never collect what this cluster does not know.
 		"--gc-interval=1h", "--gc-grace=24h",
 	}}
