@@ -154,7 +154,7 @@ func (x *wgExit) start(t *testing.T) {
 		t.Fatalf("starting wireguard-go for %s: %v", x.dev, err)
 	}
 	x.cmd, x.exited = cmd, exited
-	sock := "/var/run/wireguard/" + x.dev + ".sock"
+	sock := wgSocket(x.dev)
 	testutil.WaitFor(t, 30*time.Second, "wireguard-go's control socket "+sock, func() (bool, error) {
 		select {
 		case <-exited:
@@ -191,12 +191,21 @@ func (x *wgExit) stop() {
 	x.cmd = nil
 }
 
+// remove takes the exit down, also what a run cut short left: a wireguard-go killed
+// with the test binary leaves its control socket behind, and start, which waits for the
+// socket, would then configure through the stale one before the new wireguard-go has
+// replaced it (wg, refused there, falls back to the kernel: "Unable to modify interface:
+// Protocol not supported").
 func (x *wgExit) remove() {
 	x.stop()
 	_ = exec.Command("ip", "netns", "del", x.ns).Run() // takes both veth pairs with it
 	_ = exec.Command("ip", "link", "del", x.link).Run()
 	_ = exec.Command("ip", "-n", edgeNS, "link", "del", x.inet).Run()
+	_ = os.Remove(wgSocket(x.dev))
 }
+
+// wgSocket is wireguard-go's control socket of interface dev.
+func wgSocket(dev string) string { return "/var/run/wireguard/" + dev + ".sock" }
 
 // secret is the exit's WireGuard Secret for the guest, in wg-quick form, opted in and
 // carrying labels, with the exit's address as egressIP.
