@@ -64,12 +64,17 @@ func (r *ProxyReconciler) drainLeft(px *v1alpha1.Proxy) (time.Duration, time.Tim
 func (r *ProxyReconciler) drain(ctx context.Context, s *scope, left time.Duration, until time.Time) (ctrl.Result, error) {
 	msg := fmt.Sprintf("draining until %s (deletion drain %s), then deleting instance %s: the proxy left discovery when its deletion began; requests it was handed before then may still be in flight",
 		until.UTC().Format(time.RFC3339), r.DeletionDrain, s.px.InstanceName())
-	s.setPhase(v1alpha1.PhaseDeleting, v1alpha1.ReasonDeleting, msg)
-	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg)
-	if err := r.patchStatus(ctx, s); err != nil {
+	if err := r.showDeleting(ctx, s, msg); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: left}, nil
+}
+
+// showDeleting writes phase Deleting and Provisioned False, both saying msg.
+func (r *ProxyReconciler) showDeleting(ctx context.Context, s *scope, msg string) error {
+	s.setPhase(v1alpha1.PhaseDeleting, v1alpha1.ReasonDeleting, msg)
+	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg)
+	return r.patchStatus(ctx, s)
 }
 
 // mayHaveInstance: a recorded providerID, or a Proxy that got as far as asking its
@@ -93,10 +98,7 @@ func mayHaveInstance(px *v1alpha1.Proxy) bool {
 // Proxy does not hang on its finalizer for ever.
 func (r *ProxyReconciler) deleteInstance(ctx context.Context, s *scope, p provider.Provider) error {
 	px := s.px
-	msg := fmt.Sprintf("deleting instance %s", px.InstanceName())
-	s.setPhase(v1alpha1.PhaseDeleting, v1alpha1.ReasonDeleting, msg)
-	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg)
-	if err := r.patchStatus(ctx, s); err != nil {
+	if err := r.showDeleting(ctx, s, fmt.Sprintf("deleting instance %s", px.InstanceName())); err != nil {
 		return err
 	}
 	ids, err := r.instanceIDs(ctx, px, p)
