@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the helm v3 command from the Go module proxy into the cache, keyed by version, and
 # prints the binary's path. A module of its own, so the operator's go.mod never sees helm's
-# dependencies.
+# dependencies; that module takes the operator's versions of the modules both use and builds
+# with CGO_ENABLED=0 and -trimpath like the operator (hack/lib/gobuild.sh), so the packages
+# make lint's go vet has compiled (k8s.io/client-go and the rest) are not compiled again.
 #
 #   HELM=$(hack/helm.sh); "$HELM" lint charts/egress-proxies-operator
 #
@@ -13,8 +15,11 @@ HELM_VERSION=${HELM_VERSION:-v3.22.0}
 cache=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies-operator}
 bin="$cache/bin/helm-$HELM_VERSION"
 mkdir -p "$cache/bin"
-export GOWORK=off GOFLAGS="-buildvcs=false -mod=mod" CGO_ENABLED=0
-stamp="helm $HELM_VERSION $(go env GOVERSION)"
+# shellcheck source=hack/lib/gobuild.sh
+source "$(dirname "$0")/lib/gobuild.sh"
+
+export GOWORK=off GOFLAGS="-buildvcs=false -mod=mod -trimpath" CGO_ENABLED=0
+stamp="helm $HELM_VERSION $(go env GOVERSION) trimpath operator-versions"
 
 exec 9>"$bin.lock"
 flock 9
@@ -28,8 +33,13 @@ trap 'rm -rf "$work"' EXIT
 t0=$SECONDS
 printf '[helm.sh %s] building helm %s\n' "$(date +%T)" "$HELM_VERSION" >&2
 # The version is stamped in as a release build has it, so `helm version` tells the truth.
-GOBIN="$work" go install -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-  "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+(
+  cd "$work"
+  printf 'module local/helm\n\ngo %s\n' "$(go env GOVERSION | sed 's/^go//')" >go.mod
+  require_operator_versions .
+  go get "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >get.log 2>&1 || { cat get.log >&2; exit 1; }
+  go build -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" -o helm helm.sh/helm/v3/cmd/helm
+)
 mv -f "$work/helm" "$bin"
 printf '%s\n' "$stamp" >"$bin.stamp"
 printf '[helm.sh %s] helm %s built in %ss\n' "$(date +%T)" "$HELM_VERSION" "$((SECONDS - t0))" >&2
