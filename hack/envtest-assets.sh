@@ -81,12 +81,10 @@ kube_module() {
   [[ -f $work/kubernetes/go.mod ]] && return
   local minor patch gomod
   IFS=. read -r _ minor patch <<<"$KUBE_VERSION"
-  mkdir -p "$work/kubernetes"
-  printf 'module local/kubernetes\n\ngo %s\n' "${gover#go}" >"$work/kubernetes/go.mod"
+  wrapper_module "$work/kubernetes" kubernetes
   gomod=$(go mod download -json "k8s.io/kubernetes@v$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
   sed -n "s#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/src/.*#replace \1 => \1 v0.$minor.$patch#p" \
     "$gomod" >>"$work/kubernetes/go.mod"
-  require_operator_versions "$work/kubernetes"
   log "resolving k8s.io/kubernetes v$KUBE_VERSION ($(grep -c '^replace' "$work/kubernetes/go.mod") staging modules at v0.$minor.$patch)"
 }
 
@@ -118,9 +116,8 @@ etcd() {
   stamp=$(stamp_of etcd)
   fresh etcd "$stamp" && return
   local t0=$SECONDS
-  mkdir -p "$work/etcd" && cd "$work/etcd"
-  printf 'module local/etcd\n\ngo %s\n' "${gover#go}" >go.mod
-  require_operator_versions .
+  wrapper_module "$work/etcd" etcd
+  cd "$work/etcd"
   log "resolving go.etcd.io/etcd/server/v3 v$ETCD_VERSION"
   go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >get.log 2>&1 || { cat get.log >&2; exit 1; }
   log "building etcd v$ETCD_VERSION"

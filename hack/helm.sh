@@ -34,9 +34,8 @@ t0=$SECONDS
 printf '[helm.sh %s] building helm %s\n' "$(date +%T)" "$HELM_VERSION" >&2
 # The version is stamped in as a release build has it, so `helm version` tells the truth.
 (
+  wrapper_module "$work" helm
   cd "$work"
-  printf 'module local/helm\n\ngo %s\n' "$(go env GOVERSION | sed 's/^go//')" >go.mod
-  require_operator_versions .
   go get "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >get.log 2>&1 || { cat get.log >&2; exit 1; }
   go build -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" -o helm helm.sh/helm/v3/cmd/helm
 )

@@ -3,6 +3,9 @@
 # etcd, helm) so that it shares the Go build cache with the operator's own builds (sourced,
 # never run).
 #
+#   wrapper_module DIR NAME
+#       a new module local/NAME at DIR (made if missing), for this Go, that requires what
+#       require_operator_versions does
 #   require_operator_versions DIR
 #       in the module at DIR, require each module the operator's go.mod requires, at the
 #       operator's version (minimal version selection may still raise one the command needs)
@@ -32,4 +35,11 @@ require_operator_versions() {
   while read -r req; do args+=("-require=$req"); done < <(operator_requires)
   ((${#args[@]} > 0)) || { echo "require_operator_versions: no require lines in $OPERATOR_GO_MOD" >&2; return 1; }
   (cd "$dir" && go mod edit "${args[@]}")
+}
+
+wrapper_module() {
+  local dir=$1 name=$2
+  mkdir -p "$dir"
+  printf 'module local/%s\n\ngo %s\n' "$name" "$(go env GOVERSION | sed 's/^go//')" >"$dir/go.mod"
+  require_operator_versions "$dir"
 }

@@ -10,6 +10,7 @@ import (
 )
 
 type goMod struct {
+	Module  struct{ Path string }
 	Require []struct{ Path, Version string }
 }
 
@@ -39,13 +40,17 @@ func emptyModule(t *testing.T) string {
 // module the operator's go.mod requires, at the same version: a version that differs
 // anywhere below k8s.io/api compiles it (and everything above it) a second time.
 func TestWrapperModulesTakeTheOperatorsVersions(t *testing.T) {
-	dir := emptyModule(t)
-	if out, err := exec.Command("bash", "-c", `source ./gobuild.sh && require_operator_versions "$1"`, "bash", dir).CombinedOutput(); err != nil {
-		t.Fatalf("require_operator_versions: %v\n%s", err, out)
+	dir := filepath.Join(t.TempDir(), "kubernetes")
+	if out, err := exec.Command("bash", "-c", `source ./gobuild.sh && wrapper_module "$1" kubernetes`, "bash", dir).CombinedOutput(); err != nil {
+		t.Fatalf("wrapper_module: %v\n%s", err, out)
+	}
+	wrapper := readGoMod(t, filepath.Join(dir, "go.mod"))
+	if wrapper.Module.Path != "local/kubernetes" {
+		t.Errorf("wrapper module path %q, want local/kubernetes", wrapper.Module.Path)
 	}
 	want := readGoMod(t, "../../go.mod").Require
 	got := map[string]string{}
-	for _, r := range readGoMod(t, filepath.Join(dir, "go.mod")).Require {
+	for _, r := range wrapper.Require {
 		got[r.Path] = r.Version
 	}
 	if len(want) < 10 {
