@@ -4,7 +4,9 @@ Every call blocks; the Scrapy middleware runs them in Twisted's thread pool.
 """
 
 import json
+import os
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -12,6 +14,9 @@ import urllib.request
 
 MAX_BATCH = 1000
 RETRYABLE = (429, 502, 503, 504)
+# A token file looking unchanged is read again after this many seconds anyway, as
+# client-go's cached file token source does every minute.
+TOKEN_FILE_MAX_AGE = 60.0
 
 
 class DiscoveryError(Exception):
@@ -38,21 +43,63 @@ def _retry_after(headers):
         return 0.0
 
 
+class TokenFileError(ValueError):
+    """A token file that could not be read, or is empty, before any token was read from it."""
+
+
+class TokenFile:
+    """A file holding the discovery token: a projected ServiceAccount token, which the
+    kubelet rotates (typically every hour) by swapping a symlink to a new file. It is read
+    again when its modification time, size or inode changed (one stat per call), or
+    TOKEN_FILE_MAX_AGE seconds after it was read; while it cannot be read, the token read
+    last is sent."""
+
+    def __init__(self, path):
+        self.path = path
+        self._lock = threading.Lock()
+        self._token, self._stamp, self._read_at = "", None, 0.0
+        self.get()
+
+    def get(self):
+        with self._lock:
+            try:
+                st = os.stat(self.path)
+                stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+                if stamp == self._stamp and time.monotonic() - self._read_at < TOKEN_FILE_MAX_AGE:
+                    return self._token
+                with open(self.path, encoding="utf-8") as f:
+                    token = f.read().strip()
+                if not token:
+                    raise TokenFileError(f"token file {self.path!r} is empty")
+            except (OSError, ValueError) as e:
+                if self._token:
+                    return self._token
+                if isinstance(e, TokenFileError):
+                    raise
+                raise TokenFileError(f"token file {self.path!r}: {getattr(e, 'strerror', None) or e}") from None
+            self._token, self._stamp, self._read_at = token, stamp, time.monotonic()
+            return token
+
+
 class Discovery:
     """Lists and picks proxies and sends feedback.
 
     ``url`` is the API's base URL (http:// or https://), ``token`` the discovery token
-    (sent as Authorization: Bearer), ``ca_file`` the CA bundle that signed an https API's
+    (sent as Authorization: Bearer), or ``token_file`` a file holding it, read again when
+    it changes (see TokenFile); ``ca_file`` the CA bundle that signed an https API's
     certificate (None: the system's).
     """
 
     def __init__(self, url, token="", ca_file=None, timeout=10.0,
-                 feedback_attempts=5, retry_backoff=0.25, max_retry_wait=30.0):
+                 feedback_attempts=5, retry_backoff=0.25, max_retry_wait=30.0, token_file=None):
         parsed = urllib.parse.urlsplit(url or "")
         if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.query or parsed.fragment or "@" in parsed.netloc:
             raise ValueError(f"discovery URL {url!r}: want http://host:port or https://host:port")
         self.base = url.rstrip("/")
         self.token = token.strip() if token else ""
+        if self.token and token_file:
+            raise ValueError(f"discovery token: give token or token_file ({token_file!r}), not both")
+        self.token_file = TokenFile(token_file) if token_file else None
         self.timeout = timeout
         self.feedback_attempts = max(1, int(feedback_attempts))
         self.retry_backoff = retry_backoff
@@ -72,8 +119,9 @@ class Discovery:
         req.add_header("Accept", "application/json")
         if body is not None:
             req.add_header("Content-Type", "application/json")
-        if self.token:
-            req.add_header("Authorization", "Bearer " + self.token)
+        token = self.bearer()
+        if token:
+            req.add_header("Authorization", "Bearer " + token)
         try:
             with self.opener.open(req, timeout=self.timeout) as res:
                 return json.loads(res.read())
@@ -86,6 +134,15 @@ class Discovery:
             raise DiscoveryError(method, url, e.code, message, _retry_after(e.headers)) from None
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise DiscoveryError(method, url, 0, str(getattr(e, "reason", e))) from None
+
+    @property
+    def has_token(self):
+        """Whether calls carry a token (token or token_file)."""
+        return bool(self.token or self.token_file)
+
+    def bearer(self):
+        """The token the next call sends: token, or token_file's as it is now."""
+        return self.token_file.get() if self.token_file else self.token
 
     @staticmethod
     def _params(key=None, domain=None, label_selector=None, namespace=None, pool=None, credentials=False):

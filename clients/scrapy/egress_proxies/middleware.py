@@ -7,7 +7,7 @@ the picked URL into Proxy-Authorization::
 
     DOWNLOADER_MIDDLEWARES = {"egress_proxies.middleware.EgressProxiesMiddleware": 740}
     EGRESS_PROXIES_URL = "http://proxy-operator:8082"
-    EGRESS_PROXIES_TOKEN = "..."      # or EGRESS_PROXIES_TOKEN_FILE
+    EGRESS_PROXIES_TOKEN = "..."      # or EGRESS_PROXIES_TOKEN_FILE, read again when it changes
 """
 
 import hashlib
@@ -21,7 +21,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from twisted.internet import task
 from twisted.internet.threads import deferToThread
 
-from .discovery import Discovery, DiscoveryError
+from .discovery import Discovery, DiscoveryError, TokenFileError
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,9 @@ class EgressProxiesMiddleware:
 
     EGRESS_PROXIES_URL             the discovery API's base URL (required)
     EGRESS_PROXIES_TOKEN           the discovery token; or EGRESS_PROXIES_TOKEN_FILE, a file holding it
+                                   (a projected ServiceAccount token), read again when it changes
+    EGRESS_PROXIES_CREDENTIALS     ask for the proxies' URLs with their credentials (default: True
+                                   with a token); a Kubernetes identity needs the credentials role
     EGRESS_PROXIES_CA_FILE         CA bundle for an https:// API
     EGRESS_PROXIES_LABEL_SELECTOR, EGRESS_PROXIES_NAMESPACE, EGRESS_PROXIES_POOL
                                    filters for the proxies picked
@@ -66,7 +69,7 @@ class EgressProxiesMiddleware:
         self.discovery = discovery
         self.query = {"label_selector": s.get("EGRESS_PROXIES_LABEL_SELECTOR"),
                       "namespace": s.get("EGRESS_PROXIES_NAMESPACE"), "pool": s.get("EGRESS_PROXIES_POOL"),
-                      "credentials": bool(discovery.token)}
+                      "credentials": s.getbool("EGRESS_PROXIES_CREDENTIALS", discovery.has_token)}
         self.ban_codes = {int(c) for c in s.getlist("EGRESS_PROXIES_BAN_CODES", [403])}
         self.throttle_codes = {int(c) for c in s.getlist("EGRESS_PROXIES_THROTTLE_CODES", [429])}
         self.max_ban_retries = s.getint("EGRESS_PROXIES_MAX_BAN_RETRIES", 2)
@@ -85,18 +88,12 @@ class EgressProxiesMiddleware:
         if not url:
             raise NotConfigured("EGRESS_PROXIES_URL is not set")
         token = s.get("EGRESS_PROXIES_TOKEN") or ""
-        token_file = s.get("EGRESS_PROXIES_TOKEN_FILE")
-        if token_file and not token:
-            try:
-                with open(token_file, encoding="utf-8") as f:
-                    token = f.read().strip()
-            except OSError as e:
-                raise ValueError(f"EGRESS_PROXIES_TOKEN_FILE {token_file!r}: {e}") from None
-            if not token:
-                raise ValueError(f"EGRESS_PROXIES_TOKEN_FILE {token_file!r} is empty")
+        token_file = None if token else s.get("EGRESS_PROXIES_TOKEN_FILE")
         try:
-            discovery = Discovery(url, token, ca_file=s.get("EGRESS_PROXIES_CA_FILE"),
+            discovery = Discovery(url, token, ca_file=s.get("EGRESS_PROXIES_CA_FILE"), token_file=token_file,
                                   feedback_attempts=s.getint("EGRESS_PROXIES_FEEDBACK_ATTEMPTS", 5))
+        except TokenFileError as e:
+            raise ValueError(f"EGRESS_PROXIES_TOKEN_FILE: {e}") from None
         except ValueError as e:
             raise ValueError(f"EGRESS_PROXIES_URL: {e}") from None
         mw = cls(crawler, discovery)
@@ -136,13 +133,25 @@ class EgressProxiesMiddleware:
         except DiscoveryError as e:
             self.stats.inc_value(STATS + "feedback_errors")
             self.stats.inc_value(STATS + "rejected", len(batch))
-            logger.error("egress proxies: sending %d reports: %s", len(batch), e)
+            logger.error("egress proxies: sending %d reports: %s%s", len(batch), e, self._forbidden_hint(e, feedback=True))
             return
         self.stats.inc_value(STATS + "reported", accepted)
         if rejected:
             self.stats.inc_value(STATS + "rejected", len(rejected))
             for r in rejected:
                 logger.warning("egress proxies: report %d for proxy %s rejected: %s", r["index"], r.get("proxy"), r.get("error"))
+
+    def _forbidden_hint(self, e, feedback=False):
+        """What a 403 means for a Kubernetes identity: the permission these settings need."""
+        if e.status != 403:
+            return ""
+        if feedback:
+            return " (feedback needs create on proxies/feedback in each proxy's namespace: the crawler ClusterRole)"
+        hint = " (picking needs list on proxies in the namespace: the crawler ClusterRole"
+        if self.query["credentials"]:
+            hint += ("; EGRESS_PROXIES_CREDENTIALS, the default with a token, also needs get on proxies/credentials:"
+                     " the credentials ClusterRole, or set EGRESS_PROXIES_CREDENTIALS = False for proxies without basic auth")
+        return hint + ")"
 
     # Requests.
 
@@ -220,7 +229,7 @@ class EgressProxiesMiddleware:
         e = failure.value
         if isinstance(e, DiscoveryError):
             self.stats.inc_value(STATS + "unavailable")
-            raise NoEgressProxy(f"no egress proxy for {request.url}: {e}")
+            raise NoEgressProxy(f"no egress proxy for {request.url}: {e}{self._forbidden_hint(e)}")
         return failure
 
     def process_response(self, request, response, spider):

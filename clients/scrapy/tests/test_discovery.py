@@ -97,3 +97,47 @@ def test_https_with_a_ca_file(stub, tmp_path):
     with pytest.raises(DiscoveryError) as e:
         Discovery(url).list()
     assert e.value.status == 0 and "CERTIFICATE_VERIFY_FAILED" in str(e.value) and url + "/v1/proxies" in str(e.value)
+
+
+def _replace(path, text):
+    """Replaces path as the kubelet rotates a projected token: a new file renamed into place."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def test_a_token_file_is_read_again_when_it_changes(stub, tmp_path):
+    stub.default = (200, {}, {"proxies": []})
+    path = tmp_path / "token"
+    _replace(path, "first-token\n")
+    d = Discovery(stub.url, token_file=str(path))
+    bearers = []
+
+    def call():
+        d.list()
+        bearers.append(stub.requests[-1][2]["Authorization"])
+
+    call()
+    call()
+    _replace(path, "rotated-token\n")
+    call()
+    path.write_text("rewritten-in-place-token")  # same file, another size
+    call()
+    path.unlink()  # gone for a while: the last token stays in use
+    call()
+    _replace(path, "back-token")
+    call()
+    assert bearers == ["Bearer first-token", "Bearer first-token", "Bearer rotated-token",
+                       "Bearer rewritten-in-place-token", "Bearer rewritten-in-place-token", "Bearer back-token"]
+    assert d.has_token
+
+
+def test_token_file_errors_name_the_file(tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match=f"token file '{empty}' is empty"):
+        Discovery("http://h:1", token_file=str(empty))
+    with pytest.raises(ValueError, match=f"token file '{tmp_path}/missing': .*No such file"):
+        Discovery("http://h:1", token_file=str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="token or token_file"):
+        Discovery("http://h:1", "t", token_file=str(empty))

@@ -60,14 +60,48 @@ def test_settings_are_checked(tmp_path):
         EgressProxiesMiddleware.from_crawler(get_crawler(settings_dict={"EGRESS_PROXIES_URL": "proxy-operator"}))
     empty = tmp_path / "token"
     empty.write_text("\n")
-    with pytest.raises(ValueError, match=f"EGRESS_PROXIES_TOKEN_FILE '{empty}' is empty"):
+    with pytest.raises(ValueError, match=f"EGRESS_PROXIES_TOKEN_FILE: token file '{empty}' is empty"):
         EgressProxiesMiddleware.from_crawler(get_crawler(settings_dict={"EGRESS_PROXIES_URL": "http://h:1", "EGRESS_PROXIES_TOKEN_FILE": str(empty)}))
-    with pytest.raises(ValueError, match="EGRESS_PROXIES_TOKEN_FILE .*No such file"):
+    with pytest.raises(ValueError, match="EGRESS_PROXIES_TOKEN_FILE: token file .*: No such file"):
         EgressProxiesMiddleware.from_crawler(get_crawler(settings_dict={"EGRESS_PROXIES_URL": "http://h:1", "EGRESS_PROXIES_TOKEN_FILE": str(tmp_path / "nope")}))
     good = tmp_path / "good"
     good.write_text("s3cret\n")
     mw = EgressProxiesMiddleware.from_crawler(get_crawler(settings_dict={"EGRESS_PROXIES_URL": "http://h:1", "EGRESS_PROXIES_TOKEN_FILE": str(good)}))
-    assert mw.discovery.token == "s3cret" and mw.query["credentials"] is True
+    assert mw.discovery.bearer() == "s3cret" and mw.query["credentials"] is True
+    mw = EgressProxiesMiddleware.from_crawler(get_crawler(settings_dict={
+        "EGRESS_PROXIES_URL": "http://h:1", "EGRESS_PROXIES_TOKEN_FILE": str(good), "EGRESS_PROXIES_CREDENTIALS": False}))
+    assert mw.query["credentials"] is False
+
+
+def test_without_credentials_the_pick_does_not_ask_for_them():
+    mw = middleware(EGRESS_PROXIES_CREDENTIALS="False")
+    assign(mw, Request("http://www.shop.example.com/x"))
+    assert mw.discovery.calls[0][1]["credentials"] is False
+
+
+@pytest.mark.parametrize("credentials,says,not_says", [
+    (True, ["list on proxies", "get on proxies/credentials", "EGRESS_PROXIES_CREDENTIALS = False"], []),
+    (False, ["list on proxies"], ["proxies/credentials"]),
+])
+def test_a_refused_pick_says_what_permission_is_missing(credentials, says, not_says):
+    from twisted.python.failure import Failure
+    mw = middleware(EGRESS_PROXIES_CREDENTIALS=credentials)
+    req = Request("http://shop.example.com/x")
+    err = DiscoveryError("GET", "http://h/v1/proxies/pick?domain=shop.example.com", 403, "forbidden")
+    with pytest.raises(NoEgressProxy) as e:
+        mw._unavailable(Failure(err), req)
+    for s in says:
+        assert s in str(e.value)
+    for s in not_says:
+        assert s not in str(e.value)
+
+
+def test_refused_feedback_says_what_permission_is_missing(caplog):
+    mw = middleware()
+    mw.discovery.fail = DiscoveryError("POST", "http://h/v1/feedback", 403, "forbidden")
+    mw._report("crawl/p2", "shop.example.com", "banned")
+    mw.flush()
+    assert "create on proxies/feedback" in caplog.text
 
 
 def test_a_request_gets_the_pick_for_its_domain():
