@@ -32,6 +32,11 @@ type Config struct {
 	URL string
 	// Token is the discovery token, sent as Authorization: Bearer; empty: none.
 	Token string
+	// TokenFile is a file holding the token, in place of Token: a projected
+	// ServiceAccount token, which the kubelet rotates (typically every hour). It is read
+	// by New, and again before a call when the file has changed or was read more than a
+	// minute ago; while it cannot be read, the token read last is sent.
+	TokenFile string
 	// TLS is the TLS configuration for an https:// URL (the CA that signed the API's
 	// certificate); nil: the system's roots.
 	TLS *tls.Config
@@ -51,9 +56,10 @@ type Config struct {
 
 // Client talks to the discovery API. It is safe for concurrent use.
 type Client struct {
-	base *url.URL
-	cfg  Config
-	hc   *http.Client
+	base      *url.URL
+	cfg       Config
+	hc        *http.Client
+	tokenFile *tokenFile // nil without Config.TokenFile
 }
 
 // New checks cfg and returns a client.
@@ -69,6 +75,15 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("discovery URL %q: want no user, query or fragment (the token goes in Config.Token)", cfg.URL)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
+	c := &Client{base: u}
+	if cfg.TokenFile != "" {
+		if cfg.Token != "" {
+			return nil, fmt.Errorf("discovery token: Token and TokenFile (%s) are both set; set one", cfg.TokenFile)
+		}
+		if c.tokenFile, err = newTokenFile(cfg.TokenFile); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.FeedbackAttempts <= 0 {
 		cfg.FeedbackAttempts = 5
 	}
@@ -87,7 +102,19 @@ func New(cfg Config) (*Client, error) {
 		}
 		hc = &http.Client{Transport: t, Timeout: 30 * time.Second}
 	}
-	return &Client{base: u, cfg: cfg, hc: hc}, nil
+	c.cfg, c.hc = cfg, hc
+	return c, nil
+}
+
+// hasToken is whether calls carry a token (Config.Token or Config.TokenFile).
+func (c *Client) hasToken() bool { return c.cfg.Token != "" || c.tokenFile != nil }
+
+// token is the token to send: Config.Token, or Config.TokenFile's as it is now.
+func (c *Client) token() (string, error) {
+	if c.tokenFile != nil {
+		return c.tokenFile.get()
+	}
+	return c.cfg.Token, nil
 }
 
 // Proxy is one proxy as the API describes it.
@@ -117,7 +144,8 @@ type Query struct {
 	LabelSelector string
 	Namespace     string
 	Pool          string
-	// Credentials asks for URLs carrying the proxies' user:password@ (needs the token).
+	// Credentials asks for URLs carrying the proxies' user:password@ (needs a token that
+	// may have them).
 	Credentials bool
 }
 
@@ -215,8 +243,12 @@ func (c *Client) get(ctx context.Context, path string, v url.Values, into any) e
 // do sends req and decodes a 200's JSON body into into; anything else is an error naming
 // the method, the URL and the status.
 func (c *Client) do(req *http.Request, into any) error {
-	if c.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	token, err := c.token()
+	if err != nil {
+		return fmt.Errorf("discovery %s %s: %w", req.Method, req.URL, err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	req.Header.Set("Accept", "application/json")
 	res, err := c.hc.Do(req)

@@ -156,7 +156,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		domain = "" // no site to report about or to filter by
 	}
 	q := t.cfg.Query
-	q.Domain, q.Credentials, q.Key = domain, t.c.cfg.Token != "", ""
+	q.Domain, q.Credentials, q.Key = domain, t.c.hasToken(), ""
 	if domain == "" {
 		q.Key = host
 	}
