@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,10 +56,25 @@ func ParseOutcome(s string) (Outcome, error) {
 	return "", fmt.Errorf("%w %q: use banned, throttled or ok", ErrBadOutcome, s)
 }
 
+// DNS limits a domain is held to: a name of at most MaxNameLength characters in its
+// ASCII form (the trailing dot left out), of labels of at most MaxLabelLength. A domain
+// longer than maxDomainBytes is refused before it is looked at: UTS #46 may map a longer
+// input to a short name, but no crawler names a host that way.
+const (
+	MaxNameLength  = 253
+	MaxLabelLength = 63
+	maxDomainBytes = 4 * MaxNameLength
+)
+
 // Site is the registrable domain (eTLD+1) of domain, lower case, so that
 // a.shop.example.com and shop.example.com are one site. IP literals, public suffixes
-// (co.uk) and names that are not valid host names are refused.
+// (co.uk), names that are not valid host names and names over the DNS limits
+// (MaxNameLength, MaxLabelLength) are refused; the error quotes at most the start of a
+// long domain.
 func Site(domain string) (string, error) {
+	if len(domain) > maxDomainBytes {
+		return "", fmt.Errorf("%w %s: %d bytes long; a DNS name has at most %d characters", ErrBadDomain, quoteDomain(domain), len(domain), MaxNameLength)
+	}
 	d := strings.TrimSuffix(strings.ToLower(domain), ".")
 	if d == "" {
 		return "", fmt.Errorf("%w: empty domain", ErrBadDomain)
@@ -68,13 +84,42 @@ func Site(domain string) (string, error) {
 	}
 	a, err := idna.Lookup.ToASCII(d)
 	if err != nil {
-		return "", fmt.Errorf("%w %q: %v", ErrBadDomain, domain, err)
+		return "", fmt.Errorf("%w %s: %v", ErrBadDomain, quoteDomain(domain), err)
+	}
+	if err := checkDNSLengths(a); err != nil {
+		return "", fmt.Errorf("%w %s: %v", ErrBadDomain, quoteDomain(domain), err)
 	}
 	site, err := publicsuffix.EffectiveTLDPlusOne(a)
 	if err != nil {
 		return "", fmt.Errorf("%w %q: a public suffix or a bare top-level name, not a site; report a domain under it, such as example.%s", ErrBadDomain, domain, a)
 	}
 	return site, nil
+}
+
+// checkDNSLengths checks a name in ASCII form against the DNS limits; IDNA look-up
+// leaves them unchecked.
+func checkDNSLengths(a string) error {
+	if len(a) > MaxNameLength {
+		return fmt.Errorf("%d characters in ASCII form; a DNS name has at most %d", len(a), MaxNameLength)
+	}
+	for label := range strings.SplitSeq(a, ".") {
+		switch {
+		case label == "":
+			return errors.New("an empty label (two dots in a row, or a leading dot)")
+		case len(label) > MaxLabelLength:
+			return fmt.Errorf("label %s is %d characters in ASCII form; a DNS label has at most %d", quoteDomain(label), len(label), MaxLabelLength)
+		}
+	}
+	return nil
+}
+
+// quoteDomain quotes domain for an error, cut to its first 64 bytes when longer.
+func quoteDomain(domain string) string {
+	const keep = 64
+	if len(domain) <= keep {
+		return strconv.Quote(domain)
+	}
+	return strconv.Quote(strings.ToValidUTF8(domain[:keep], "")) + "..."
 }
 
 // Policy is how long a proxy cools for a site after a ban, and when it is retired.
