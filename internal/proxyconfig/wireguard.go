@@ -1,17 +1,13 @@
 package proxyconfig
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -58,198 +54,6 @@ type WireGuardPeer struct {
 	AllowedIPs   []netip.Prefix
 	// PersistentKeepalive, in seconds; 0 is off.
 	PersistentKeepalive int
-}
-
-// wgQuickOnly are [Interface] keys of wg-quick the rendering ignores: the operator does
-// its own addressing and routing (only the proxy's traffic takes the tunnel) and leaves
-// the guest's DNS as it is.
-var wgQuickOnly = map[string]bool{
-	"dns": true, "table": true, "preup": true, "postup": true, "predown": true, "postdown": true,
-	"saveconfig": true, "fwmark": true, "listenport": true,
-}
-
-// ParseWireGuard parses a configuration in wg-quick form. Its errors wrap
-// ErrWireGuardSecret, name the line (1-based) and the key, and never quote a key.
-func ParseWireGuard(text string) (*WireGuard, error) {
-	wg := &WireGuard{}
-	section, peers, iface := "", 0, false
-	bad := func(n int, format string, args ...any) error {
-		return fmt.Errorf("%w: line %d: %s", ErrWireGuardSecret, n, fmt.Sprintf(format, args...))
-	}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	n := 0
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = strings.TrimSpace(line[:i])
-		}
-		if line == "" {
-			continue
-		}
-		if strings.HasPrefix(line, "[") {
-			switch strings.ToLower(line) {
-			case "[interface]":
-				if iface {
-					return nil, bad(n, "a second [Interface] section; a configuration has one")
-				}
-				section, iface = "interface", true
-			case "[peer]":
-				peers++
-				if peers > 1 {
-					return nil, bad(n, "a second [Peer] section; the configuration must have exactly one peer, the exit")
-				}
-				section = "peer"
-			default:
-				return nil, bad(n, "unknown section %s; want [Interface] or [Peer]", line)
-			}
-			continue
-		}
-		key, value, ok := strings.Cut(line, "=")
-		if !ok {
-			return nil, bad(n, "want Key = Value or a [Section]")
-		}
-		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
-		if err := wg.set(section, key, value); err != nil {
-			return nil, bad(n, "%s: %v", key, err)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: reading it: %w", ErrWireGuardSecret, err)
-	}
-	return wg, wg.complete(iface, peers)
-}
-
-func (wg *WireGuard) set(section, key, value string) error {
-	k := strings.ToLower(key)
-	switch section {
-	case "interface":
-		switch {
-		case k == "privatekey":
-			if !isKey(value) {
-				return errors.New("not a WireGuard key (32 bytes in base64, 44 characters)")
-			}
-			wg.PrivateKey = value
-		case k == "address":
-			ps, err := prefixes(value, true)
-			if err != nil {
-				return err
-			}
-			wg.Addresses = append(wg.Addresses, ps...)
-		case k == "mtu":
-			m, err := strconv.Atoi(value)
-			if err != nil || m < 1280 || m > 9000 {
-				return fmt.Errorf("%q is not an MTU from 1280 to 9000", value)
-			}
-			wg.MTU = m
-		case wgQuickOnly[k]:
-		default:
-			return errors.New("unknown [Interface] key")
-		}
-	case "peer":
-		p := &wg.Peer
-		switch k {
-		case "publickey":
-			if !isKey(value) {
-				return errors.New("not a WireGuard key (32 bytes in base64, 44 characters)")
-			}
-			p.PublicKey = value
-		case "presharedkey":
-			if !isKey(value) {
-				return errors.New("not a WireGuard key (32 bytes in base64, 44 characters)")
-			}
-			p.PresharedKey = value
-		case "endpoint":
-			host, port, err := net.SplitHostPort(value)
-			if err != nil || host == "" || strings.ContainsAny(host, " \t\"'`$\\;") {
-				return fmt.Errorf("%q is not host:port", value)
-			}
-			if pn, err := strconv.Atoi(port); err != nil || pn < 1 || pn > 65535 {
-				return fmt.Errorf("%q has no port from 1 to 65535", value)
-			}
-			p.Endpoint = value
-		case "allowedips":
-			ps, err := prefixes(value, false)
-			if err != nil {
-				return err
-			}
-			p.AllowedIPs = append(p.AllowedIPs, ps...)
-		case "persistentkeepalive":
-			if value == "off" {
-				return nil
-			}
-			s, err := strconv.Atoi(value)
-			if err != nil || s < 0 || s > 65535 {
-				return fmt.Errorf("%q is not a number of seconds", value)
-			}
-			p.PersistentKeepalive = s
-		default:
-			return errors.New("unknown [Peer] key")
-		}
-	default:
-		return errors.New("outside a section; the configuration starts with [Interface]")
-	}
-	return nil
-}
-
-// complete checks what every configuration must have.
-func (wg *WireGuard) complete(iface bool, peers int) error {
-	missing := func(what string) error {
-		return fmt.Errorf("%w: %s", ErrWireGuardSecret, what)
-	}
-	switch {
-	case !iface:
-		return missing("no [Interface] section")
-	case wg.PrivateKey == "":
-		return missing("[Interface] has no PrivateKey")
-	case len(wg.Addresses) == 0:
-		return missing("[Interface] has no Address")
-	case peers == 0:
-		return missing("no [Peer] section; the configuration must have exactly one peer, the exit")
-	case wg.Peer.PublicKey == "":
-		return missing("[Peer] has no PublicKey")
-	case wg.Peer.Endpoint == "":
-		return missing("[Peer] has no Endpoint")
-	}
-	for _, p := range wg.Peer.AllowedIPs {
-		if p.Bits() == 0 && p.Addr().Is4() {
-			return nil
-		}
-	}
-	return missing("[Peer] AllowedIPs lacks 0.0.0.0/0 (and ::/0 for IPv6): the proxy's traffic goes to every address through the exit")
-}
-
-func isKey(s string) bool {
-	b, err := base64.StdEncoding.DecodeString(s)
-	return err == nil && len(b) == 32
-}
-
-// prefixes parses a comma-separated list of CIDRs; hosts keeps the host bits (an
-// interface address), otherwise they are cleared.
-func prefixes(value string, hosts bool) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, f := range strings.Split(value, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(f)
-		if err != nil {
-			a, aerr := netip.ParseAddr(f)
-			if aerr != nil {
-				return nil, fmt.Errorf("%q is not an address or a network in CIDR notation", f)
-			}
-			p = netip.PrefixFrom(a, a.BitLen())
-		}
-		if !hosts {
-			p = p.Masked()
-		}
-		out = append(out, p)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("empty")
-	}
-	return out, nil
 }
 
 // setconf is the configuration `wg setconf` takes: the keys of wg(8) alone.
@@ -445,7 +249,7 @@ func WireGuardOf(sec *corev1.Secret) (*WireGuard, error) {
 	if raw, ok := sec.Data[SecretKeyEgressIP]; ok {
 		a, err := netip.ParseAddr(strings.TrimSpace(string(raw)))
 		if err != nil {
-			return nil, fmt.Errorf("%w: key %q: %q is not an IP address", ErrWireGuardSecret, SecretKeyEgressIP, strings.TrimSpace(string(raw)))
+			return nil, fmt.Errorf("%w: key %q does not hold an IP address", ErrWireGuardSecret, SecretKeyEgressIP)
 		}
 		wg.EgressIP = a.Unmap()
 	}

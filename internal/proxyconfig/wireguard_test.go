@@ -57,10 +57,10 @@ func TestParseWireGuard(t *testing.T) {
 		{"bad private key", repl(testWGPrivateKey, "c2hvcnQ="), "line 3: PrivateKey: not a WireGuard key"},
 		{"bad public key", repl("PublicKey = "+testWGPublicKey, "PublicKey = nope"), "line 9: PublicKey: not a WireGuard key"},
 		{"no equals", repl("MTU = 1380", "MTU 1380"), "line 6: want Key = Value or a [Section]"},
-		{"bad address", repl("10.64.0.2/32", "10.64.0.300/32"), `line 4: Address: "10.64.0.300/32" is not an address`},
-		{"unknown section", repl("[Peer]", "[Peers]"), "line 8: unknown section [Peers]"},
-		{"unknown key", repl("MTU = 1380", "Mtuu = 1380"), "line 6: Mtuu: unknown [Interface] key"},
-		{"endpoint without port", repl("198.51.100.7:51820", "198.51.100.7"), `line 11: Endpoint: "198.51.100.7" is not host:port`},
+		{"bad address", repl("10.64.0.2/32", "10.64.0.300/32"), "line 4: Address: item 1 is not an address"},
+		{"unknown section", repl("[Peer]", "[Peers]"), "line 8: unknown section; want [Interface] or [Peer]"},
+		{"unknown key", repl("MTU = 1380", "Mtuu = 1380"), "line 6: unknown [Interface] key"},
+		{"endpoint without port", repl("198.51.100.7:51820", "198.51.100.7"), "line 11: Endpoint: not host:port"},
 		{"two peers", sampleWGConf() + "[Peer]\nPublicKey = " + testWGPublicKey + "\n", "line 14: a second [Peer] section"},
 		{"key outside a section", "PrivateKey = " + testWGPrivateKey + "\n", "line 1: PrivateKey: outside a section"},
 		{"no peer", strings.Split(sampleWGConf(), "[Peer]")[0], "no [Peer] section"},
@@ -121,7 +121,7 @@ func TestSecretWireGuard(t *testing.T) {
 		{"missing", wgProxy("nope", false), "secret crawl/nope (spec.proxy.egress.wireguard.secretRef) does not exist"},
 		{"no key", wgProxy("no-key", true), `secret crawl/no-key (spec.proxy.egress.wireguard.assignedSecretRef): wireguard secret unusable: no key "wg0.conf"`},
 		{"bad line", wgProxy("bad-line", false), `secret crawl/bad-line (spec.proxy.egress.wireguard.secretRef): key "wg0.conf": wireguard secret unusable: line 6: want Key = Value`},
-		{"bad egressIP", wgProxy("bad-egress", false), `key "egressIP": "exit.example" is not an IP address`},
+		{"bad egressIP", wgProxy("bad-egress", false), `key "egressIP" does not hold an IP address`},
 		{"unlabelled", wgProxy("unlabelled", false), `secret crawl/unlabelled (spec.proxy.egress.wireguard.secretRef) lacks the label egress.hrajfrisbee.cz/proxy-credentials: "true"`},
 	} {
 		_, err := s.WireGuard(ctx, tc.px)
