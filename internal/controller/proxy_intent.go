@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -30,12 +31,34 @@ type hashes struct {
 }
 
 // IntentHash is the hash of what the user asked for: provider, placement and
-// spec.cloudInit, and for a Managed Proxy with spec.proxy also its port, its ranges and
-// the user name with a slow salted digest of the password (proxyconfig.CredentialsDigest)
-// of creds. A Proxy without spec.proxy hands spec.cloudInit to its provider byte for
-// byte, so its intent hash is its rendered hash, the one it always had.
+// spec.cloudInit, and for a Managed Proxy with spec.proxy also its port and the whole of
+// spec.proxy, with the user name and a slow salted digest of the password
+// (proxyconfig.CredentialsDigest) of creds in place of the basic-auth Secret's name. A
+// Proxy without spec.proxy hands spec.cloudInit to its provider byte for byte, so its
+// intent hash is its rendered hash, the one it always had.
 func IntentHash(px *v1alpha1.Proxy, creds *proxyconfig.Credentials) (string, error) {
 	return intentHashWith(px, creds, nil)
+}
+
+// intentInput is what the intent hash of a Managed Proxy with spec.proxy covers. It
+// embeds spec.proxy whole (intentProxy), so a field added to v1alpha1.ProxyConfig is
+// covered without a change here. Embedded, its fields sit beside port in the JSON, and
+// those left unset are left out (omitempty): a Proxy that sets only the fields the hash
+// covered before it embedded spec.proxy (port, source ranges, credentials, WireGuard)
+// hashes as it did then, and a field added later keeps the hash of every Proxy that does
+// not set it. A field of ProxyConfig must therefore be omitempty, and must not share a
+// JSON name with the fields below (the outer one would hide it);
+// TestIntentCoversEveryProxyConfigField and TestIntentHashKeptForUnchangedProxies fail
+// otherwise.
+type intentInput struct {
+	Provider  string                  `json:"provider"`
+	Placement v1alpha1.ProxyPlacement `json:"placement"`
+	CloudInit string                  `json:"cloudInit"`
+	Port      int32                   `json:"port"`
+	v1alpha1.ProxyConfig
+	Username       string `json:"username,omitempty"`
+	PasswordDigest string `json:"passwordDigest,omitempty"`
+	WireGuard      string `json:"wireGuard,omitempty"`
 }
 
 // intentHashWith is IntentHash that also covers wg, the WireGuard configuration
@@ -45,26 +68,67 @@ func intentHashWith(px *v1alpha1.Proxy, creds *proxyconfig.Credentials, wg *prox
 	if px.Spec.Proxy == nil || px.Spec.Mode == v1alpha1.ProxyModeExternal {
 		return RenderedHash(px, px.Spec.CloudInit), nil
 	}
-	in := struct {
-		Provider            string                  `json:"provider"`
-		Placement           v1alpha1.ProxyPlacement `json:"placement"`
-		CloudInit           string                  `json:"cloudInit"`
-		Port                int32                   `json:"port"`
-		AllowedSourceRanges []v1alpha1.CIDR         `json:"allowedSourceRanges"`
-		Username            string                  `json:"username,omitempty"`
-		PasswordDigest      string                  `json:"passwordDigest,omitempty"`
-		WireGuard           string                  `json:"wireGuard,omitempty"`
-	}{Provider: px.Spec.Provider, Placement: px.Spec.Placement, CloudInit: px.Spec.CloudInit,
-		Port: px.Spec.Port, AllowedSourceRanges: px.Spec.Proxy.AllowedSourceRanges}
+	in := intentInput{Provider: px.Spec.Provider, Placement: px.Spec.Placement, CloudInit: px.Spec.CloudInit,
+		Port: px.Spec.Port, ProxyConfig: intentProxy(px.Spec.Proxy)}
+	if err := in.secretDigests(creds, wg); err != nil {
+		return "", err
+	}
+	return shortHash(in), nil
+}
+
+// secretDigests puts what the Secrets hold into in: the user name and the password's
+// digest of creds, the digest of wg.
+func (in *intentInput) secretDigests(creds *proxyconfig.Credentials, wg *proxyconfig.WireGuard) error {
 	if creds != nil {
 		d, err := proxyconfig.CredentialsDigest(*creds)
 		if err != nil {
-			return "", err
+			return err
 		}
 		in.Username, in.PasswordDigest = creds.Username, d
 	}
 	if wg != nil {
 		in.WireGuard = wg.Digest()
+	}
+	return nil
+}
+
+// intentProxy is spec.proxy as the intent hash covers it: all of it but the names of
+// the Secrets it reads, whose contents the hash covers instead (a Secret renamed with the
+// same contents rebuilds nothing; one edited in place rebuilds the instance). A struct
+// left empty by that is left out, as when unset.
+func intentProxy(p *v1alpha1.ProxyConfig) v1alpha1.ProxyConfig {
+	c := *p.DeepCopy()
+	if c.BasicAuth != nil {
+		c.BasicAuth.SecretRef = v1alpha1.BasicAuthSecretRef{}
+		if reflect.ValueOf(*c.BasicAuth).IsZero() {
+			c.BasicAuth = nil
+		}
+	}
+	if c.Egress != nil && c.Egress.WireGuard != nil {
+		c.Egress.WireGuard.SecretRef, c.Egress.WireGuard.AssignedSecretRef = nil, nil
+		if reflect.ValueOf(*c.Egress.WireGuard).IsZero() {
+			c.Egress.WireGuard = nil
+		}
+	}
+	if c.Egress != nil && reflect.ValueOf(*c.Egress).IsZero() {
+		c.Egress = nil
+	}
+	return c
+}
+
+// partialIntentHash is the intent hash as operator versions before intentInput computed
+// it, over part of spec.proxy only: port, source ranges, credentials and WireGuard, not
+// allowedDestinations nor allowOpenProxy. It differs from intentHashWith's only for a
+// Proxy that sets one of those two, and tells a status.specHash such a version recorded
+// from a spec edit made since (partialIntentRecorded).
+func partialIntentHash(px *v1alpha1.Proxy, creds *proxyconfig.Credentials, wg *proxyconfig.WireGuard) (string, error) {
+	if px.Spec.Proxy == nil || px.Spec.Mode == v1alpha1.ProxyModeExternal {
+		return RenderedHash(px, px.Spec.CloudInit), nil
+	}
+	in := intentInput{Provider: px.Spec.Provider, Placement: px.Spec.Placement, CloudInit: px.Spec.CloudInit,
+		Port: px.Spec.Port, ProxyConfig: v1alpha1.ProxyConfig{AllowedSourceRanges: px.Spec.Proxy.AllowedSourceRanges}}
+	if err := in.secretDigests(creds, wg); err != nil {
+		return "", err
 	}
 	return shortHash(in), nil
 }
@@ -85,7 +149,7 @@ func RenderedHash(px *v1alpha1.Proxy, userDataHashInput string) string {
 func shortHash(v any) string {
 	b, err := json.Marshal(v)
 	if err != nil {
-		panic(fmt.Sprintf("marshalling proxy spec for hashing: %v", err)) // strings, ints and a list of strings cannot fail
+		panic(fmt.Sprintf("marshalling proxy spec for hashing: %v", err)) // strings, numbers, bools and lists of them cannot fail
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:16]
@@ -124,7 +188,8 @@ var replaceAnnotationChanged = predicate.Funcs{
 
 // judgeBuild compares the running instance with what the operator would build now and
 // returns why it must be replaced, or "" to keep it. On the way it adopts an instance
-// built by an operator version that recorded no intent hash, and sets ConfigOutdated:
+// built by an operator version that recorded no intent hash, or an intent hash over part
+// of spec.proxy (adoptPartialIntent), and sets ConfigOutdated:
 //   - a new intent (spec edited, password rotated) replaces the instance, except a pool
 //     child's whose spec is unchanged: its pool replaces it surge-first
 //     (ConfigOutdated=True, CredentialsChanged) while it keeps serving with its snapshot;
@@ -158,6 +223,9 @@ func (r *ProxyReconciler) judgeBuild(ctx context.Context, s *scope, want hashes,
 				px.InstanceName(), built, want.rendered)
 		}
 	}
+	if why, err := adoptPartialIntent(s, want, creds, wg); why != "" || err != nil {
+		return why, err
+	}
 	if st.SpecHash != want.intent {
 		if pool != "" && r.onlyCredentialsChanged(ctx, s, wg) {
 			s.setConfigOutdated(metav1.ConditionTrue, v1alpha1.ReasonCredentialsChanged, fmt.Sprintf(
@@ -177,7 +245,10 @@ func (r *ProxyReconciler) judgeBuild(ctx context.Context, s *scope, want hashes,
 			v1alpha1.ReplaceAnnotation, v, pool)
 	}
 	if st.RenderedHash != want.rendered {
-		msg := fmt.Sprintf("instance %s was built from another rendering of the same spec (an earlier operator version's, rendered hash %s; this version's is %s) and keeps running as it is; ",
+		// Another version's rendering, after an upgrade; or, for a Proxy adopted from a
+		// version whose intent missed part of spec.proxy, possibly an edit of that part.
+		msg := fmt.Sprintf("instance %s was built from another rendering (rendered hash %s) than this operator version makes of the spec (%s): "+
+			"another operator version built it, or an earlier one kept it when spec.proxy.allowedDestinations or allowOpenProxy was edited; it keeps running as it is; ",
 			px.InstanceName(), st.RenderedHash, want.rendered)
 		if pool != "" {
 			msg += fmt.Sprintf("ProxyPool %s replaces it surge-first", pool)
@@ -209,7 +280,40 @@ func (r *ProxyReconciler) onlyCredentialsChanged(ctx context.Context, s *scope, 
 		return false
 	}
 	h, err := intentHashWith(px, built, wg)
+	if err == nil && h != px.Status.SpecHash {
+		// Or as recorded by an operator version that covered part of spec.proxy.
+		h, err = partialIntentHash(px, built, wg)
+	}
 	return err == nil && h == px.Status.SpecHash
+}
+
+// adoptPartialIntent takes over an instance whose status.specHash an operator version
+// that covered only part of spec.proxy recorded (partialIntentHash) and that still
+// matches the spec: the hash is new, not the user's intent. A pool child is kept (a
+// rendering that differs shows ConfigOutdated below, and its pool replaces it
+// surge-first), and so is a standalone Proxy built from this version's rendering. A
+// standalone Proxy built from another rendering is replaced: allowedDestinations or
+// allowOpenProxy may have been edited under that version, which kept the instance, and
+// that cannot be told from an operator upgrade; keeping it could keep a fence the user
+// narrowed open. It returns why the instance must be replaced, or "".
+func adoptPartialIntent(s *scope, want hashes, creds *proxyconfig.Credentials, wg *proxyconfig.WireGuard) (string, error) {
+	px := s.px
+	st := &px.Status
+	if st.SpecHash == want.intent {
+		return "", nil
+	}
+	partial, err := partialIntentHash(px, creds, wg)
+	if err != nil || partial != st.SpecHash {
+		return "", err
+	}
+	if st.RenderedHash != want.rendered && controllingPool(px) == "" {
+		return "spec.proxy.allowedDestinations or allowOpenProxy may have been edited under an earlier operator version, which kept the instance built before the edit", nil
+	}
+	st.SpecHash = want.intent
+	s.event(corev1.EventTypeNormal, v1alpha1.ReasonAdopted, actionReconcile,
+		"instance %s is kept: its spec hash %s, recorded by an earlier operator version over part of spec.proxy, matches the spec; this version's, over all of it, is %s",
+		px.InstanceName(), partial, want.intent)
+	return "", nil
 }
 
 // setConfigOutdated sets the ConfigOutdated condition, with a Normal Event when it turns
