@@ -30,7 +30,11 @@ const conflictRetries = 5
 
 // Recorder takes crawler reports on every replica and writes them into the Proxies'
 // status.cooldowns, at most once per Proxy per WriteInterval: the reports that arrive
-// meanwhile are applied together in the next write. Each write applies only
+// meanwhile are applied together in the next write, those of one (proxy, site) pair
+// folded into one (pendingPair), and at most MaxPendingPairsPerProxy and MaxPendingPairs
+// pairs wait; a report for a new pair past either bound is dropped and counted in
+// proxy_operator_feedback_dropped_total. A write the API server refuses as invalid is
+// dropped the same way; any other failed write is tried again. Each write applies only
 // status.cooldowns, by server-side apply under FieldManager, and carries the
 // resourceVersion it read, so two replicas writing the same Proxy never lose each
 // other's entries: the later one is refused, reads again and applies again.
@@ -44,15 +48,20 @@ type Recorder struct {
 	Policy Policy
 	// WriteInterval defaults to DefaultWriteInterval.
 	WriteInterval time.Duration
-	Clock         clock.Clock // default: the real clock
-	Log           logr.Logger
+	// MaxPendingPairsPerProxy and MaxPendingPairs bound the (proxy, site) pairs waiting
+	// for a write; they default to DefaultMaxPendingPairsPerProxy and
+	// DefaultMaxPendingPairs.
+	MaxPendingPairsPerProxy, MaxPendingPairs int
+	Clock                                    clock.Clock // default: the real clock
+	Log                                      logr.Logger
 	// BeforeFinalFlush, when set, is called once the recorder is told to stop and before
 	// its last flush: the discovery server's Drain, so that no report it takes is left
 	// unwritten.
 	BeforeFinalFlush func()
 
 	mu      sync.Mutex
-	pending map[types.NamespacedName][]timedReport
+	pending map[types.NamespacedName]pendingProxy
+	pairs   int                                // in pending
 	last    map[types.NamespacedName]time.Time // last write
 	wake    chan struct{}
 	writes  int64
@@ -65,7 +74,7 @@ type timedReport struct {
 
 func (r *Recorder) init() {
 	if r.pending == nil {
-		r.pending = map[types.NamespacedName][]timedReport{}
+		r.pending = map[types.NamespacedName]pendingProxy{}
 		r.last = map[types.NamespacedName]time.Time{}
 		r.wake = make(chan struct{}, 1)
 	}
@@ -75,18 +84,75 @@ func (r *Recorder) init() {
 	if r.WriteInterval <= 0 {
 		r.WriteInterval = DefaultWriteInterval
 	}
+	if r.MaxPendingPairsPerProxy <= 0 {
+		r.MaxPendingPairsPerProxy = DefaultMaxPendingPairsPerProxy
+	}
+	if r.MaxPendingPairs <= 0 {
+		r.MaxPendingPairs = DefaultMaxPendingPairs
+	}
 }
 
-// Add queues a report about the Proxy key, taken now; the next flush writes it.
+// Add queues a report about the Proxy key, taken now; the next flush writes it. A
+// report for a pair that is not waiting yet, past the bounds, is dropped and counted.
 func (r *Recorder) Add(key types.NamespacedName, rep Report) {
 	r.mu.Lock()
 	r.init()
-	r.pending[key] = append(r.pending[key], timedReport{Report: rep, at: r.Clock.Now()})
+	p, reason := r.pairLocked(key, rep.Site)
+	if p != nil {
+		p.add(rep, r.Clock.Now())
+	}
 	r.mu.Unlock()
+	if p == nil {
+		droppedReports.WithLabelValues(reason).Inc()
+		return
+	}
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
+}
+
+// pairLocked is the pending pair (key, site), added when there is room; nil and the
+// reason it is dropped when there is none.
+func (r *Recorder) pairLocked(key types.NamespacedName, site string) (*pendingPair, string) {
+	pp := r.pending[key]
+	if p := pp[site]; p != nil {
+		return p, ""
+	}
+	switch {
+	case len(pp) >= r.MaxPendingPairsPerProxy:
+		return nil, DropProxyFull
+	case r.pairs >= r.MaxPendingPairs:
+		return nil, DropFull
+	}
+	if pp == nil {
+		pp = pendingProxy{}
+		r.pending[key] = pp
+	}
+	p := &pendingPair{}
+	pp[site] = p
+	r.pairs++
+	return p, ""
+}
+
+// requeueLocked puts back the pairs of a write that failed, ahead of those taken since.
+func (r *Recorder) requeueLocked(key types.NamespacedName, failed pendingProxy) {
+	for site, old := range failed {
+		p, reason := r.pairLocked(key, site)
+		if p == nil {
+			droppedReports.WithLabelValues(reason).Add(float64(old.reports))
+			continue
+		}
+		old.then(p, site)
+		*p = *old
+	}
+}
+
+// Pending is how many (proxy, site) pairs wait for a write.
+func (r *Recorder) Pending() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pairs
 }
 
 // Writes is how many status writes the recorder made.
@@ -127,12 +193,14 @@ func (r *Recorder) Start(ctx context.Context) error {
 
 // Flush writes every Proxy with pending reports whose last write is at least
 // WriteInterval old, and returns when the next one is due (zero: nothing pending).
-// A write that fails keeps its reports for the next flush.
+// A write that fails keeps its reports for the next flush, unless the API server
+// refused it as invalid: then they are dropped, since they would be refused again and
+// hold back every later report of the Proxy.
 func (r *Recorder) Flush(ctx context.Context) time.Time {
 	r.mu.Lock()
 	r.init()
 	now := r.Clock.Now()
-	due := map[types.NamespacedName][]timedReport{}
+	due := map[types.NamespacedName]pendingProxy{}
 	var next time.Time
 	for k, reps := range r.pending {
 		if at := r.last[k].Add(r.WriteInterval); at.After(now) {
@@ -143,6 +211,7 @@ func (r *Recorder) Flush(ctx context.Context) time.Time {
 		}
 		due[k] = reps
 		delete(r.pending, k)
+		r.pairs -= len(reps)
 	}
 	for k, t := range r.last { // forget write times that no longer hold anything back
 		if now.Sub(t) >= r.WriteInterval {
@@ -159,9 +228,14 @@ func (r *Recorder) Flush(ctx context.Context) time.Time {
 			r.last[k] = r.Clock.Now()
 			r.writes++
 		}
-		if err != nil {
-			r.Log.Error(err, "writing the cooldowns of a proxy; keeping its reports for the next try", "proxy", k, "reports", len(reps))
-			r.pending[k] = append(reps, r.pending[k]...)
+		switch {
+		case err != nil && (apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)):
+			r.Log.Error(err, "writing the cooldowns of a proxy; the API server refused them as invalid, dropping its reports", "proxy", k, "reports", reps.count())
+			droppedReports.WithLabelValues(DropInvalid).Add(float64(reps.count()))
+			r.last[k] = r.Clock.Now()
+		case err != nil:
+			r.Log.Error(err, "writing the cooldowns of a proxy; keeping its reports for the next try", "proxy", k, "reports", reps.count())
+			r.requeueLocked(k, reps)
 			r.last[k] = r.Clock.Now() // try again after the interval, not in a busy loop
 		}
 		if _, ok := r.pending[k]; ok {
@@ -174,8 +248,9 @@ func (r *Recorder) Flush(ctx context.Context) time.Time {
 	return next
 }
 
-// write applies reps to the Proxy key's cooldowns and writes them when they changed.
-func (r *Recorder) write(ctx context.Context, key types.NamespacedName, reps []timedReport) (bool, error) {
+// write applies pending to the Proxy key's cooldowns and writes them when they changed.
+func (r *Recorder) write(ctx context.Context, key types.NamespacedName, pending pendingProxy) (bool, error) {
+	reps := pending.reports()
 	px := &v1alpha1.Proxy{}
 	if err := r.Reader.Get(ctx, key, px); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -237,5 +238,46 @@ func TestRecorderStopsFeedbackBeforeItsLastFlush(t *testing.T) {
 	got := get(t, ctx, c, key)
 	if len(got.Status.Cooldowns) != 1 || got.Status.Cooldowns[0].Site != "late.example" {
 		t.Errorf("cooldowns %+v, want the report taken before the last flush", got.Status.Cooldowns)
+	}
+}
+
+// A write the API server refuses as invalid (here a site longer than status.cooldowns
+// allows, which bans.Site now refuses before it reaches a recorder) is dropped and
+// counted: it does not hold back the Proxy's later reports, and no write repeats it.
+func TestRecorderDropsAWriteRefusedAsInvalid(t *testing.T) {
+	ctx := testenv.Context(t)
+	env := shared.Env(t)
+	c := env.Client
+	ns := env.Namespace(t, ctx, "bans")
+	px := newProxy(t, ctx, c, ns, "p1")
+	key := client.ObjectKeyFromObject(px)
+	clk := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
+	r := &Recorder{Client: c, Reader: c, APIReader: c, Clock: clk, Policy: DefaultPolicy}
+	dropped := testutil.ToFloat64(droppedReports.WithLabelValues(DropInvalid))
+
+	overlong := strings.Repeat("a", 42) + strings.Repeat(".abcde", 41) + ".example.com" // 300 characters
+	r.Add(key, Report{Site: overlong, Outcome: Banned})
+	r.Add(key, Report{Site: overlong, Outcome: Throttled})
+	r.Add(key, Report{Site: "b.com", Outcome: Banned})
+	r.Flush(ctx)
+	if n := r.Pending(); n != 0 {
+		t.Fatalf("%d pairs still pending after the write was refused as invalid, want none", n)
+	}
+	if d := testutil.ToFloat64(droppedReports.WithLabelValues(DropInvalid)) - dropped; d != 3 {
+		t.Errorf("%v reports counted dropped as invalid, want 3", d)
+	}
+	for i, site := range []string{"c.com", "d.com"} {
+		clk.Step(DefaultWriteInterval)
+		r.Add(key, Report{Site: site, Outcome: Banned})
+		if next := r.Flush(ctx); !next.IsZero() {
+			t.Errorf("flush %d left work for %s, want none", i+1, next)
+		}
+	}
+	var sites []string
+	for _, cd := range get(t, ctx, c, key).Status.Cooldowns {
+		sites = append(sites, cd.Site)
+	}
+	if strings.Join(sites, ",") != "c.com,d.com" || r.Writes() != 2 {
+		t.Errorf("cooldowns for %v after %d writes, want c.com and d.com in 2", sites, r.Writes())
 	}
 }
