@@ -73,6 +73,7 @@ var metadataAddrs = []string{
 	"169.254.169.254", // GCE, AWS, Azure, OpenStack
 	"100.100.100.200", // Alibaba Cloud
 	"fd00:ec2::254",   // AWS over IPv6
+	"fd20:ce::254",    // GCE over IPv6
 }
 
 // FencedNetworks are the networks the fence refuses unless allowedDestinations open them

@@ -3,10 +3,12 @@ package proxyconfig
 import (
 	"bufio"
 	"errors"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -364,4 +366,48 @@ func TestFenceScript(t *testing.T) {
 			t.Errorf("the retry loaded the fence itself (%q): tinyproxy's own start does", n)
 		}
 	})
+}
+
+// setElements are the elements the ruleset gives its set name.
+func setElements(t *testing.T, rules, name string) []string {
+	t.Helper()
+	_, body, ok := strings.Cut(rules, "\tset "+name+" {\n")
+	if !ok {
+		t.Fatalf("the ruleset has no set %s:\n%s", name, rules)
+	}
+	body, _, _ = strings.Cut(body, "\t}\n")
+	_, elems, ok := strings.Cut(body, "elements = { ")
+	if !ok {
+		return nil
+	}
+	elems, _, _ = strings.Cut(elems, " }")
+	return strings.Split(elems, ", ")
+}
+
+// The clouds' metadata servers are refused whatever allowedDestinations open, IPv6 ones
+// too: an exception for fd00::/8 (a VPC's unique-local range) must not reach GCE's.
+func TestFenceRefusesMetadataServers(t *testing.T) {
+	allowed := []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("100.64.0.0/10"),
+		netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("fc00::/7")}
+	rules := fenceRuleset(allowed)
+	for _, tc := range []struct{ cloud, addr, set string }{
+		{"GCE, AWS, Azure, OpenStack", "169.254.169.254", "metadata4"},
+		{"Alibaba Cloud", "100.100.100.200", "metadata4"},
+		{"AWS over IPv6", "fd00:ec2::254", "metadata6"},
+		{"GCE over IPv6", "fd20:ce::254", "metadata6"},
+	} {
+		a := netip.MustParseAddr(tc.addr)
+		if !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			t.Fatalf("%s: the test's exceptions do not cover %s", tc.cloud, a)
+		}
+		if !slices.Contains(setElements(t, rules, tc.set), tc.addr) {
+			t.Errorf("%s's metadata server %s is not in the set %s, refused before any exception:\n%s", tc.cloud, tc.addr, tc.set, rules)
+		}
+	}
+	for _, fam := range []string{"ip daddr @metadata4", "ip6 daddr @metadata6"} {
+		m, a := strings.Index(rules, fam+" goto refuse"), strings.Index(rules, "daddr @allowed")
+		if m < 0 || a < 0 || m > a {
+			t.Errorf("%s is not refused before the exceptions are looked at:\n%s", fam, rules)
+		}
+	}
 }
