@@ -136,25 +136,36 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// sites caches bans.Site's answers for the domains requests name, up to maxSites of
-// them: a crawl asks for the same few sites over and over, and the public-suffix look-up
-// is most of a ?domain= request's own cost.
+// sites caches bans.Site's answers for the domains requests name: a crawl asks for the
+// same few sites over and over, and the public-suffix look-up is most of a ?domain=
+// request's own cost. It is keyed by the domain as Site reads it (lower case, no
+// trailing dot) and holds only domains Site took, so no key is longer than a DNS name;
+// keys and sites are copies, never parts of a request's query that they would keep in
+// memory. Past maxSites entries it starts over, so that it follows the sites crawled now:
+// at most maxSites × (2 × 253 bytes and the map's overhead), under 3 MiB.
 var (
-	sites     sync.Map
+	sites     sync.Map // domain -> site
 	sitesHeld atomic.Int32
 )
 
 const maxSites = 4096
 
 func siteOf(domain string) (string, error) {
-	if v, ok := sites.Load(domain); ok {
+	if len(domain) > bans.MaxNameLength+1 { // with a trailing dot: refused below
+		return bans.Site(domain)
+	}
+	key := strings.TrimSuffix(strings.ToLower(domain), ".")
+	if v, ok := sites.Load(key); ok {
 		return v.(string), nil
 	}
 	site, err := bans.Site(domain)
-	if err == nil && sitesHeld.Load() < maxSites {
-		if _, loaded := sites.LoadOrStore(domain, site); !loaded {
-			sitesHeld.Add(1)
-		}
+	if err != nil {
+		return "", err
 	}
-	return site, err
+	if sitesHeld.Add(1) > maxSites {
+		sites.Clear()
+		sitesHeld.Store(1)
+	}
+	sites.Store(strings.Clone(key), strings.Clone(site))
+	return site, nil
 }
