@@ -39,10 +39,12 @@ type feedbackBody struct {
 type feedbackReport struct {
 	// Proxy is the URL discovery handed out (with or without credentials) or
 	// namespace/name.
-	Proxy             string   `json:"proxy"`
-	Domain            string   `json:"domain"`
-	Outcome           string   `json:"outcome"`
-	RetryAfterSeconds *float64 `json:"retryAfterSeconds,omitempty"`
+	Proxy   string `json:"proxy"`
+	Domain  string `json:"domain"`
+	Outcome string `json:"outcome"`
+	// RetryAfterSeconds is checked per report (retryAfter), so that a value out of range
+	// or of another type rejects its report, not the whole body.
+	RetryAfterSeconds json.RawMessage `json:"retryAfterSeconds,omitempty"`
 }
 
 // feedbackAnswer is the answer to a well-formed body.
@@ -127,6 +129,9 @@ func decodeFeedback(w http.ResponseWriter, r *http.Request) (*feedbackBody, *api
 		return nil, &apiError{status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the feedback body is larger than %d bytes; send at most %d reports per request", MaxFeedbackBytes, MaxFeedbackReports)}
 	case errors.Is(err, io.EOF):
 		return nil, &apiError{status: http.StatusBadRequest, Message: `the feedback body is empty; send {"reports":[{"proxy":...,"domain":...,"outcome":...}]}`}
+	case err != nil && nonFinite(err):
+		return nil, &apiError{status: http.StatusBadRequest, Message: "the feedback body is not JSON: " + err.Error() +
+			"; JSON has no Infinity or NaN: leave retryAfterSeconds out or give a number of seconds from 0 to " + strconv.Itoa(maxRetryAfterSeconds)}
 	case err != nil:
 		return nil, &apiError{status: http.StatusBadRequest, Message: "the feedback body is not a JSON object {\"reports\":[...]}: " + err.Error()}
 	case len(body.Reports) == 0:
@@ -135,6 +140,14 @@ func decodeFeedback(w http.ResponseWriter, r *http.Request) (*feedbackBody, *api
 		return nil, &apiError{status: http.StatusBadRequest, Message: fmt.Sprintf("the feedback body has %d reports; send at most %d per request", len(body.Reports), MaxFeedbackReports)}
 	}
 	return &body, nil
+}
+
+// nonFinite reports whether err is the decoder's at an Infinity or NaN, which some
+// encoders (Python's json) write for non-finite numbers.
+func nonFinite(err error) bool {
+	var se *json.SyntaxError
+	m := err.Error()
+	return errors.As(err, &se) && (strings.Contains(m, "character 'I'") || strings.Contains(m, "character 'N'"))
 }
 
 // resolveReport checks one report and finds its proxy in the snapshot.
@@ -153,13 +166,28 @@ func (s *Snapshot) resolveReport(rep *feedbackReport) (types.NamespacedName, ban
 		return none, bans.Report{}, fmt.Errorf("outcome: %w", err)
 	}
 	br := bans.Report{Site: site, Outcome: o}
-	if ra := rep.RetryAfterSeconds; ra != nil {
-		if *ra < 0 || *ra > maxRetryAfterSeconds || math.IsNaN(*ra) {
-			return none, bans.Report{}, fmt.Errorf("retryAfterSeconds %v: give 0 to %d seconds", *ra, maxRetryAfterSeconds)
-		}
-		br.RetryAfter = time.Duration(*ra * float64(time.Second))
+	if br.RetryAfter, err = retryAfter(rep.RetryAfterSeconds); err != nil {
+		return none, bans.Report{}, err
 	}
 	return types.NamespacedName{Namespace: it.Namespace, Name: it.Name}, br, nil
+}
+
+// retryAfter parses a report's retryAfterSeconds: absent or null is zero; anything but a
+// number from 0 to maxRetryAfterSeconds (a number too large for a float64 too) is an
+// error naming the field.
+func retryAfter(raw json.RawMessage) (time.Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	bad := fmt.Errorf("retryAfterSeconds %.40s: give a number of seconds from 0 to %d", raw, maxRetryAfterSeconds)
+	if raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') { // a string, a bool, an object
+		return 0, bad
+	}
+	ra, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || ra < 0 || ra > maxRetryAfterSeconds || math.IsNaN(ra) {
+		return 0, bad
+	}
+	return time.Duration(ra * float64(time.Second)), nil
 }
 
 // proxyByRef finds a proxy by namespace/name or by its URL (any user:password@ in it
