@@ -54,6 +54,17 @@ func TestForProxy(t *testing.T) {
 		t.Errorf("without basic auth: %v\n%s", err, r.UserData)
 	}
 
+	// Split halves of IPv4 without basic auth: an open proxy, unless allowOpenProxy.
+	split := noAuth.DeepCopy()
+	split.Spec.Proxy.AllowedSourceRanges = []v1alpha1.CIDR{"0.0.0.0/1", "128.0.0.0/1"}
+	if _, err := ForProxy(ctx, split, nil); !errors.Is(err, ErrOpenProxy) {
+		t.Errorf("split halves without basic auth: %v, want ErrOpenProxy", err)
+	}
+	split.Spec.Proxy.AllowOpenProxy = true
+	if _, err := ForProxy(ctx, split, nil); err != nil {
+		t.Errorf("split halves with allowOpenProxy: %v", err)
+	}
+
 	gone := proxyWithAuth(v1alpha1.ProxyModeManaged, "gone")
 	if _, err := ForProxy(ctx, gone, lookup); !errors.Is(err, ErrSecretMissing) {
 		t.Errorf("a missing Secret: %v", err)

@@ -28,6 +28,9 @@ type Config struct {
 	AllowedDestinations []string
 	// Credentials, when not nil, make tinyproxy demand basic auth.
 	Credentials *Credentials
+	// AllowOpenProxy lets AllowedSourceRanges admit every IPv4 or IPv6 client without
+	// Credentials (spec.proxy.allowOpenProxy).
+	AllowOpenProxy bool
 	// WireGuard, when not nil, routes the proxy's own outbound traffic through this
 	// tunnel, fail-closed (spec.proxy.egress.wireguard).
 	WireGuard *WireGuard
@@ -44,6 +47,7 @@ type Credentials struct {
 func ConfigFor(px *v1alpha1.Proxy, creds *Credentials) Config {
 	c := Config{Port: px.Spec.Port, Credentials: creds}
 	if px.Spec.Proxy != nil {
+		c.AllowOpenProxy = px.Spec.Proxy.AllowOpenProxy
 		for _, r := range px.Spec.Proxy.AllowedSourceRanges {
 			c.AllowedSourceRanges = append(c.AllowedSourceRanges, string(r))
 		}
@@ -108,6 +112,9 @@ func (c Config) validate() (sources, destinations []netip.Prefix, err error) {
 		return nil, nil, ErrNoSourceRanges
 	}
 	if sources, err = networks("spec.proxy.allowedSourceRanges", c.AllowedSourceRanges); err != nil {
+		return nil, nil, err
+	}
+	if err := checkOpen("spec.proxy.allowedSourceRanges", sources, c.Credentials != nil, c.AllowOpenProxy); err != nil {
 		return nil, nil, err
 	}
 	if destinations, err = networks("spec.proxy.allowedDestinations", c.AllowedDestinations); err != nil {
