@@ -51,6 +51,7 @@ type options struct {
 	probeAddr               string
 	leaderElect             bool
 	leaderElectionNS        string
+	watchNamespaces         []string // nil: every namespace
 	health                  healthOptions
 	zap                     zap.Options
 }
@@ -114,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader, so that only one manager replica is active.")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's own).")
+	watchNamespaces := fs.String("watch-namespaces", "", "Comma-separated namespaces whose Proxies, ProxyPools and Secrets the manager watches and reconciles; objects in other namespaces are not seen. Empty: every namespace (needs cluster-wide access to Secrets and Proxies; with a list, Roles in those namespaces suffice).")
 	if f := flag.CommandLine.Lookup("kubeconfig"); f != nil { // registered by controller-runtime
 		fs.Var(f.Value, f.Name, f.Usage)
 	}
@@ -136,6 +138,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if err := checkInstallID(o.installID); err != nil {
 		return nil, err
 	}
+	ns, err := parseWatchNamespaces(*watchNamespaces)
+	if err != nil {
+		return nil, err
+	}
+	o.watchNamespaces = ns
 	return o, nil
 }
 
@@ -256,7 +263,7 @@ func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {
 		LeaderElectionID:              "egress-proxies-operator.egress.hrajfrisbee.cz",
 		LeaderElectionNamespace:       o.leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{ByObject: cacheByObject()},
+		Cache:                         cache.Options{ByObject: cacheByObject(), DefaultNamespaces: cacheNamespaces(o.watchNamespaces)},
 	})
 	if err != nil {
 		return nil, err
