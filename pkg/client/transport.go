@@ -83,9 +83,17 @@ type Transport struct {
 	closeOnce sync.Once
 	closed    atomic.Bool
 	// recent holds the proxies banned lately, by host: ref -> until when they are avoided.
-	recentMu sync.Mutex
-	recent   map[string]map[string]time.Time
+	// recentOps counts the look-ups and additions since the last sweep of all of it.
+	recentMu  sync.Mutex
+	recent    map[string]map[string]time.Time
+	recentOps int
 }
+
+// minSweepOps is the fewest look-ups and additions of the ban memory between two sweeps
+// of all of it: a sweep costs one step per host held, and comes at most once per as many
+// operations as hosts held (and never sooner than this), so its cost per operation stays
+// constant however many hosts a broad crawl has seen banning.
+const minSweepOps = 256
 
 const (
 	stRequests = iota
@@ -220,6 +228,10 @@ func (t *Transport) send(req *http.Request, px Proxy, attempt int) (*http.Respon
 	return res, nil
 }
 
+// maxReportedRetryAfter is the longest throttle a report carries, the API's limit for
+// retryAfterSeconds: a site's longer Retry-After is reported as this, not refused.
+const maxReportedRetryAfter = 24 * time.Hour
+
 // classify maps the site's answer to an outcome ("" for none) and a throttle's wait.
 func (t *Transport) classify(res *http.Response) (Outcome, time.Duration) {
 	switch {
@@ -228,7 +240,7 @@ func (t *Transport) classify(res *http.Response) (Outcome, time.Duration) {
 		return Banned, 0
 	case slices.Contains(t.throttle, res.StatusCode):
 		t.stats[stThrottled].Add(1)
-		return Throttled, retryAfter(res.Header)
+		return Throttled, min(retryAfter(res.Header), maxReportedRetryAfter)
 	case res.StatusCode >= 200 && res.StatusCode < 300:
 		t.stats[stOK].Add(1)
 		return OK, 0
@@ -269,7 +281,30 @@ func (t *Transport) remember(host, ref string) {
 	if t.recent[host] == nil {
 		t.recent[host] = map[string]time.Time{}
 	}
-	t.recent[host][ref] = time.Now().Add(t.cfg.BanMemory)
+	now := time.Now()
+	t.recent[host][ref] = now.Add(t.cfg.BanMemory)
+	t.sweepLocked(now)
+}
+
+// sweepLocked forgets the expired entries of every host, when enough operations have
+// passed since the last sweep, so that the hosts a crawl does not ask again are not
+// kept for the Transport's life.
+func (t *Transport) sweepLocked(now time.Time) {
+	t.recentOps++
+	if t.recentOps < max(minSweepOps, len(t.recent)) {
+		return
+	}
+	t.recentOps = 0
+	for host, refs := range t.recent {
+		for ref, until := range refs {
+			if !now.Before(until) {
+				delete(refs, ref)
+			}
+		}
+		if len(refs) == 0 {
+			delete(t.recent, host)
+		}
+	}
 }
 
 // avoided are the proxies host banned within BanMemory.
@@ -291,6 +326,7 @@ func (t *Transport) avoided(host string) []string {
 	if len(t.recent[host]) == 0 {
 		delete(t.recent, host)
 	}
+	t.sweepLocked(now)
 	return refs
 }
 

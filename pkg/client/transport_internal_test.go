@@ -1,0 +1,61 @@
+package client
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// The ban memory forgets the hosts whose entries expired without those hosts being
+// asked again: a broad crawl's other requests sweep it.
+func TestBanMemoryForgetsHostsNotAskedAgain(t *testing.T) {
+	c, err := New(Config{URL: "http://discovery.invalid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := c.Transport(TransportConfig{BanMemory: 20 * time.Millisecond})
+	defer tr.Close()
+	for i := 0; i < 5000; i++ {
+		tr.remember("site"+strconv.Itoa(i)+".example", "crawl/p1")
+	}
+	held := func() int {
+		tr.recentMu.Lock()
+		defer tr.recentMu.Unlock()
+		return len(tr.recent)
+	}
+	if n := held(); n < 4000 {
+		t.Fatalf("%d hosts remembered just after their bans, want about 5000", n)
+	}
+	time.Sleep(50 * time.Millisecond)
+	tr.remember("fresh.example", "crawl/p2")
+	for i := 0; i < 5000 && held() > 1; i++ {
+		tr.avoided("other.example") // requests to a host that never banned
+	}
+	if n := held(); n != 1 {
+		t.Errorf("%d hosts remembered after their entries expired, want 1 (the fresh one)", n)
+	}
+	if got := tr.avoided("fresh.example"); len(got) != 1 || got[0] != "crawl/p2" {
+		t.Errorf("the fresh ban is avoided for %v, want crawl/p2", got)
+	}
+}
+
+// A site's Retry-After longer than the API takes is reported as the API's limit, so the
+// report is taken rather than rejected.
+func TestThrottleReportsAtMostADay(t *testing.T) {
+	c, err := New(Config{URL: "http://discovery.invalid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := c.Transport(TransportConfig{})
+	defer tr.Close()
+	for v, want := range map[string]time.Duration{"7": 7 * time.Second, "86400": 24 * time.Hour, "31536000": 24 * time.Hour, "": 0} {
+		res := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{}}
+		if v != "" {
+			res.Header.Set("Retry-After", v)
+		}
+		if o, got := tr.classify(res); o != Throttled || got != want {
+			t.Errorf("Retry-After %q: %s %s, want throttled %s", v, o, got, want)
+		}
+	}
+}
