@@ -3,7 +3,9 @@
 Every call blocks; the Scrapy middleware runs them in Twisted's thread pool.
 """
 
+import email.utils
 import json
+import math
 import os
 import ssl
 import threading
@@ -14,6 +16,8 @@ import urllib.request
 
 MAX_BATCH = 1000
 RETRYABLE = (429, 502, 503, 504)
+# The longest throttle the API takes (retryAfterSeconds), a day.
+MAX_RETRY_AFTER = 86400.0
 # A token file looking unchanged is read again after this many seconds anyway, as
 # client-go's cached file token source does every minute.
 TOKEN_FILE_MAX_AGE = 60.0
@@ -22,13 +26,14 @@ TOKEN_FILE_MAX_AGE = 60.0
 class DiscoveryError(Exception):
     """An answer of the discovery API other than success, or no answer at all.
 
-    ``status`` is the HTTP status (0 when the API could not be reached) and
-    ``retry_after`` the answer's Retry-After in seconds (0 when it had none).
+    ``status`` is the HTTP status (0 when the API could not be reached),
+    ``retry_after`` the answer's Retry-After in seconds (0 when it had none) and
+    ``parameter`` the query parameter a 400 names ("" when none).
     """
 
-    def __init__(self, method, url, status, message, retry_after=0.0):
+    def __init__(self, method, url, status, message, retry_after=0.0, parameter=""):
         self.method, self.url, self.status = method, url, status
-        self.message, self.retry_after = message, retry_after
+        self.message, self.retry_after, self.parameter = message, retry_after, parameter
         text = f"discovery {method} {url}: "
         text += f"{status} {message}" if status else message
         if retry_after:
@@ -41,6 +46,41 @@ def _retry_after(headers):
         return max(0.0, float(headers.get("Retry-After", "0")))
     except (TypeError, ValueError):
         return 0.0
+
+
+def retry_after_seconds(value, now=None):
+    """The seconds a site's Retry-After value (str or bytes: seconds or an HTTP date)
+    asks for, as a report carries them: at most MAX_RETRY_AFTER (a longer wait, "inf"
+    included, is the longest the API takes), 0.0 for none, a past date, NaN or anything
+    unreadable (the report then leaves the field out and the API's default applies)."""
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    value = (value or "").strip()
+    try:
+        wait = float(value)
+    except ValueError:
+        try:
+            wait = email.utils.parsedate_to_datetime(value).timestamp() - (time.time() if now is None else now)
+        except (TypeError, ValueError, IndexError):
+            return 0.0
+    if math.isnan(wait) or wait <= 0:
+        return 0.0
+    return min(wait, MAX_RETRY_AFTER)
+
+
+def _finite(report):
+    """report with a retryAfterSeconds that JSON can carry and the API takes: one out
+    of range (Infinity included) is clamped to 0..MAX_RETRY_AFTER, NaN or a non-number
+    left out."""
+    ra = report.get("retryAfterSeconds")
+    if ra is None or (isinstance(ra, (int, float)) and 0 <= ra <= MAX_RETRY_AFTER):
+        return report
+    report = dict(report)
+    if isinstance(ra, (int, float)) and not math.isnan(ra):
+        report["retryAfterSeconds"] = min(max(float(ra), 0.0), MAX_RETRY_AFTER)
+    else:
+        del report["retryAfterSeconds"]
+    return report
 
 
 class TokenFileError(ValueError):
@@ -127,11 +167,14 @@ class Discovery:
                 return json.loads(res.read())
         except urllib.error.HTTPError as e:
             raw = e.read()
+            parameter = ""
             try:
-                message = json.loads(raw).get("error") or raw.decode(errors="replace")
+                answer = json.loads(raw)
+                message = answer.get("error") or raw.decode(errors="replace")
+                parameter = answer.get("parameter") or ""
             except (ValueError, AttributeError):
                 message = raw[:200].decode(errors="replace").strip()
-            raise DiscoveryError(method, url, e.code, message, _retry_after(e.headers)) from None
+            raise DiscoveryError(method, url, e.code, message, _retry_after(e.headers), parameter) from None
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise DiscoveryError(method, url, 0, str(getattr(e, "reason", e))) from None
 
@@ -165,14 +208,17 @@ class Discovery:
 
     def feedback(self, reports):
         """Sends reports (dicts with proxy, domain, outcome and, for throttled,
-        retryAfterSeconds) in batches of at most 1,000 (POST /v1/feedback). A batch is
+        retryAfterSeconds) in batches of at most 1,000 (POST /v1/feedback); a
+        retryAfterSeconds out of the API's 0 to 86,400 is sent as the nearest of them
+        (Infinity as 86,400) and NaN not at all, so that the body stays JSON and the
+        report is taken. A batch is
         sent again after a connection failure or a 429, 502, 503 or 504, after the
         answer's Retry-After (a draining replica answers 503 with Retry-After: 1) or a
         back-off. Returns (accepted, rejected), rejected indexed into reports."""
         accepted, rejected = 0, []
         for off in range(0, len(reports), MAX_BATCH):
-            batch = reports[off:off + MAX_BATCH]
-            ans = self._send(json.dumps({"reports": batch}).encode())
+            batch = [_finite(r) for r in reports[off:off + MAX_BATCH]]
+            ans = self._send(json.dumps({"reports": batch}, allow_nan=False).encode())
             accepted += ans.get("accepted", 0)
             for r in ans.get("rejected") or []:
                 rejected.append(dict(r, index=r["index"] + off))

@@ -18,10 +18,11 @@ from urllib.parse import urlsplit
 
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
+from tldextract import TLDExtract
 from twisted.internet import task
 from twisted.internet.threads import deferToThread
 
-from .discovery import Discovery, DiscoveryError, TokenFileError
+from .discovery import Discovery, DiscoveryError, TokenFileError, retry_after_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +35,24 @@ class NoEgressProxy(IgnoreRequest):
     cooling for it), no healthy proxy matches, or the API could not be reached."""
 
 
+# The public suffix list, ICANN's and the private one (s3.amazonaws.com, github.io), as
+# the discovery API and the Go client read it: the copy bundled with tldextract (a
+# dependency of Scrapy), never fetched.
+_split_host = TLDExtract(suffix_list_urls=(), cache_dir=None, include_psl_private_domains=True)
+
+# The middleware's own ban memory is swept of every host's expired entries once per so
+# many look-ups and additions, or as many as hosts held when more.
+MIN_SWEEP_OPS = 256
+
+
 def _is_site(host):
-    """Whether host can be a site for feedback: a name with a dot, not an IP address."""
-    if not host or "." not in host or host.replace(".", "").isdigit() or ":" in host:
+    """Whether host names a site for feedback and ?domain=: a name under a public suffix,
+    not an IP address, nor a public suffix itself (s3.amazonaws.com, myshopify.com,
+    co.uk), which the API refuses as a domain; such hosts are picked by key, as the Go
+    client does."""
+    if not host or ":" in host or host.replace(".", "").isdigit():
         return False
-    return True
+    return bool(_split_host(host).registered_domain)
 
 
 class EgressProxiesMiddleware:
@@ -53,7 +67,8 @@ class EgressProxiesMiddleware:
     EGRESS_PROXIES_LABEL_SELECTOR, EGRESS_PROXIES_NAMESPACE, EGRESS_PROXIES_POOL
                                    filters for the proxies picked
     EGRESS_PROXIES_BAN_CODES       statuses reported as banned (default [403])
-    EGRESS_PROXIES_THROTTLE_CODES  statuses reported as throttled, with Retry-After (default [429])
+    EGRESS_PROXIES_THROTTLE_CODES  statuses reported as throttled, with Retry-After (seconds or an
+                                   HTTP date; more than a day, "inf" too, is sent as a day) (default [429])
     EGRESS_PROXIES_MAX_BAN_RETRIES how many other proxies a banned request goes through (default 2)
     EGRESS_PROXIES_BAN_MEMORY      seconds the middleware itself avoids a proxy for a host that
                                    banned it, until discovery leaves it out (default 30)
@@ -77,6 +92,7 @@ class EgressProxiesMiddleware:
         self.flush_interval = s.getfloat("EGRESS_PROXIES_FLUSH_INTERVAL", 1.0)
         self.ban_memory = s.getfloat("EGRESS_PROXIES_BAN_MEMORY", 30.0)
         self._recent = {}  # host -> {proxy: monotonic deadline}
+        self._recent_ops = 0  # look-ups and additions since the last sweep of _recent
         self._lock = threading.Lock()
         self._pending = []
         self._loop = None
@@ -161,7 +177,7 @@ class EgressProxiesMiddleware:
             return None
         host, domain, tried = plan
         d = deferToThread(self._choose, host, domain, tried)
-        d.addCallback(self._assign, request, domain, tried)
+        d.addCallback(self._assign, request, tried)
         d.addErrback(self._unavailable, request)
         return d
 
@@ -177,8 +193,19 @@ class EgressProxiesMiddleware:
         return host, domain, list(state["tried"]) if state else []
 
     def _choose(self, host, domain, tried):
-        """A proxy for the request (blocking): the pick for its domain (or host), or, on a
-        retry after a ban, one it has not been sent through, in an order of the host's own."""
+        """(proxy, domain) for the request (blocking): the pick for its domain (or host),
+        or, on a retry after a ban, one it has not been sent through, in an order of the
+        host's own. A domain the API refuses (its public suffix list knows a suffix this
+        one does not) is picked by key instead, and domain is then "": no reports."""
+        try:
+            return self._choose_for(host, domain, tried), domain
+        except DiscoveryError as e:
+            if not domain or e.status != 400 or e.parameter != "domain":
+                raise
+            logger.debug("egress proxies: the API takes no domain %s (%s); picking by key", domain, e.message)
+            return self._choose_for(host, "", tried), ""
+
+    def _choose_for(self, host, domain, tried):
         q = dict(self.query)
         if domain:
             q["domain"] = domain
@@ -200,8 +227,24 @@ class EgressProxiesMiddleware:
         return first
 
     def _remember(self, host, ref):
+        now = time.monotonic()
         with self._lock:
-            self._recent.setdefault(host, {})[ref] = time.monotonic() + self.ban_memory
+            self._recent.setdefault(host, {})[ref] = now + self.ban_memory
+            self._sweep_locked(now)
+
+    def _sweep_locked(self, now):
+        """Forgets the expired entries of every host once enough look-ups and additions
+        have passed, so that hosts not asked again are not kept for the crawl's life."""
+        self._recent_ops += 1
+        if self._recent_ops < max(MIN_SWEEP_OPS, len(self._recent)):
+            return
+        self._recent_ops = 0
+        for host in list(self._recent):
+            refs = self._recent[host]
+            for ref in [r for r, until in refs.items() if until <= now]:
+                del refs[ref]
+            if not refs:
+                del self._recent[host]
 
     def _avoided(self, host):
         """The proxies host banned within EGRESS_PROXIES_BAN_MEMORY."""
@@ -212,9 +255,13 @@ class EgressProxiesMiddleware:
             recent = self._recent.get(host, {})
             for ref in [r for r, until in recent.items() if until <= now]:
                 del recent[ref]
+            if not recent:
+                self._recent.pop(host, None)
+            self._sweep_locked(now)
             return list(recent)
 
-    def _assign(self, proxy, request, domain, tried):
+    def _assign(self, chosen, request, tried):
+        proxy, domain = chosen
         if proxy is None:
             raise NoEgressProxy(f"{request.url}: every proxy for it has been tried ({', '.join(tried)})")
         ref = f"{proxy['namespace']}/{proxy['name']}"
@@ -252,11 +299,7 @@ class EgressProxiesMiddleware:
             return retry
         if status in self.throttle_codes:
             self.stats.inc_value(STATS + "throttled")
-            try:
-                wait = float(response.headers.get(b"Retry-After", b"0").decode())
-            except ValueError:
-                wait = 0.0
-            self._report(ref, domain, "throttled", max(0.0, wait))
+            self._report(ref, domain, "throttled", retry_after_seconds(response.headers.get(b"Retry-After")))
         elif 200 <= status < 300:
             self.stats.inc_value(STATS + "ok")
             if self.report_ok:

@@ -46,7 +46,7 @@ def middleware(**settings):
 def assign(mw, request):
     """process_request's work without the reactor: choose, then assign."""
     host, domain, tried = mw._plan(request)
-    return mw._assign(mw._choose(host, domain, tried), request, domain, tried)
+    return mw._assign(mw._choose(host, domain, tried), request, tried)
 
 
 def respond(request, status, headers=None):
