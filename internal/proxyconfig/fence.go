@@ -193,7 +193,9 @@ func fenceRuleset(allowed []netip.Prefix) string {
 
 // fenceScript is FenceScriptPath: tinyproxy.service's ExecStartPre. It waits (up to 60 s)
 // for the guest's first global address, then loads the ruleset, the guest's on-link
-// subnets and its resolvers in one nft batch. Any failure stops tinyproxy from starting.
+// subnets (the routes of its main table without a gateway, IPv4 and IPv6, whatever their
+// proto: an on-link prefix from a router advertisement is proto kernel when the kernel
+// took it, proto ra when systemd-networkd did) and its resolvers in one nft batch. Any failure stops tinyproxy from starting.
 // Subnets the guest gets later are not added until tinyproxy restarts (they are private
 // ranges in most networks, and so refused anyway).
 //
@@ -236,8 +238,11 @@ batch=/run/egress-proxies-operator-fence.nft
 addr='^[0-9A-Fa-f:.]+(/[0-9]+)?$'
 {
   cat ` + FenceRulesetPath + `
-  ip -o -4 route show table main scope link | awk -v re="$addr" -v t="$table" '$1 ~ re { print "add element " t " own4 { " $1 " }" }'
-  ip -o -6 route show table main proto kernel | awk -v re="$addr" -v t="$table" '$1 ~ re { print "add element " t " own6 { " $1 " }" }'
+  # The guest's subnets: every route of the main table without a gateway, whoever put it
+  # there (the kernel, DHCP, router advertisements: networkd's on-link prefixes are proto ra).
+  for fam in 4 6; do
+    ip -o -"$fam" route show table main | awk -v re="$addr" -v set="$table own$fam" '$1 ~ re && !/ via / { print "add element " set " { " $1 " }" }'
+  done
   if [ -r /etc/resolv.conf ]; then
     awk -v t="$table" '$1 == "nameserver" && $2 !~ /%/ { print "add element " t " resolvers" ($2 ~ /:/ ? "6" : "4") " { " $2 " }" }' /etc/resolv.conf
   fi

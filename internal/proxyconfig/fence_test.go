@@ -185,9 +185,24 @@ type fenceRun struct {
 	marker, batch, log string
 }
 
+// fenceRoutes are the main table's routes the stand-in for ip lists, by family, in the
+// form `ip -o route show table main` prints them.
+var fenceRoutes = map[string]string{
+	"4": "default via 10.123.0.1 dev enp1s0 proto dhcp src 10.123.0.50 metric 1024\n" +
+		"10.123.0.0/24 dev enp1s0 proto kernel scope link src 10.123.0.50 metric 1024",
+	"6": "fd00:7::/64 dev enp1s0 proto kernel metric 256 pref medium\n" +
+		"default via fd00:7::1 dev enp1s0 proto ra metric 1024 expires 1791sec pref medium",
+}
+
 // newFenceRun prepares a run: the guest gets its address after noAddress checks (-1:
 // never), and nft fails with nftExit when that is not 0.
 func newFenceRun(t *testing.T, noAddress, nftExit int) *fenceRun {
+	t.Helper()
+	return newFenceRunRoutes(t, noAddress, nftExit, fenceRoutes)
+}
+
+// newFenceRunRoutes is newFenceRun whose guest has routes (by family, "4" and "6").
+func newFenceRunRoutes(t *testing.T, noAddress, nftExit int, routes map[string]string) *fenceRun {
 	t.Helper()
 	dir := t.TempDir()
 	r := &fenceRun{dir: dir, marker: filepath.Join(dir, "state", "fence-no-address"),
@@ -208,8 +223,8 @@ case "$*" in
   if [ ` + strconv.Itoa(never) + ` = 0 ] && [ "$n" -gt ` + strconv.Itoa(noAddress) + ` ]; then
     echo "2: enp1s0    inet 10.123.0.50/24 metric 1024 brd 10.123.0.255 scope global dynamic enp1s0"
   fi ;;
-"-o -4 route show table main scope link") echo "10.123.0.0/24 dev enp1s0 proto kernel scope link src 10.123.0.50 metric 1024" ;;
-"-o -6 route show table main proto kernel") echo "fd00:7::/64 dev enp1s0 proto kernel metric 256 pref medium" ;;
+"-o -4 route show table main") printf '` + routes["4"] + `\n' ;;
+"-o -6 route show table main") printf '` + routes["6"] + `\n' ;;
 *) echo "unexpected: ip $*" >&2; exit 2 ;;
 esac`,
 		"nft":       `echo "nft $*" >>` + r.log + "\n[ " + strconv.Itoa(nftExit) + " = 0 ] || exit " + strconv.Itoa(nftExit) + "\ncp \"$2\" " + dir + "/loaded.nft",
@@ -409,5 +424,62 @@ func TestFenceRefusesMetadataServers(t *testing.T) {
 		if m < 0 || a < 0 || m > a {
 			t.Errorf("%s is not refused before the exceptions are looked at:\n%s", fam, rules)
 		}
+	}
+}
+
+// The fence refuses every on-link route of the guest (one without a gateway), whatever
+// put it there: the kernel for an address's prefix, DHCP, a static route, and router
+// advertisements (systemd-networkd installs an on-link prefix as proto ra, the kernel as
+// proto kernel). Routes through a gateway, the default, and blackholes are not the
+// guest's subnets. The listings are shaped like iproute2's, as a network namespace
+// printed them.
+func TestFenceOwnSubnets(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		routes map[string]string
+		want   []string // own4/own6 elements
+	}{
+		{"IPv6 on-link prefix from a router advertisement (networkd)", map[string]string{"6": "2001:db8:7::/64 dev enp1s0 proto ra metric 1024 expires 86391sec pref medium\\n" +
+			"fe80::/64 dev enp1s0 proto kernel metric 256 pref medium\\n" +
+			"default via fe80::1 dev enp1s0 proto ra metric 1024 expires 1791sec pref medium"},
+			[]string{"own6 { 2001:db8:7::/64 }", "own6 { fe80::/64 }"}},
+		{"IPv6 of every origin", map[string]string{"6": "2001:db8:7::/64 dev enp1s0 proto kernel metric 256 expires 86391sec pref medium\\n" +
+			"2001:db8:8::/64 dev enp1s0 proto static metric 1024 pref medium\\n" +
+			"2001:db8:9::/64 dev enp1s0 proto dhcp metric 1024 pref medium\\n" +
+			"2001:db8:a::/64 dev enp1s0 proto boot metric 1024 pref medium\\n" +
+			"2001:db8:b::5 dev enp1s0 proto ra metric 1024 pref medium"},
+			[]string{"own6 { 2001:db8:7::/64 }", "own6 { 2001:db8:8::/64 }", "own6 { 2001:db8:9::/64 }", "own6 { 2001:db8:a::/64 }", "own6 { 2001:db8:b::5 }"}},
+		{"IPv6 routes not on-link", map[string]string{"6": "2001:db8:99::/48 via fd00:7::1 dev enp1s0 proto ra metric 1024 pref medium\\n" +
+			"2001:db8:aa::/64 proto ra metric 1024 pref medium nexthop via fd00:7::1 dev enp1s0 weight 1 nexthop via fd00:7::2 dev enp1s0 weight 1\\n" +
+			"unreachable 2001:db8:dead::/48 dev lo metric 1024 pref medium\\n" +
+			"default via fd00:7::1 dev enp1s0 proto ra metric 1024 pref medium"},
+			nil},
+		{"IPv4 on-link of every origin and scope", map[string]string{"4": "default via 10.123.0.1 dev enp1s0 proto dhcp src 10.123.0.50 metric 1024\\n" +
+			"10.123.0.0/24 dev enp1s0 proto kernel scope link src 10.123.0.50 metric 1024\\n" +
+			"192.168.5.0/24 dev enp1s0 proto dhcp scope link src 192.168.5.7 metric 1024\\n" +
+			"198.51.100.0/24 dev enp1s0\\n" +
+			"10.200.0.0/16 via 10.123.0.1 dev enp1s0\\n" +
+			"blackhole 10.99.0.0/16"},
+			[]string{"own4 { 10.123.0.0/24 }", "own4 { 192.168.5.0/24 }", "own4 { 198.51.100.0/24 }"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newFenceRunRoutes(t, 0, 0, tc.routes)
+			if code, out := r.run(t); code != 0 {
+				t.Fatalf("exit %d, want 0:\n%s", code, out)
+			}
+			loaded, err := os.ReadFile(filepath.Join(r.dir, "loaded.nft"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, l := range strings.Split(string(loaded), "\n") {
+				if e, ok := strings.CutPrefix(l, "add element "+FenceTable+" "); ok && strings.HasPrefix(e, "own") {
+					got = append(got, e)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("the guest's subnets the fence refuses (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
