@@ -62,18 +62,22 @@ func get(t *testing.T, ctx context.Context, c client.Client, key types.Namespace
 	return px
 }
 
+// recorderOnAProxy is a recorder on a fake clock and the key of a Proxy newProxy made.
+func recorderOnAProxy(t *testing.T) (context.Context, client.Client, types.NamespacedName, *clocktesting.FakeClock, *Recorder) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	env := shared.Env(t)
+	c := env.Client
+	px := newProxy(t, ctx, c, env.Namespace(t, ctx, "bans"), "p1")
+	clk := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
+	return ctx, c, client.ObjectKeyFromObject(px), clk, &Recorder{Client: c, Reader: c, APIReader: c, Clock: clk, Policy: DefaultPolicy}
+}
+
 // The recorder writes status.cooldowns alone, under proxy-feedback, coalescing the
 // reports of one Proxy into one write per interval, and leaves the other writers' fields
 // and ownership as they were.
 func TestRecorderOwnsOnlyCooldownsAndCoalesces(t *testing.T) {
-	ctx := testenv.Context(t)
-	env := shared.Env(t)
-	c := env.Client
-	ns := env.Namespace(t, ctx, "bans")
-	px := newProxy(t, ctx, c, ns, "p1")
-	key := client.ObjectKeyFromObject(px)
-	clk := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
-	r := &Recorder{Client: c, Reader: c, APIReader: c, Clock: clk, Policy: DefaultPolicy}
+	ctx, c, key, clk, r := recorderOnAProxy(t)
 
 	for _, site := range []string{"a.com", "b.com", "c.com"} {
 		r.Add(key, Report{Site: site, Outcome: Banned})
@@ -245,14 +249,7 @@ func TestRecorderStopsFeedbackBeforeItsLastFlush(t *testing.T) {
 // allows, which bans.Site now refuses before it reaches a recorder) is dropped and
 // counted: it does not hold back the Proxy's later reports, and no write repeats it.
 func TestRecorderDropsAWriteRefusedAsInvalid(t *testing.T) {
-	ctx := testenv.Context(t)
-	env := shared.Env(t)
-	c := env.Client
-	ns := env.Namespace(t, ctx, "bans")
-	px := newProxy(t, ctx, c, ns, "p1")
-	key := client.ObjectKeyFromObject(px)
-	clk := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
-	r := &Recorder{Client: c, Reader: c, APIReader: c, Clock: clk, Policy: DefaultPolicy}
+	ctx, c, key, clk, r := recorderOnAProxy(t)
 	dropped := testutil.ToFloat64(droppedReports.WithLabelValues(DropInvalid))
 
 	overlong := strings.Repeat("a", 42) + strings.Repeat(".abcde", 41) + ".example.com" // 300 characters
