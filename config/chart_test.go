@@ -208,6 +208,9 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 		{[]string{"metrics.port=0"}, []string{"/metrics/port", "minimum"}},
 		{[]string{"image.pullPolicy=Sometimes"}, []string{"/image/pullPolicy"}},
 		{[]string{"replica=3"}, []string{"additional properties 'replica'"}},
+		{[]string{"discovery.kubernetesAuth=maybe"}, []string{"/discovery/kubernetesAuth", "boolean"}},
+		{[]string{"crawlerRoleBindings[0].namespace=Team_A", "crawlerRoleBindings[0].serviceAccount=crawler"}, []string{"/crawlerRoleBindings/0/namespace"}},
+		{[]string{"crawlerRoleBindings[0].namespace=team-a"}, []string{"/crawlerRoleBindings/0", "serviceAccount"}},
 	} {
 		t.Run(strings.Join(tc.set, ","), func(t *testing.T) {
 			var args []string
@@ -267,6 +270,57 @@ func TestChartValuesReachTheDeployment(t *testing.T) {
 		if !bytes.Contains(js, []byte(want)) {
 			t.Errorf("the Deployment lacks %q:\n%s", want, js)
 		}
+	}
+}
+
+// crawlerRoleBindings binds the crawler ClusterRole, and the credentials one where asked,
+// to each ServiceAccount in its namespace; discovery.kubernetesAuth=false reaches the
+// manager as --discovery-kubernetes-auth=false (the default, true, is the flag's own).
+func TestChartCrawlerRoleBindings(t *testing.T) {
+	out, err := renderChart(t, "--set", "discovery.kubernetesAuth=false",
+		"--set", "crawlerRoleBindings[0].namespace=team-a", "--set", "crawlerRoleBindings[0].serviceAccount=crawler",
+		"--set", "crawlerRoleBindings[0].credentials=true",
+		"--set", "crawlerRoleBindings[1].namespace=team-b", "--set", "crawlerRoleBindings[1].serviceAccount=bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := objects(t, "helm template", out)
+	type binding struct{ role, subject string }
+	want := map[string]binding{
+		"RoleBinding team-a/egress-proxies-operator-crawler-crawler":     {"egress-proxies-operator-crawler", "team-a/crawler"},
+		"RoleBinding team-a/egress-proxies-operator-credentials-crawler": {"egress-proxies-operator-credentials", "team-a/crawler"},
+		"RoleBinding team-b/egress-proxies-operator-crawler-bot":         {"egress-proxies-operator-crawler", "team-b/bot"},
+	}
+	for key, o := range got {
+		md := o["metadata"].(map[string]any)
+		if o["kind"] != "RoleBinding" || md["namespace"] == releaseNS {
+			continue
+		}
+		w, ok := want[key]
+		if !ok {
+			t.Errorf("the chart makes %s, not asked for", key)
+			continue
+		}
+		delete(want, key)
+		ref := o["roleRef"].(map[string]any)
+		subjects := o["subjects"].([]any)
+		sub := subjects[0].(map[string]any)
+		if ref["kind"] != "ClusterRole" || ref["name"] != w.role || len(subjects) != 1 || sub["kind"] != "ServiceAccount" ||
+			fmt.Sprintf("%v/%v", sub["namespace"], sub["name"]) != w.subject {
+			t.Errorf("%s binds %v to %v, want ClusterRole %s to ServiceAccount %s", key, ref, subjects, w.role, w.subject)
+		}
+		for _, role := range []string{"egress-proxies-operator-crawler", "egress-proxies-operator-credentials"} {
+			if _, ok := got["ClusterRole <nil>/"+role]; !ok {
+				t.Errorf("%s binds ClusterRole %s, which the chart does not make", key, role)
+			}
+		}
+	}
+	for key := range want {
+		t.Errorf("the chart does not make %s", key)
+	}
+	js, _ := yaml.Marshal(got["Deployment "+releaseNS+"/egress-proxies-operator-controller-manager"])
+	if !bytes.Contains(js, []byte("--discovery-kubernetes-auth=false")) {
+		t.Errorf("discovery.kubernetesAuth=false: the Deployment lacks --discovery-kubernetes-auth=false:\n%s", js)
 	}
 }
 
