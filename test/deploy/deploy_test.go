@@ -98,9 +98,9 @@ func TestDeployedOperator(t *testing.T) {
 	// its bridge).
 	imageURL := framework.Serve(t, e.gateway, fileServer(imagePath))
 
-	sw.step("build the manager image (make image-tar) and import it into the node's containerd", func() {
+	sw.step("build the manager image (make image-tar) and the crawler Pod's (hack/imagebuild), import them into the node's containerd", func() {
 		e.mustRun(t, "make", "image-tar", "IMG="+image)
-		e.mustRun(t, "hack/cluster.sh", "import", "bin/image/manager.tar")
+		e.mustRun(t, "hack/cluster.sh", "import", "bin/image/manager.tar", buildCrawlerImage(t, e))
 	})
 
 	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNS, Name: proxyName}}
@@ -193,6 +193,10 @@ func TestDeployedOperator(t *testing.T) {
 		if doms, err := e.host.DomainsMatching(string(ready.UID)); err != nil || len(doms) != 1 || doms[0] != ready.InstanceName() {
 			t.Fatalf("domains carrying the Proxy's UID: %v (%v), want [%s]", doms, err, ready.InstanceName())
 		}
+	})
+
+	sw.step("crawler Pods with their own projected ServiceAccount tokens: the proxy's namespace's lists and picks its proxy, without credentials; another namespace's gets none", func() {
+		checkCrawlerPods(t, e, c, discovery, want)
 	})
 
 	sw.step("a real Prometheus: every dashboard query and alert expression evaluates, the Proxies panels return series while the Proxy is Ready", func() {
@@ -597,7 +601,7 @@ func checkRemoved(t *testing.T, c client.Client) {
 	if err := c.List(ctx, &px); err == nil {
 		t.Errorf("the Proxy CRD is still served (%d Proxies)", len(px.Items))
 	}
-	for _, name := range []string{"manager-role", "metrics-auth-role", "metrics-reader"} {
+	for _, name := range []string{"manager-role", "metrics-auth-role", "metrics-reader", "crawler", "credentials"} {
 		err := c.Get(ctx, client.ObjectKey{Name: "egress-proxies-operator-" + name}, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"}})
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("ClusterRole egress-proxies-operator-%s: %v, want it gone", name, err)
