@@ -125,7 +125,7 @@ func checkOpen(field string, sources []netip.Prefix, credentials, allowOpenProxy
 		names[i] = p.String()
 	}
 	base := strings.TrimSuffix(field, ".allowedSourceRanges")
-	return fmt.Errorf("%w: %s (%s) together admit %s (an IPv4-mapped IPv6 range such as ::ffff:0:0/96 admits IPv4 clients) and %s.basicAuth is not set. "+
+	return fmt.Errorf("%w: %s (%s) together admit %s (an IPv6 range over the IPv4-mapped addresses ::ffff:0:0/96, such as ::/80, admits IPv4 clients) and %s.basicAuth is not set. "+
 		"Add %s.basicAuth (a Secret with the credentials), narrow the ranges to the crawlers' networks, or set %s.allowOpenProxy: true to run an open proxy on purpose",
 		ErrOpenProxy, field, strings.Join(names, ", "), clients, base, base, base)
 }
