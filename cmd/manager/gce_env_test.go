@@ -28,6 +28,17 @@ const gceConfig = `providers:
       withoutAuthentication: true
 `
 
+// gceFake starts the in-process Compute API, which gives instances the address of a
+// forward proxy of the test's own, and writes a providers config with one gce entry for it.
+func gceFake(t *testing.T) (*healthtest.ForwardProxy, *gcefake.Server, string) {
+	t.Helper()
+	fp := healthtest.New(t, "127.0.0.9")
+	fake := gcefake.New("epo-env-project", "europe-west1-b")
+	t.Cleanup(fake.Close)
+	fake.SetNATAddress(fp.Host)
+	return fp, fake, writeFile(t, "providers.yaml", fmt.Sprintf(gceConfig, fake.URL))
+}
+
 // TestManagerRunsAProxyOnGCE: the manager binary with a gce provider entry pointed at the
 // in-process Compute API runs a Managed Proxy end to end. The instance is inserted with
 // the Proxy's user-data, the fake hands out a loopback NAT IP where a forward proxy
@@ -36,12 +47,7 @@ const gceConfig = `providers:
 func TestManagerRunsAProxyOnGCE(t *testing.T) {
 	env := testenv.StartT(t)
 	c := env.Client
-	fp := healthtest.New(t, "127.0.0.9")
-	fake := gcefake.New("epo-env-project", "europe-west1-b")
-	t.Cleanup(fake.Close)
-	fake.SetNATAddress(fp.Host)
-
-	providers := writeFile(t, "providers.yaml", fmt.Sprintf(gceConfig, fake.URL))
+	fp, fake, providers := gceFake(t)
 	disc := freeAddr(t)
 	mgr := startManager(t, env, "--providers-config", providers,
 		"--health-probe-bind-address", freeAddr(t), "--metrics-bind-address", "0",
