@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -26,12 +28,18 @@ import (
 // poolEgress is what a pool with spec.egress.wireguard has to hand out.
 type poolEgress struct {
 	selector labels.Selector
-	matching int      // opted-in Secrets the selector matches
+	matching int      // WireGuard exits the selector matches (opted in, not skipped)
 	free     []string // of those, the ones no child holds, by name; assignment takes from the front
+	// skipped are the opted-in Secrets the selector matches that are not exits, by
+	// name: never handed to a child, named in EgressExhausted.
+	skipped []skippedSecret
 	// needed is how many children this pass wanted to make, freeBefore how many
 	// configurations were free then.
 	needed, freeBefore int
 }
+
+// skippedSecret is a Secret a pool's selector matches that is no WireGuard exit, and why.
+type skippedSecret struct{ name, why string }
 
 // wireGuardSelector is the pool's spec.egress.wireguard.secretSelector, or nil.
 func wireGuardSelector(pool *v1alpha1.ProxyPool) *metav1.LabelSelector {
@@ -69,14 +77,46 @@ func (r *ProxyPoolReconciler) observeEgress(ctx context.Context, s *poolScope) e
 		if !proxyconfig.OptedIn(sec) {
 			continue
 		}
+		if why := notAnExit(sec); why != "" {
+			e.skipped = append(e.skipped, skippedSecret{sec.Name, why})
+			continue
+		}
 		e.matching++
 		if !held[sec.Name] {
 			e.free = append(e.free, sec.Name)
 		}
 	}
 	slices.Sort(e.free)
+	slices.SortFunc(e.skipped, func(a, b skippedSecret) int { return strings.Compare(a.name, b.name) })
 	s.egress = e
 	return nil
+}
+
+// notAnExit says why a Secret is no WireGuard exit, or "" when it is one. A selector
+// that matches the opt-in label alone also matches the template's basic-auth Secret and
+// the credentials snapshot of every child (proxy_snapshot.go), one more with each child:
+// handed to a child, either would leave it waiting for a configuration forever.
+func notAnExit(sec *corev1.Secret) string {
+	if ref := metav1.GetControllerOfNoCopy(sec); ref != nil && ref.Kind == "Proxy" && ref.APIVersion == v1alpha1.GroupVersion.String() {
+		return "the credentials snapshot of proxy " + ref.Name
+	}
+	if len(bytes.TrimSpace(sec.Data[proxyconfig.SecretKeyWireGuard])) == 0 {
+		return fmt.Sprintf("no key %s", proxyconfig.SecretKeyWireGuard)
+	}
+	return ""
+}
+
+// skippedMessage names the Secrets skipped as not exits ("" when none), at most maxNamed.
+func (e *poolEgress) skippedMessage() string {
+	if len(e.skipped) == 0 {
+		return ""
+	}
+	parts := make([]string, len(e.skipped))
+	for i, sk := range e.skipped {
+		parts[i] = fmt.Sprintf("%s (%s)", sk.name, sk.why)
+	}
+	return fmt.Sprintf("; it also matches %d Secrets that are not WireGuard exits and are never handed out: %s",
+		len(e.skipped), nameList(parts))
 }
 
 // assignedWireGuard is the Secret a child was given, or "".
@@ -125,8 +165,8 @@ func (s *poolScope) setEgressExhausted() {
 	switch {
 	case e.needed > e.freeBefore && e.matching == 0:
 		cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.PoolReasonNoFreeEgress
-		cond.Message = fmt.Sprintf("spec.egress.wireguard.secretSelector (%s) matches no WireGuard Secret in namespace %s labelled %s=true; "+
-			"%d children wait for one each", selectorString(e.selector), s.pool.Namespace, v1alpha1.CredentialsLabel, e.needed)
+		cond.Message = fmt.Sprintf("spec.egress.wireguard.secretSelector (%s) matches no WireGuard Secret (labelled %s=true, holding %s) in namespace %s; "+
+			"%d children wait for one each", selectorString(e.selector), v1alpha1.CredentialsLabel, proxyconfig.SecretKeyWireGuard, s.pool.Namespace, e.needed)
 	case e.needed > e.freeBefore:
 		cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.PoolReasonNoFreeEgress
 		cond.Message = fmt.Sprintf("has %d free WireGuard configurations and needs %d: spec.egress.wireguard.secretSelector (%s) matches %d, "+
@@ -136,6 +176,7 @@ func (s *poolScope) setEgressExhausted() {
 		cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.PoolReasonEgressAvailable
 		cond.Message = fmt.Sprintf("%d of the %d WireGuard configurations spec.egress.wireguard.secretSelector matches are free", len(e.free), e.matching)
 	}
+	cond.Message += e.skippedMessage()
 	meta.SetStatusCondition(conds, cond)
 }
 
@@ -165,4 +206,15 @@ func (r *ProxyPoolReconciler) poolsForWireGuardSecret(ctx context.Context, sec c
 		}
 	}
 	return out
+}
+
+// nameList joins names, at most maxNamed of them: "a, b and 3 more"; "none" when empty.
+func nameList(names []string) string {
+	switch {
+	case len(names) == 0:
+		return "none"
+	case len(names) > maxNamed:
+		return strings.Join(names[:maxNamed], ", ") + fmt.Sprintf(" and %d more", len(names)-maxNamed)
+	}
+	return strings.Join(names, ", ")
 }

@@ -164,8 +164,8 @@ func testPoolWireGuardNoMatch(t *testing.T, env *testenv.Env) {
 	e := newPoolEnv(t, env)
 	e.create(e.wireGuardPool("nomatch", 2, map[string]string{"exits": "none"}))
 	e.waitPool("nomatch", "EgressExhausted=True naming the selector", egressExhausted(metav1.ConditionTrue, v1alpha1.PoolReasonNoFreeEgress,
-		fmt.Sprintf("spec.egress.wireguard.secretSelector (exits=none) matches no WireGuard Secret in namespace %s labelled %s=true; 2 children wait for one each",
-			e.ns, v1alpha1.CredentialsLabel)))
+		fmt.Sprintf("spec.egress.wireguard.secretSelector (exits=none) matches no WireGuard Secret (labelled %s=true, holding wg0.conf) in namespace %s; 2 children wait for one each",
+			v1alpha1.CredentialsLabel, e.ns)))
 	if kids := e.children("nomatch"); len(kids) != 0 {
 		t.Errorf("%d children without a configuration, want none", len(kids))
 	}
@@ -200,4 +200,63 @@ func testPoolWireGuardDeleteFirst(t *testing.T, env *testenv.Env) {
 		}
 		return egressExhausted(metav1.ConditionFalse, v1alpha1.PoolReasonEgressAvailable)(p, kids)
 	})
+}
+
+// A selector matching the opt-in label alone also matches the template's basic-auth
+// Secret and each child's credentials snapshot. Neither is a WireGuard exit: the children
+// get the real exits alone, EgressExhausted counts only those and names the others, and
+// each new snapshot adds no exit.
+func TestPoolWireGuardIdentitiesSkipNonExits(t *testing.T) {
+	e := newPoolEnv(t, shared.Env(t))
+	auth := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "crawl-auth",
+		Labels: map[string]string{v1alpha1.CredentialsLabel: "true"}},
+		Data: map[string][]byte{"username": []byte("crawler"), "password": []byte("Pass-word.1")}}
+	if err := e.c.Create(e.ctx, auth); err != nil {
+		t.Fatal(err)
+	}
+	e.exitSecret("exit-1")
+	e.exitSecret("exit-2")
+	pool := e.wireGuardPool("natural", 2, map[string]string{v1alpha1.CredentialsLabel: "true"})
+	pool.Spec.Template.Spec.Proxy.BasicAuth = &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: "crawl-auth"}}
+	e.create(pool)
+	e.waitPool("natural", "2 children", func(_ *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool { return len(kids) == 2 })
+	if got := held(assignments(t, e.children("natural"))); got != "exit-1,exit-2" {
+		t.Fatalf("children hold %s, want exit-1 and exit-2 (crawl-auth holds no wg0.conf)", got)
+	}
+	e.waitSettled("natural", 2)
+	snapshots := func() []string {
+		var out []string
+		for _, k := range e.children("natural") {
+			if k.Status.CredentialsSecret != "" {
+				out = append(out, fmt.Sprintf("%s (the credentials snapshot of proxy %s)", k.Status.CredentialsSecret, k.Name))
+			}
+		}
+		return out
+	}
+	if snaps := snapshots(); len(snaps) != 2 {
+		t.Fatalf("credentials snapshots %v, want one per child", snaps)
+	}
+
+	e.scale("natural", 3)
+	p := e.waitPool("natural", "EgressExhausted=True counting 2 exits", egressExhausted(metav1.ConditionTrue, v1alpha1.PoolReasonNoFreeEgress,
+		"has 0 free WireGuard configurations and needs 1: spec.egress.wireguard.secretSelector ("+v1alpha1.CredentialsLabel+"=true) matches 2",
+		"; it also matches 3 Secrets that are not WireGuard exits and are never handed out: crawl-auth (no key wg0.conf), "))
+	msg := poolCondition(p, v1alpha1.PoolConditionEgressExhausted).Message
+	for _, s := range snapshots() {
+		if !strings.Contains(msg, s) {
+			t.Errorf("EgressExhausted message %q does not name %s", msg, s)
+		}
+	}
+	consistently(t, "no third child on a Secret that is not an exit", func() (bool, error) {
+		kids := e.children("natural")
+		return len(kids) == 2, fmt.Errorf("children %s", describe(kids))
+	})
+
+	e.exitSecret("exit-3")
+	e.waitSettled("natural", 3)
+	if got := held(assignments(t, e.children("natural"))); got != "exit-1,exit-2,exit-3" {
+		t.Fatalf("children hold %s, want exit-1, exit-2 and exit-3", got)
+	}
+	e.waitPool("natural", "EgressExhausted=False with 3 snapshots skipped", egressExhausted(metav1.ConditionFalse, v1alpha1.PoolReasonEgressAvailable,
+		"0 of the 3 WireGuard configurations spec.egress.wireguard.secretSelector matches are free; it also matches 4 Secrets that are not WireGuard exits"))
 }
