@@ -299,6 +299,44 @@ type PoolBans struct {
 	// +kubebuilder:validation:XValidation:rule="self > 0",message="spec.bans.retireWindowSeconds must be a positive number of seconds (default 3600)"
 	// +optional
 	RetireWindowSeconds *int32 `json:"retireWindowSeconds,omitempty"`
+	// MaxRetirementsPerHour is the retirement budget: at most this many children are
+	// retired within any hour, a number or a percentage of spec.replicas rounded up (10%
+	// of 3 is 1). A child due for retirement past it is held back: it keeps serving,
+	// cooling for each site it was banned on, and is retired once the budget frees if it
+	// is still due then. 0 holds every retirement back. Default:
+	// --ban-max-retirements-per-hour (10%).
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 && self <= 1000 : self.matches('^[0-9]{1,3}%$')",message="spec.bans.maxRetirementsPerHour must be a number from 0 to 1000 or a percentage of spec.replicas such as 10%"
+	// +optional
+	MaxRetirementsPerHour *intstr.IntOrString `json:"maxRetirementsPerHour,omitempty"`
+}
+
+// PoolRetirements is the retirement budget at work: how many children the last hour's
+// retirements took and what waits for it.
+type PoolRetirements struct {
+	// PerHour is the budget: spec.bans.maxRetirementsPerHour for spec.replicas.
+	PerHour int32 `json:"perHour"`
+	// Recent are the children retired within the last hour, oldest first; the budget is
+	// spent when there are PerHour of them. A restarted manager counts from here.
+	// +listType=atomic
+	// +optional
+	Recent []PoolRetirement `json:"recent,omitempty"`
+	// HeldBack counts the children due for retirement that the spent budget holds back:
+	// they keep serving, cooling for each site they were banned on.
+	// +optional
+	HeldBack int32 `json:"heldBack,omitempty"`
+	// NextFreeAt is when the oldest of Recent leaves the hour, freeing one retirement;
+	// set while children are held back by a budget that is not 0.
+	// +optional
+	NextFreeAt *metav1.Time `json:"nextFreeAt,omitempty"`
+}
+
+// PoolRetirement is one retirement a pool's budget counts.
+type PoolRetirement struct {
+	// Proxy is the retired child's name.
+	Proxy string `json:"proxy"`
+	// At is when it was retired.
+	At metav1.Time `json:"at"`
 }
 
 // ProxyPoolStatus is what the controller observed.
@@ -321,6 +359,11 @@ type ProxyPoolStatus struct {
 	// Written by the leader under the proxy-bans field manager.
 	// +optional
 	SaturatedSites int32 `json:"saturatedSites,omitempty"`
+	// Retirements is the retirement budget at work (spec.bans.maxRetirementsPerHour);
+	// absent while retirement is off. Written by the leader under the proxy-bans field
+	// manager.
+	// +optional
+	Retirements *PoolRetirements `json:"retirements,omitempty"`
 	// Selector selects the children, as a label selector string (for the scale
 	// subresource and a HorizontalPodAutoscaler).
 	// +optional

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 )
 
@@ -38,6 +40,7 @@ func TestFlagDefaults(t *testing.T) {
 		{"ban-max-cooling-percent", o.health.BanMaxCoolingPercent, 50},
 		{"ban-retire-after-sites", o.health.BanRetireAfterSites, 5},
 		{"ban-retire-window", o.health.BanRetireWindow, time.Hour},
+		{"ban-max-retirements-per-hour", o.health.BanMaxRetirementsPerHour, intstr.FromString("10%")},
 		{"leader-elect", o.leaderElect, false},
 		{"metrics-bind-address", o.metricsAddr, ":8443"},
 		{"metrics-secure", o.metricsSecure, true}, // HTTPS behind TokenReview and SubjectAccessReview
@@ -71,7 +74,8 @@ func TestFlagErrors(t *testing.T) {
 	if o, err := parseFlags([]string{"--install-id", "homelab-staging_2"}, io.Discard); err != nil || o.installID != "homelab-staging_2" {
 		t.Errorf("--install-id homelab-staging_2: %v, %+v", err, o)
 	}
-	for _, bad := range [][]string{{"--ban-retire-after-sites=-1"}, {"--ban-retire-after-sites=101"}, {"--ban-retire-window=0s"}, {"--ban-retire-window=-1m"}, {"--deletion-drain=-1s"}} {
+	for _, bad := range [][]string{{"--ban-retire-after-sites=-1"}, {"--ban-retire-after-sites=101"}, {"--ban-retire-window=0s"}, {"--ban-retire-window=-1m"}, {"--deletion-drain=-1s"},
+		{"--ban-max-retirements-per-hour=-1"}, {"--ban-max-retirements-per-hour=ten"}, {"--ban-max-retirements-per-hour=1001"}} {
 		flag := strings.SplitN(strings.TrimPrefix(bad[0], "--"), "=", 2)[0]
 		if _, err := parseFlags(bad, io.Discard); err == nil || !strings.Contains(err.Error(), "--"+flag) {
 			t.Errorf("%s: %v, want an error naming --%s", bad[0], err, flag)

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -77,6 +78,8 @@ type healthOptions struct {
 	// Retirement of standalone Proxies and the defaults of pools' spec.bans.
 	BanRetireAfterSites int
 	BanRetireWindow     time.Duration
+	// The retirement budget of pools without spec.bans.maxRetirementsPerHour.
+	BanMaxRetirementsPerHour intstr.IntOrString
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -108,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.health.BanMaxCoolingPercent, "ban-max-cooling-percent", bans.DefaultMaxCoolingPercent, "A ?domain= request is answered 503 with Retry-After when more than this percentage of the proxies it matches are cooling for its site. A pool's spec.bans.maxCoolingPercent overrides it for requests naming the pool.")
 	fs.IntVar(&o.health.BanRetireAfterSites, "ban-retire-after-sites", bans.DefaultRetireAfterSites, "A proxy reported banned on at least this many distinct sites within --ban-retire-window is retired: cordoned, with the egress.hrajfrisbee.cz/retired annotation and a Warning event (a pool then replaces it); 0: never. A pool's spec.bans.retireAfterSites overrides it.")
 	fs.DurationVar(&o.health.BanRetireWindow, "ban-retire-window", bans.DefaultRetireWindow, "How far back the bans counted by --ban-retire-after-sites reach. A pool's spec.bans.retireWindowSeconds overrides it.")
+	retireBudget := fs.String("ban-max-retirements-per-hour", bans.DefaultMaxRetirementsPerHour.String(), "A pool retires at most this many of its children within any hour, a number (0 to 1000) or a percentage of its replicas rounded up; children due past it keep serving, cooling for each site they were banned on. Standalone Proxies have no budget. A pool's spec.bans.maxRetirementsPerHour overrides it.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (0 disables it).")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the API server authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview); false: plain HTTP to anyone.")
 	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint; empty: a self-signed certificate made at start.")
@@ -135,6 +139,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.health.BanRetireWindow <= 0 {
 		return nil, fmt.Errorf("--ban-retire-window %s: give a positive duration", o.health.BanRetireWindow)
 	}
+	budget, err := bans.ParseRetirementBudget(*retireBudget)
+	if err != nil {
+		return nil, fmt.Errorf("--ban-max-retirements-per-hour: %w", err)
+	}
+	o.health.BanMaxRetirementsPerHour = budget
 	if err := checkInstallID(o.installID); err != nil {
 		return nil, err
 	}
@@ -327,10 +336,11 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	// The leader (as every controller) counts cooling sites, retires burnt proxies and
 	// keeps the pools' saturation; every replica takes feedback (setupHealth).
 	br := &controller.BansReconciler{
-		Client:            mgr.GetClient(),
-		Recorder:          mgr.GetEventRecorder("proxy-bans"),
-		Policy:            banPolicy(o.health),
-		MaxCoolingPercent: o.health.BanMaxCoolingPercent,
+		Client:                mgr.GetClient(),
+		Recorder:              mgr.GetEventRecorder("proxy-bans"),
+		Policy:                banPolicy(o.health),
+		MaxCoolingPercent:     o.health.BanMaxCoolingPercent,
+		MaxRetirementsPerHour: &o.health.BanMaxRetirementsPerHour,
 	}
 	if err := br.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("ban controller: %w", err)

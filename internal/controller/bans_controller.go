@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -55,11 +56,13 @@ func init() {
 
 // BansReconciler acts, on the leader alone, on what crawlers reported into the Proxies'
 // status.cooldowns (internal/bans.Recorder writes them on every replica). For each Proxy
-// it keeps status.coolingSites and the Retired condition, and retires a proxy banned on
-// too many sites: it sets the cordon and retired annotations and records a Warning
-// event; a pool then replaces the cordoned child as it replaces any (surge-first). For
-// each ProxyPool it keeps status.saturatedSites and the Saturated condition. Its status
-// fields are applied under the proxy-bans field manager.
+// it keeps status.coolingSites and the Retired condition, and retires a standalone proxy
+// banned on too many sites: it sets the cordon and retired annotations and records a
+// Warning event. For each ProxyPool it keeps status.saturatedSites and the Saturated
+// condition, and retires the children banned on too many sites within the pool's
+// retirement budget (bans_budget.go), kept in status.retirements; the pool then replaces
+// a cordoned child as it replaces any (surge-first). Its status fields are applied under
+// the proxy-bans field manager.
 type BansReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
@@ -68,7 +71,10 @@ type BansReconciler struct {
 	// MaxCoolingPercent is the saturation threshold of pools without
 	// spec.bans.maxCoolingPercent; 0 or less means bans.DefaultMaxCoolingPercent.
 	MaxCoolingPercent int
-	Clock             clock.Clock
+	// MaxRetirementsPerHour is the retirement budget of pools without
+	// spec.bans.maxRetirementsPerHour; nil means bans.DefaultMaxRetirementsPerHour.
+	MaxRetirementsPerHour *intstr.IntOrString
+	Clock                 clock.Clock
 }
 
 // SetupWithManager adds two controllers: proxy-bans (Proxies) and proxypool-saturation
@@ -121,8 +127,9 @@ type proxyBansStatus struct {
 
 // poolBansStatus is the part of a ProxyPool's status proxy-bans owns.
 type poolBansStatus struct {
-	SaturatedSites int32              `json:"saturatedSites,omitempty"`
-	Conditions     []metav1.Condition `json:"conditions,omitempty"`
+	SaturatedSites int32                     `json:"saturatedSites,omitempty"`
+	Retirements    *v1alpha1.PoolRetirements `json:"retirements,omitempty"`
+	Conditions     []metav1.Condition        `json:"conditions,omitempty"`
 }
 
 // conditionOf keeps the condition of type t of conds, nil when there is none.
@@ -141,15 +148,12 @@ func (r *BansReconciler) reconcileProxy(ctx context.Context, req reconcile.Reque
 	if !px.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
-	policy, err := bans.PolicyFor(ctx, r.Client, px, r.Policy)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
 	now := r.Clock.Now()
 	cds := px.Status.Cooldowns
-	if px.Annotations[v1alpha1.RetiredAnnotation] == "" {
-		if sites, ok := bans.Retire(cds, now, policy); ok {
-			if err := r.retire(ctx, px, sites, policy, now); err != nil {
+	// A pool's children are retired by the pool's pass, within its budget.
+	if px.Annotations[v1alpha1.RetiredAnnotation] == "" && controllingPool(px) == "" {
+		if sites, ok := bans.Retire(cds, now, r.Policy); ok {
+			if err := r.retire(ctx, px, sites, r.Policy, now); err != nil {
 				return reconcile.Result{}, err
 			}
 		}
@@ -217,6 +221,7 @@ func (r *BansReconciler) reconcilePool(ctx context.Context, req reconcile.Reques
 		if apierrors.IsNotFound(err) {
 			poolCoolingPairs.DeleteLabelValues(req.Namespace, req.Name)
 			poolSaturatedSites.DeleteLabelValues(req.Namespace, req.Name)
+			poolRetirementsHeldBack.DeleteLabelValues(req.Namespace, req.Name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
@@ -232,11 +237,13 @@ func (r *BansReconciler) reconcilePool(ctx context.Context, req reconcile.Reques
 	pairs, matched := 0, 0
 	perSite := map[string]int{}
 	var next time.Time
+	var kids []*v1alpha1.Proxy
 	for i := range list.Items {
 		px := &list.Items[i]
 		if ref := metav1.GetControllerOfNoCopy(px); ref == nil || ref.UID != pool.UID {
 			continue
 		}
+		kids = append(kids, px)
 		pairs += bans.CoolingSites(px.Status.Cooldowns, now)
 		if !serving(px) {
 			continue
@@ -270,7 +277,12 @@ func (r *BansReconciler) reconcilePool(ctx context.Context, req reconcile.Reques
 	poolCoolingPairs.WithLabelValues(pool.Namespace, pool.Name).Set(float64(pairs))
 	poolSaturatedSites.WithLabelValues(pool.Namespace, pool.Name).Set(float64(len(saturated)))
 
-	want := &poolBansStatus{SaturatedSites: int32(len(saturated)), Conditions: conditionOf(pool.Status.Conditions, v1alpha1.PoolConditionSaturated)}
+	pass, err := r.planPoolRetirements(pool, kids, now)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	want := &poolBansStatus{SaturatedSites: int32(len(saturated)), Retirements: pass.status,
+		Conditions: conditionOf(pool.Status.Conditions, v1alpha1.PoolConditionSaturated)}
 	cond := metav1.Condition{Type: v1alpha1.PoolConditionSaturated, Status: metav1.ConditionFalse, Reason: v1alpha1.PoolReasonNoSiteSaturated,
 		Message: fmt.Sprintf("no site has more than %d%% of the %d serving children cooling for it", pct, matched), ObservedGeneration: pool.Generation}
 	if len(saturated) > 0 {
@@ -287,11 +299,30 @@ func (r *BansReconciler) reconcilePool(ctx context.Context, req reconcile.Reques
 			len(saturated), pct, matched, strings.Join(shown, ", "), more)
 	}
 	meta.SetStatusCondition(&want.Conditions, cond)
-	have := &poolBansStatus{SaturatedSites: pool.Status.SaturatedSites, Conditions: conditionOf(pool.Status.Conditions, v1alpha1.PoolConditionSaturated)}
+	have := &poolBansStatus{SaturatedSites: pool.Status.SaturatedSites, Retirements: pool.Status.Retirements,
+		Conditions: conditionOf(pool.Status.Conditions, v1alpha1.PoolConditionSaturated)}
 	if !equality.Semantic.DeepEqual(want, have) {
-		if err := statusapply.Status(ctx, r.Client, pool.DeepCopy(), want, statusapply.ProxyBans); err != nil {
-			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("applying the saturated sites of proxy pool %s: %w", req.NamespacedName, err))
+		// Retirements are recorded before they are made, and only on the version they
+		// were counted from: a write from a stale copy of the pool (the cache behind
+		// this controller's own last write) is refused rather than spend the budget
+		// again or drop a recorded retirement.
+		if err := statusapply.Status(ctx, r.Client, pool.DeepCopy(), want, statusapply.ProxyBans, statusapply.IfVersion(pool.ResourceVersion)); err != nil {
+			if apierrors.IsConflict(err) { // read again, once the cache has the pool's new version
+				return reconcile.Result{RequeueAfter: time.Second}, nil
+			}
+			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("applying the saturated sites and retirements of proxy pool %s: %w", req.NamespacedName, err))
 		}
+	}
+	var heldBefore int32
+	if st := pool.Status.Retirements; st != nil {
+		heldBefore = st.HeldBack
+	}
+	if err := r.carryOut(ctx, pool, pass, heldBefore, now); err != nil {
+		return reconcile.Result{}, err
+	}
+	// Look again when the budget frees, for the children it holds back.
+	if st := pass.status; st != nil && st.NextFreeAt != nil && (next.IsZero() || st.NextFreeAt.Time.Before(next)) {
+		next = st.NextFreeAt.Time
 	}
 	if !next.IsZero() {
 		return reconcile.Result{RequeueAfter: next.Sub(now)}, nil
@@ -300,10 +331,11 @@ func (r *BansReconciler) reconcilePool(ctx context.Context, req reconcile.Reques
 }
 
 // poolStatusOf is the part of a pool's status the pool reconciler applies: all of it but
-// what proxy-bans owns (saturatedSites and the Saturated condition).
+// what proxy-bans owns (saturatedSites, retirements and the Saturated condition).
 func poolStatusOf(st *v1alpha1.ProxyPoolStatus) *v1alpha1.ProxyPoolStatus {
 	own := st.DeepCopy()
 	own.SaturatedSites = 0
+	own.Retirements = nil
 	own.Conditions = slices.DeleteFunc(own.Conditions, func(c metav1.Condition) bool { return c.Type == v1alpha1.PoolConditionSaturated })
 	return own
 }

@@ -246,3 +246,90 @@ func TestStandaloneProxyRetired(t *testing.T) {
 	}
 	e.waitProxy("solo", "cooling for no site once the cooldowns end", func(px *v1alpha1.Proxy) bool { return px.Status.CoolingSites == 0 })
 }
+
+// A pool retires at most its budget of children per hour (10% of 3 replicas: 1),
+// however many are banned on enough sites; the others keep serving and cool for each
+// site. The count is in the pool's status, so it outlives the retired child and a
+// restarted manager; an hour later the budget frees and the most burnt child goes next.
+func TestPoolRetirementBudget(t *testing.T) {
+	e, _ := newPoolEnvBans(t, shared.Env(t))
+	pool := e.newPool("budget", 3)
+	pool.Spec.Bans = &v1alpha1.PoolBans{RetireAfterSites: ptr.To[int32](3), RetireWindowSeconds: ptr.To[int32](7200)}
+	e.createSettled(pool)
+	e.waitPool("budget", "a budget of 1 shown, nothing retired", func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool {
+		r := p.Status.Retirements
+		return r != nil && r.PerHour == 1 && len(r.Recent) == 0 && r.HeldBack == 0 && r.NextFreeAt == nil
+	})
+	kids := names(e.children("budget"))
+	for _, k := range kids {
+		e.report(k, banned("a.com", "b.com", "c.com", "d.com", "e.com")...)
+	}
+	p := e.waitPool("budget", "one retired, two held back", func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool {
+		r := p.Status.Retirements
+		return r != nil && len(r.Recent) == 1 && r.HeldBack == 2 && r.NextFreeAt != nil
+	})
+	r := p.Status.Retirements
+	first := r.Recent[0].Proxy
+	if first != kids[0] || !r.NextFreeAt.Time.Equal(r.Recent[0].At.Add(time.Hour)) {
+		t.Errorf("status.retirements %+v: want %s (first by name among equals) retired, the budget freeing an hour after", r, kids[0])
+	}
+	e.waitProxy(first, "retired", retiredAs)
+	held := slices.DeleteFunc(slices.Clone(kids), func(n string) bool { return n == first })
+	servingAndCooling := func(sites int32) func() (bool, error) {
+		return func() (bool, error) {
+			for _, name := range held {
+				px := e.getProxy(name)
+				if px.Annotations[v1alpha1.CordonAnnotation] != "" || px.Annotations[v1alpha1.RetiredAnnotation] != "" || !serving(px) || px.Status.CoolingSites < sites {
+					return false, fmt.Errorf("held-back child %s: annotations %v, serving %v, coolingSites %d", name, px.Annotations, serving(px), px.Status.CoolingSites)
+				}
+			}
+			return true, nil
+		}
+	}
+	waitFor(t, waitLong, "the held-back children cooling for 5 sites", servingAndCooling(5))
+	consistently(t, "the held-back children serving, not retired", servingAndCooling(5))
+	// Each report that adds a held-back child says so (the reports came one child at a
+	// time): the last names both.
+	evs := e.poolEvents("budget", ReasonRetirementHeldBack)
+	want := fmt.Sprintf("retirement held back for %s by the budget (spec.bans.maxRetirementsPerHour: 1 per hour, 10%% of 3 replicas); "+
+		"retired within the last hour: %s; the budget frees at %s; they keep serving, cooling for each site they were banned on",
+		strings.Join(held, ", "), first, r.NextFreeAt.UTC().Format(time.RFC3339))
+	if !slices.Contains(evs, want) || len(evs) > 2 {
+		t.Errorf("%s events of the pool: %q, want at most two, one of them %q", ReasonRetirementHeldBack, evs, want)
+	}
+
+	// A further ban still cools the held-back child for that site.
+	e.report(held[1], banned("f.com")...)
+	e.waitProxy(held[1], "cooling for f.com too", func(px *v1alpha1.Proxy) bool { return px.Status.CoolingSites == 6 })
+
+	// The retired child is replaced and gone; its retirement still counts.
+	e.waitSettled("budget", 3)
+	if now := names(e.children("budget")); slices.Contains(now, first) {
+		t.Fatalf("children %v: want %s replaced", now, first)
+	}
+	// A restarted manager keeps nothing in memory: a new reconciler counts from the
+	// pool's status and retires no one.
+	fresh := &BansReconciler{Client: e.c, Policy: bans.DefaultPolicy, Clock: e.clock}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: e.ns, Name: "budget"}}
+	if _, err := fresh.reconcilePool(e.ctx, req); err != nil {
+		t.Fatalf("reconcile by a new reconciler: %v", err)
+	}
+	consistently(t, "still one retirement after the restart", servingAndCooling(0))
+	if r := e.getPool("budget").Status.Retirements; len(r.Recent) != 1 || r.Recent[0].Proxy != first || r.HeldBack != 2 {
+		t.Fatalf("status.retirements after the restart %+v: want %s's retirement and 2 held back", r, first)
+	}
+
+	// An hour later the budget frees: the child banned on the most sites goes next.
+	e.clock.Step(time.Hour + time.Second)
+	if _, err := fresh.reconcilePool(e.ctx, req); err != nil {
+		t.Fatalf("reconcile an hour later: %v", err)
+	}
+	e.waitProxy(held[1], "retired once the budget freed", retiredAs)
+	p = e.waitPool("budget", "the second retirement recorded, one held back", func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool {
+		r := p.Status.Retirements
+		return r != nil && len(r.Recent) == 1 && r.Recent[0].Proxy == held[1] && r.HeldBack == 1
+	})
+	if px := e.getProxy(held[0]); px.Annotations[v1alpha1.CordonAnnotation] != "" {
+		t.Errorf("%s retired with the second retirement: %v", held[0], px.Annotations)
+	}
+}

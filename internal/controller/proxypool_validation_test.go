@@ -109,6 +109,25 @@ func testPoolValidation(t *testing.T, env *testenv.Env) {
 			"spec.bans.retireWindowSeconds must be a positive number of seconds"},
 		{"negative retire window", func(s *v1alpha1.ProxyPoolSpec) { s.Bans = &v1alpha1.PoolBans{RetireWindowSeconds: ptr.To[int32](-60)} },
 			"spec.bans.retireWindowSeconds must be a positive number of seconds"},
+		{"retirement budget", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Bans = &v1alpha1.PoolBans{MaxRetirementsPerHour: is(intstr.FromInt32(2))}
+		}, ""},
+		{"retirement budget 0", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Bans = &v1alpha1.PoolBans{MaxRetirementsPerHour: is(intstr.FromInt32(0))}
+		}, ""},
+		{"retirement budget percentage", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Bans = &v1alpha1.PoolBans{MaxRetirementsPerHour: is(intstr.FromString("25%"))}
+		}, ""},
+		{"negative retirement budget", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Bans = &v1alpha1.PoolBans{MaxRetirementsPerHour: is(intstr.FromInt32(-1))}
+		},
+			"spec.bans.maxRetirementsPerHour must be a number from 0 to 1000 or a percentage of spec.replicas such as 10%"},
+		{"retirement budget over 1000", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Bans = &v1alpha1.PoolBans{MaxRetirementsPerHour: is(intstr.FromInt32(1001))}
+		}, "spec.bans.maxRetirementsPerHour must be a number from 0 to 1000"},
+		{"retirement budget not a percentage", func(s *v1alpha1.ProxyPoolSpec) {
+			s.Bans = &v1alpha1.PoolBans{MaxRetirementsPerHour: is(intstr.FromString("a few"))}
+		}, "spec.bans.maxRetirementsPerHour must be a number from 0 to 1000 or a percentage"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := valid()

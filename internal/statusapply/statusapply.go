@@ -43,7 +43,7 @@ const (
 	// ProviderHealth is the provider health monitor: all of a ProviderHealth's status.
 	ProviderHealth = "providerhealth"
 	// ProxyBans is the leader's ban controller: a Proxy's coolingSites and Retired
-	// condition, a ProxyPool's saturatedSites and Saturated condition. (A Proxy's
+	// condition, a ProxyPool's saturatedSites, retirements and Saturated condition. (A Proxy's
 	// cooldowns are internal/bans.FieldManager's, written on every replica.)
 	ProxyBans = "proxy-bans"
 )
