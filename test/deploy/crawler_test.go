@@ -107,14 +107,16 @@ func checkCrawlerPods(t *testing.T, e env, c client.Client, discovery, want stri
 		var p struct{ URL string }
 		return json.Unmarshal([]byte(b), &p) == nil && p.URL == want
 	}, "the pick "+want)
-	expect(who, mine[3], http.StatusForbidden, func(b string) bool {
-		return strings.Contains(b, "credentials") && strings.Contains(b, proxyNS)
-	}, "an error naming proxies/credentials and namespace "+proxyNS)
+	// The refusal names the verb, the resource and the namespace, as Kubernetes words it.
+	names := func(verb, resource string) func(string) bool {
+		return func(b string) bool {
+			return strings.Contains(b, "cannot "+verb) && strings.Contains(b, `"`+resource+`"`) && strings.Contains(b, `namespace "`+proxyNS+`"`)
+		}
+	}
+	expect(who, mine[3], http.StatusForbidden, names("get", "proxies/credentials"), "a refusal of get on proxies/credentials in "+proxyNS)
 	who = "the crawler Pod in " + otherNS
 	expect(who, other[0], http.StatusOK, is(""), "no proxy")
-	expect(who, other[1], http.StatusForbidden, func(b string) bool {
-		return strings.Contains(b, "list") && strings.Contains(b, proxyNS)
-	}, "an error naming list and namespace "+proxyNS)
+	expect(who, other[1], http.StatusForbidden, names("list", "proxies"), "a refusal of list on proxies in "+proxyNS)
 }
 
 // crawlerPod runs test/deploy/crawlerpod once with the namespace's crawler ServiceAccount,
