@@ -347,8 +347,9 @@ type ProxyStatus struct {
 	// +optional
 	Healthy bool `json:"healthy,omitempty"`
 	// SpecHash is the hash of what the user asked for when the instance was built:
-	// provider, placement, spec.cloudInit and, with spec.proxy, port, ranges and a slow
-	// salted digest of the credentials the Secret held. A new value (a spec edit, a
+	// provider, placement, spec.cloudInit and, with spec.proxy, port and every field of
+	// spec.proxy, the Secrets it names by what they held (a slow salted digest of the
+	// credentials, a digest of the WireGuard configuration). A new value (a spec edit, a
 	// rotated password) replaces a standalone Proxy's instance; an operator upgrade
 	// leaves it as it is.
 	// +optional
