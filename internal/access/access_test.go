@@ -69,7 +69,9 @@ func (f *fakeReviewer) set(fn func()) {
 	fn()
 }
 
-func grant(user, verb, resource, ns string) string { return user + " " + verb + " " + resource + " " + ns }
+func grant(user, verb, resource, ns string) string {
+	return user + " " + verb + " " + resource + " " + ns
+}
 
 var listIn = func(ns string) Attributes {
 	return Attributes{Verb: "list", Group: "egress.hrajfrisbee.cz", Resource: "proxies", Namespace: ns}
