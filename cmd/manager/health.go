@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/access"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
@@ -85,6 +86,7 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	srv, err := discovery.New(src, discovery.Options{
 		Addr:              h.DiscoveryBindAddress,
 		TokenFile:         h.DiscoveryTokenFile,
+		Access:            discoveryAccess(mgr, h.DiscoveryKubeAuth),
 		Credentials:       creds,
 		TLS:               tlsConfig,
 		Feedback:          feedback,
@@ -98,6 +100,15 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	// Feedback taken up to the recorder's last flush is written: it stops taking more first.
 	feedback.BeforeFinalFlush = srv.Drain
 	return addDiscovery(mgr, srv, h.DiscoveryBindAddress, h.DiscoveryDrainDelay)
+}
+
+// discoveryAccess is what authenticates and authorizes Kubernetes callers of the
+// discovery API, nil when --discovery-kubernetes-auth is off.
+func discoveryAccess(mgr ctrl.Manager, on bool) *access.Access {
+	if !on {
+		return nil
+	}
+	return access.New(access.ClientReviewer{Client: mgr.GetClient()}, access.Options{})
 }
 
 // discoveryTLS is the discovery API's TLS configuration for the tls.crt and tls.key in

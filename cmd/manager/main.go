@@ -69,6 +69,7 @@ type healthOptions struct {
 	GCGrace               time.Duration
 	DiscoveryBindAddress  string
 	DiscoveryTokenFile    string
+	DiscoveryKubeAuth     bool // Kubernetes bearer tokens, by TokenReview and SubjectAccessReview
 	DiscoveryCertDir      string
 	DiscoveryDrainDelay   time.Duration // discovery goes on answering this long after SIGTERM
 	BootPollInterval      time.Duration // the reconciler's Get of a booting instance, the engine's probes until Ready
@@ -103,7 +104,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.health.GCInterval, "gc-interval", 10*time.Minute, "How often orphaned instances are collected.")
 	fs.DurationVar(&o.health.GCGrace, "gc-grace", 10*time.Minute, "An instance younger than this (by its creation time) is never collected.")
 	fs.StringVar(&o.health.DiscoveryBindAddress, "discovery-bind-address", ":8082", "Address of the discovery API (0 disables it).")
-	fs.StringVar(&o.health.DiscoveryTokenFile, "discovery-token-file", "", "File holding the bearer token the discovery API requires (re-read every 30s); empty: no auth.")
+	fs.StringVar(&o.health.DiscoveryTokenFile, "discovery-token-file", "", "File holding a static bearer token of the discovery API (re-read every 30s): its holder is one cluster-wide crawler, allowed every namespace, credentials and feedback; empty: none.")
+	fs.BoolVar(&o.health.DiscoveryKubeAuth, "discovery-kubernetes-auth", true, "Accept Kubernetes bearer tokens (ServiceAccount tokens) on the discovery API, authenticated by TokenReview and authorized per namespace by SubjectAccessReview on proxies (see docs/discovery.md). With neither this nor --discovery-token-file, listings are open to anyone and credentials and feedback refused.")
 	fs.StringVar(&o.health.DiscoveryCertDir, "discovery-cert-dir", "", "Directory holding tls.crt and tls.key: the discovery API serves HTTPS with them, reloaded when they change; empty: plain HTTP.")
 	fs.DurationVar(&o.health.DiscoveryDrainDelay, "discovery-drain-delay", 5*time.Second, "After SIGTERM the discovery API goes on answering this long, so that the Service's endpoints drop the pod before its port closes; the leader's work stops and the lease is released at once. 0: close at once.")
 	fs.DurationVar(&o.health.BanCooldown, "ban-cooldown", bans.DefaultCooldown, "How long a proxy reported banned on a site is left out of ?domain= answers for that site; each further ban of the pair doubles it. A pool's spec.bans.cooldownSeconds overrides it.")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,10 +14,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/access"
 )
 
-// tokenAuth checks "Authorization: Bearer <token>" against a token kept in a file (a
-// mounted Secret). The file is read when the server is built, which fails if it is empty
+// tokenAuth holds the static bearer token, kept in a file (a mounted Secret), that
+// identify compares "Authorization: Bearer <token>" with. The file is read when the server is built, which fails if it is empty
 // or unreadable, and re-read every reload interval, so a rotated Secret takes effect
 // without a restart; a re-read that fails keeps the previous token and logs why. A file
 // that does not exist yet (an optional Secret not created so far) is no error: until it
@@ -75,27 +76,65 @@ func (a *tokenAuth) reloadLoop(ctx context.Context, interval time.Duration, log 
 
 const authRealm = `Bearer realm="egress-proxies-operator"`
 
-func (a *tokenAuth) wrap(next http.Handler) http.Handler {
+// staticCaller is who holds the static token: one cluster-wide crawler, allowed every
+// namespace and every permission.
+var staticCaller = access.AllNamespacesCaller("the discovery token")
+
+// callerHandler serves a request from the caller it was authenticated as; nil when the
+// server has no authentication configured.
+type callerHandler func(w http.ResponseWriter, r *http.Request, c *access.Caller)
+
+// identify authenticates the request's bearer token and hands h its caller: the static
+// token (--discovery-token-file) is the cluster-wide crawler; any other token, with
+// Kubernetes authentication on, is whoever a TokenReview says it is. With neither
+// configured, h gets a nil caller, unless authRequired (feedback): then the request is
+// refused with how to configure authentication.
+func (s *Server) identify(h callerHandler, authRequired bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := r.Header.Get("Authorization")
-		tok, ok := strings.CutPrefix(h, "Bearer ")
-		if !ok || tok == "" {
+		if s.auth == nil && s.opts.Access == nil {
+			if authRequired {
+				w.Header().Set("WWW-Authenticate", authRealm)
+				writeError(w, errNoAuthConfigured)
+				return
+			}
+			h(w, r, nil)
+			return
+		}
+		raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || strings.TrimSpace(raw) == "" {
 			w.Header().Set("WWW-Authenticate", authRealm)
 			writeError(w, &apiError{status: http.StatusUnauthorized, Message: "missing bearer token"})
 			return
 		}
-		want := a.digest.Load()
-		if want == nil {
-			writeError(w, &apiError{status: http.StatusServiceUnavailable,
-				Message: fmt.Sprintf("no discovery token is configured yet: %s does not exist (create the Secret it is mounted from)", a.path)})
-			return
+		tok := access.NewToken(raw)
+		if s.auth != nil {
+			want := s.auth.digest.Load()
+			if tok.Matches(want) {
+				h(w, r, staticCaller)
+				return
+			}
+			if want == nil && s.opts.Access == nil {
+				writeError(w, &apiError{status: http.StatusServiceUnavailable,
+					Message: fmt.Sprintf("no discovery token is configured yet: %s does not exist (create the Secret it is mounted from)", s.auth.path)})
+				return
+			}
 		}
-		got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		if s.opts.Access == nil {
 			w.Header().Set("WWW-Authenticate", authRealm+`, error="invalid_token"`)
 			writeError(w, &apiError{status: http.StatusUnauthorized, Message: "invalid bearer token"})
 			return
 		}
-		next.ServeHTTP(w, r)
+		c, err := s.opts.Access.Authenticate(r.Context(), tok)
+		if err != nil {
+			authFailure(w, err)
+			return
+		}
+		h(w, r, c)
 	})
 }
+
+// errNoAuthConfigured refuses feedback on a server without authentication: a report
+// can retire a proxy, so it is never taken from anyone who can reach the port.
+var errNoAuthConfigured = &apiError{status: http.StatusUnauthorized,
+	Message: "feedback is taken only from authenticated callers, and this server has no authentication configured: " +
+		"start the manager with --discovery-kubernetes-auth (callers send a Kubernetes ServiceAccount token) or --discovery-token-file"}

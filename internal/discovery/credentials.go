@@ -10,10 +10,10 @@ import (
 	"strings"
 )
 
-// errNoTokenForCredentials answers ?credentials=true on a server without a token: the
-// credentials would go to anyone who can reach the API.
+// errNoTokenForCredentials answers ?credentials=true on a server without
+// authentication: the credentials would go to anyone who can reach the API.
 var errNoTokenForCredentials = &apiError{status: http.StatusForbidden, Parameter: paramCredentials,
-	Message: "credentials are served only to callers authenticated with the discovery token, and this server has no token configured (--discovery-token-file)"}
+	Message: "credentials are served only to authenticated callers, and this server has no authentication configured (--discovery-kubernetes-auth or --discovery-token-file)"}
 
 // withCredentials is e with its URL carrying the user:password@ its proxy demands (for
 // a Managed Proxy the snapshot of what its instance was built with), or e as it is when

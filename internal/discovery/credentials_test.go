@@ -153,9 +153,9 @@ func TestCredentialsRefused(t *testing.T) {
 		want   string
 	}{
 		{"no token configured", noToken, "/v1/proxies?credentials=true", "", 403,
-			"credentials are served only to callers authenticated with the discovery token, and this server has no token configured (--discovery-token-file)"},
-		{"no token configured, text", noToken, "/v1/proxies?credentials=true&format=text", "", 403, "no token configured"},
-		{"no token configured, pick", noToken, "/v1/proxies/pick?key=k&credentials=true", "", 403, "no token configured"},
+			"credentials are served only to authenticated callers, and this server has no authentication configured (--discovery-kubernetes-auth or --discovery-token-file)"},
+		{"no token configured, text", noToken, "/v1/proxies?credentials=true&format=text", "", 403, "no authentication configured"},
+		{"no token configured, pick", noToken, "/v1/proxies/pick?key=k&credentials=true", "", 403, "no authentication configured"},
 		{"no bearer token sent", withToken, "/v1/proxies?credentials=true", "", 401, "missing bearer token"},
 		{"wrong bearer token", withToken, "/v1/proxies/pick?key=k&credentials=true", "Bearer nope", 401, "invalid bearer token"},
 		{"bad value", withToken, "/v1/proxies?credentials=yes", bearer, 400, `invalid value \"yes\" for credentials: use true or false`},

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/access"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 )
 
@@ -63,7 +64,7 @@ type feedbackRejected struct {
 // per proxy and domain. Each report stands alone: the good ones are taken, each bad one
 // is answered with its index and why; only a body that is not a list of reports at all
 // is refused whole (400, or 413 when it is too large).
-func (s *Server) feedback(w http.ResponseWriter, r *http.Request) {
+func (s *Server) feedback(w http.ResponseWriter, r *http.Request, c *access.Caller) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		writeError(w, &apiError{status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("method %s not allowed; use POST with a JSON body {\"reports\":[...]}", r.Method)})
@@ -86,6 +87,23 @@ func (s *Server) feedback(w http.ResponseWriter, r *http.Request) {
 	if snap == nil {
 		return
 	}
+	// Every report is resolved and authorized before any is taken, so a check that cannot
+	// be made refuses the request with nothing recorded.
+	keys := make([]types.NamespacedName, len(body.Reports))
+	reports := make([]bans.Report, len(body.Reports))
+	errs := make([]error, len(body.Reports))
+	namespaces := make([]string, len(body.Reports))
+	for i := range body.Reports {
+		keys[i], reports[i], errs[i] = snap.resolveReport(&body.Reports[i])
+		if errs[i] == nil {
+			namespaces[i] = keys[i].Namespace
+		}
+	}
+	refused, aerr := s.authorizeReports(r.Context(), c, namespaces)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	s.fbMu.RLock()
 	defer s.fbMu.RUnlock()
 	if s.draining {
@@ -96,12 +114,15 @@ func (s *Server) feedback(w http.ResponseWriter, r *http.Request) {
 	ans := feedbackAnswer{Rejected: []feedbackRejected{}}
 	for i := range body.Reports {
 		rep := &body.Reports[i]
-		key, br, err := snap.resolveReport(rep)
-		if err != nil {
-			ans.Rejected = append(ans.Rejected, feedbackRejected{Index: i, Proxy: rep.Proxy, Error: err.Error()})
+		if errs[i] == nil && refused[i] != "" {
+			errs[i] = errors.New(refused[i])
+		}
+		if errs[i] != nil {
+			ans.Rejected = append(ans.Rejected, feedbackRejected{Index: i, Proxy: rep.Proxy, Error: errs[i].Error()})
 			feedbackReports.WithLabelValues("rejected").Inc()
 			continue
 		}
+		key, br := keys[i], reports[i]
 		s.opts.Feedback.Add(key, br)
 		feedbackReports.WithLabelValues(string(br.Outcome)).Inc()
 		ans.Accepted++

@@ -40,6 +40,7 @@ func (s *sink) Add(px types.NamespacedName, r bans.Report) {
 func post(t testing.TB, h http.Handler, target, body string, hdr ...string) (*http.Response, string) {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testToken)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -121,7 +122,7 @@ func TestFeedbackRefusesMalformedBodiesWhole(t *testing.T) {
 	if res.StatusCode != http.StatusMethodNotAllowed || res.Header.Get("Allow") != "POST" {
 		t.Errorf("GET /v1/feedback: %d %s", res.StatusCode, got)
 	}
-	if res, got := post(t, newTestServer(t, fixture(), Options{}).Handler(), "/v1/feedback", many(1)); res.StatusCode != 503 {
+	if res, got := post(t, tokenServerOpts(t, fixture(), Options{}), "/v1/feedback", many(1)); res.StatusCode != 503 {
 		t.Errorf("without a sink: %d %s", res.StatusCode, got)
 	}
 }
@@ -130,7 +131,7 @@ func TestFeedbackNeedsTheToken(t *testing.T) {
 	sk := &sink{}
 	s := tokenServerOpts(t, fixture(), Options{Feedback: sk})
 	body := `{"reports":[{"proxy":"crawl/a","domain":"example.com","outcome":"banned"}]}`
-	if res, got := post(t, s, "/v1/feedback", body); res.StatusCode != http.StatusUnauthorized {
+	if res, got := post(t, s, "/v1/feedback", body, "Authorization", ""); res.StatusCode != http.StatusUnauthorized {
 		t.Errorf("without a token: %d %s", res.StatusCode, got)
 	}
 	if res, got := post(t, s, "/v1/feedback", body, "Authorization", "Bearer wrong"); res.StatusCode != http.StatusUnauthorized {
@@ -326,9 +327,7 @@ func TestFeedbackRefusedWhileDraining(t *testing.T) {
 	if n != 1 {
 		t.Errorf("the sink took %d reports, want only the one sent before Drain", n)
 	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/proxies", nil))
-	if rec.Code != http.StatusOK {
-		t.Errorf("GET /v1/proxies while draining: %d, want 200", rec.Code)
+	if res, _ := get(t, h, "/v1/proxies"); res.StatusCode != http.StatusOK {
+		t.Errorf("GET /v1/proxies while draining: %d, want 200", res.StatusCode)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/access"
 )
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
@@ -20,14 +22,14 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) *Snapshot {
 }
 
 // list serves GET /v1/proxies.
-func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+func (s *Server) list(w http.ResponseWriter, r *http.Request, c *access.Caller) {
 	req, aerr := parseQuery(r.URL.Query(), paramNamespace, paramProvider, paramZone, paramRegion,
 		paramLabelSelector, paramHealthy, paramFormat, paramCredentials, paramPool, paramDomain, paramDistinctEgress, paramIPFamily)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	if req.credentials && s.auth == nil {
+	if req.credentials && c == nil {
 		writeError(w, errNoTokenForCredentials)
 		return
 	}
@@ -36,6 +38,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	snap = snap.family(req.ipv6)
+	if aerr := s.authorizeRead(r.Context(), c, snap, req); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	if s.guardSaturation(w, r, snap, &req.filter, endpointList) {
 		return
 	}
@@ -67,14 +73,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 
 // pick serves GET /v1/proxies/pick?key=K: one healthy proxy, the same one for the same
 // key while it stays healthy.
-func (s *Server) pick(w http.ResponseWriter, r *http.Request) {
+func (s *Server) pick(w http.ResponseWriter, r *http.Request, c *access.Caller) {
 	req, aerr := parseQuery(r.URL.Query(), paramKey, paramNamespace, paramProvider, paramZone, paramRegion,
 		paramLabelSelector, paramFormat, paramCredentials, paramPool, paramDomain, paramIPFamily)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	if req.credentials && s.auth == nil {
+	if req.credentials && c == nil {
 		writeError(w, errNoTokenForCredentials)
 		return
 	}
@@ -90,6 +96,10 @@ func (s *Server) pick(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	snap = snap.family(req.ipv6)
+	if aerr := s.authorizeRead(r.Context(), c, snap, req); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	if s.guardSaturation(w, r, snap, &req.filter, endpointPick) {
 		return
 	}

@@ -15,10 +15,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/utils/clock"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/access"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
 
@@ -32,12 +34,18 @@ type Source interface {
 type Options struct {
 	// Addr is the listen address, for example ":8082".
 	Addr string
-	// TokenFile, when set, turns on bearer-token auth for the /v1/proxies endpoints.
+	// TokenFile, when set, holds the static bearer token: the one cluster-wide crawler,
+	// allowed every namespace, credentials and feedback.
 	TokenFile string
+	// Access, when set, turns on Kubernetes authentication: any other bearer token is
+	// authenticated by TokenReview and each request authorized by SubjectAccessReview on
+	// the proxies of the namespaces it touches (authz.go). With neither TokenFile nor
+	// Access, listings are open, credentials and feedback refused.
+	Access *access.Access
 	// TokenReload is how often the token file is re-read (default 30s).
 	TokenReload time.Duration
 	// Credentials reads a Proxy's credentials for ?credentials=true, which is served only
-	// with TokenFile set. Nil: a Proxy with spec.proxy.basicAuth cannot be served so.
+	// to authenticated callers. Nil: a Proxy with spec.proxy.basicAuth cannot be served so.
 	Credentials proxyconfig.CredentialsFunc
 	// TLS, when set, makes the server speak HTTPS with it (its GetCertificate may hand out
 	// a certificate reloaded from disk); nil: plain HTTP.
@@ -60,6 +68,8 @@ type Server struct {
 	opts Options
 	auth *tokenAuth
 	mux  *http.ServeMux
+	// scopes caches Kubernetes callers' namespace scopes (authz.go).
+	scopes *cache.LRUExpireCache
 
 	// fbMu is held for reading while a feedback request hands its reports to the sink;
 	// Drain takes it for writing, so that no report is taken after Drain returns.
@@ -87,7 +97,7 @@ func New(src Source, opts Options) (*Server, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	s := &Server{src: src, opts: opts, mux: http.NewServeMux()}
+	s := &Server{src: src, opts: opts, mux: http.NewServeMux(), scopes: newScopeCache(opts.Clock)}
 	if opts.TokenFile != "" {
 		a, err := newTokenAuth(opts.TokenFile)
 		if err != nil {
@@ -97,13 +107,13 @@ func New(src Source, opts Options) (*Server, error) {
 			opts.Log.Info("WARNING: the discovery token file does not exist; every listing is refused until it does", "path", opts.TokenFile)
 		}
 		s.auth = a
-		if opts.TLS == nil && opts.Credentials != nil {
-			opts.Log.Info("WARNING: the discovery API serves ?credentials=true, proxy passwords, and takes its bearer token over plain HTTP: anyone on the path can read both; serve it over TLS (--discovery-cert-dir)")
-		}
 	}
-	s.mux.Handle("/v1/proxies", s.protect(http.HandlerFunc(s.list)))
-	s.mux.Handle("/v1/proxies/pick", s.protect(http.HandlerFunc(s.pick)))
-	s.mux.Handle("/v1/feedback", s.authenticate(http.HandlerFunc(s.feedback)))
+	if (s.auth != nil || opts.Access != nil) && opts.TLS == nil && opts.Credentials != nil {
+		opts.Log.Info("WARNING: the discovery API serves ?credentials=true, proxy passwords, and takes bearer tokens over plain HTTP: anyone on the path can read both; serve it over TLS (--discovery-cert-dir)")
+	}
+	s.mux.Handle("/v1/proxies", s.identify(onlyGet(s.list), false))
+	s.mux.Handle("/v1/proxies/pick", s.identify(onlyGet(s.pick), false))
+	s.mux.Handle("/v1/feedback", s.identify(s.feedback, true))
 	// whoami reveals only the caller's own address, and the probe going through a proxy
 	// carries no credentials, so it stays open.
 	s.mux.HandleFunc("/v1/whoami", whoami)
@@ -111,18 +121,6 @@ func New(src Source, opts Options) (*Server, error) {
 		writeError(w, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("no such endpoint %s; see /v1/proxies, /v1/proxies/pick, /v1/feedback and /v1/whoami", r.URL.Path)})
 	})
 	return s, nil
-}
-
-func (s *Server) protect(h http.Handler) http.Handler {
-	return s.authenticate(onlyGet(h))
-}
-
-// authenticate puts h behind the bearer token, when the server has one.
-func (s *Server) authenticate(h http.Handler) http.Handler {
-	if s.auth == nil {
-		return h
-	}
-	return s.auth.wrap(h)
 }
 
 // Handler returns the API's HTTP handler.
@@ -162,20 +160,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.opts.TLS != nil {
 		ln = tls.NewListener(ln, s.opts.TLS)
 	}
-	s.opts.Log.Info("discovery api listening", "address", ln.Addr().String(), "auth", s.auth != nil, "tls", s.opts.TLS != nil)
+	s.opts.Log.Info("discovery api listening", "address", ln.Addr().String(), "tokenAuth", s.auth != nil, "kubernetesAuth", s.opts.Access != nil, "tls", s.opts.TLS != nil)
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("discovery api on %s: %w", ln.Addr(), err)
 	}
 	return nil
 }
 
-func onlyGet(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func onlyGet(h callerHandler) callerHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *access.Caller) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			writeError(w, &apiError{status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("method %s not allowed; use GET", r.Method)})
 			return
 		}
-		h.ServeHTTP(w, r)
-	})
+		h(w, r, c)
+	}
 }

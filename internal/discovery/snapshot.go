@@ -47,6 +47,7 @@ type item struct {
 	line []byte
 	seed uint64
 	idx  int // its index in Snapshot.items
+	ns   int // the index of its namespace in Snapshot.namespaces
 	// egressSeed seeds the proxy's egress identity: its egress address when known,
 	// else seed (an identity of its own).
 	egressSeed uint64
@@ -56,6 +57,9 @@ type item struct {
 // It is built once per change of the underlying cache and shared by all requests.
 type Snapshot struct {
 	items []item
+	// namespaces is the items' namespaces, each once, in order: what a caller's access
+	// is worked out over (authz.go).
+	namespaces []string
 	// The bodies of the two most frequent requests (no filter, healthy only).
 	healthyJSON, healthyText []byte
 	// For feedback and ?domain= (feedback.go): items by namespace/name and by URL, the
@@ -118,6 +122,10 @@ func newSnapshot(entries []Entry) *Snapshot {
 			panic(err)
 		}
 		s.items[i] = item{Entry: e, json: b, obj: append(b[:len(b):len(b)], '\n'), line: []byte(e.URL + "\n"), seed: nodeSeed(e.Namespace + "/" + e.Name), idx: i}
+		if i == 0 || e.Namespace != entries[i-1].Namespace {
+			s.namespaces = append(s.namespaces, e.Namespace)
+		}
+		s.items[i].ns = len(s.namespaces) - 1
 		s.items[i].egressSeed = s.items[i].seed
 		if e.EgressIP != "" {
 			s.items[i].egressSeed = nodeSeed(e.EgressIP)
@@ -152,11 +160,14 @@ type filter struct {
 	// only, when not nil, admits only these items (?distinctEgress=true: one per
 	// egress identity, chosen by distinctEgress).
 	only map[*item]struct{}
+	// nsAllowed, when not nil, admits only the items whose namespace's bit (by index
+	// in Snapshot.namespaces) is set: the namespaces the caller may read (authz.go).
+	nsAllowed []uint64
 }
 
 func (f *filter) empty() bool {
 	return f.namespace == "" && f.provider == "" && f.zone == "" && f.region == "" && f.pool == "" &&
-		f.selector == nil && !f.anyHealth && !f.unhealthyOnly && f.site == "" && f.only == nil
+		f.selector == nil && !f.anyHealth && !f.unhealthyOnly && f.site == "" && f.only == nil && f.nsAllowed == nil
 }
 
 func (f *filter) match(it *item) bool {
@@ -167,7 +178,8 @@ func (f *filter) match(it *item) bool {
 		f.provider != "" && f.provider != it.Provider,
 		f.zone != "" && f.zone != it.Zone,
 		f.region != "" && f.region != it.Region,
-		f.pool != "" && f.pool != it.Pool:
+		f.pool != "" && f.pool != it.Pool,
+		f.nsAllowed != nil && f.nsAllowed[it.ns>>6]&(1<<(uint(it.ns)&63)) == 0:
 		return false
 	}
 	if f.site != "" && !f.candsSet && it.coolingFor(f.site, f.now) {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -38,6 +40,7 @@ type listBody struct {
 func get(t *testing.T, h http.Handler, target string, hdr ...string) (*http.Response, string) {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, target, nil)
+	req.Header.Set("Authorization", "Bearer "+testToken) // ignored by a server without authentication
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -74,8 +77,20 @@ func entry(ns, name string, healthy bool, provider, region, zone string, lbl map
 		Mode: "Managed", Provider: provider, Region: region, Zone: zone, Healthy: healthy, Labels: lbl}
 }
 
+// testToken is the static token of the servers newTestServer builds to take feedback,
+// which post sends unless told otherwise.
+const testToken = "s3cret-token"
+
+// newTestServer is New(src, opts). A server taking feedback needs authentication: unless
+// opts has some, it gets the static token testToken.
 func newTestServer(t testing.TB, src Source, opts Options) *Server {
 	t.Helper()
+	if opts.Feedback != nil && opts.TokenFile == "" && opts.Access == nil {
+		opts.TokenFile = filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(opts.TokenFile, []byte(testToken), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s, err := New(src, opts)
 	if err != nil {
 		t.Fatal(err)
