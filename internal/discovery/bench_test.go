@@ -16,6 +16,7 @@ import (
 	"time"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/access"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
@@ -179,3 +180,50 @@ type discardWriter struct{ h http.Header }
 func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (w *discardWriter) WriteHeader(int)             {}
+
+// BenchmarkPickAuthorized compares, on the same 1,000 proxies in two namespaces, a pick
+// by the static token with a pick by a Kubernetes caller allowed in both namespaces but
+// not cluster-wide, whose authentication and namespace scope come from the caches (the
+// reviews go to a counting fake). The target is kubernetes at 0.9x static or better.
+//
+//	go test -run '^$' -bench PickAuthorized ./internal/discovery/
+func BenchmarkPickAuthorized(b *testing.B) {
+	es := make([]Entry, 1000)
+	for i := range es {
+		es[i] = Entry{Name: fmt.Sprintf("px-%04d", i), Namespace: []string{"crawl", "crawl-b"}[i%2], URL: fmt.Sprintf("http://10.1.%d.%d:3128", i/250, i%250+1),
+			Provider: "kvm2-home", Region: "home", Zone: fmt.Sprintf("z%d", i%10), Healthy: i%20 != 0}
+	}
+	src := &staticSource{}
+	src.snap.Store(NewSnapshot(es))
+	f := crawlReviewer()
+	f.grants[crawlSA+" list proxies crawl-b"] = true
+	path := filepath.Join(b.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(testToken), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	h := newTestServer(b, src, Options{TokenFile: path, Access: access.New(f, access.Options{})}).Handler()
+	ns := map[string]float64{}
+	for _, tc := range []struct{ name, token string }{{"static-token", testToken}, {"kubernetes", "tok-crawl"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			req, _ := http.NewRequest(http.MethodGet, "/v1/proxies/pick?key=session-42", nil)
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+			w := &discardWriter{h: http.Header{}}
+			h.ServeHTTP(w, req) // fills the caches
+			before := f.reviews.Load()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				clear(w.h)
+				h.ServeHTTP(w, req)
+			}
+			b.StopTimer()
+			if n := f.reviews.Load() - before; n > 0 {
+				b.Errorf("%d reviews in %d cached picks", n, b.N)
+			}
+			ns[tc.name] = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+		})
+	}
+	if ns["kubernetes"] > 0 {
+		b.Logf("kubernetes pick at %.2fx the static token's throughput", ns["static-token"]/ns["kubernetes"])
+	}
+}
