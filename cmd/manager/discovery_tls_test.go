@@ -146,7 +146,7 @@ func TestManagerDiscoveryOverTLS(t *testing.T) {
 	plain.waitUntil("the plain-HTTP warning about ?credentials=true", func() (bool, error) {
 		return strings.Contains(plain.stderr.String(), "discovery api listening"), nil
 	})
-	if n := strings.Count(plain.stderr.String(), "serves ?credentials=true, proxy passwords, and takes its bearer token over plain HTTP"); n != 1 {
+	if n := strings.Count(plain.stderr.String(), "serves ?credentials=true, proxy passwords, and takes bearer tokens over plain HTTP"); n != 1 {
 		t.Errorf("the plain-HTTP warning was logged %d times, want once; stderr:\n%s", n, plain.stderr.String())
 	}
 	plain.stop()

@@ -25,7 +25,7 @@ func TestDiscoveryDrainsAfterSIGTERM(t *testing.T) {
 	providers := writeFile(t, "providers.yaml", fmt.Sprintf(goodConfig, t.TempDir()))
 	probe, disc := freeAddr(t), freeAddr(t)
 	mgr := startManager(t, env, "--providers-config", providers,
-		"--health-probe-bind-address", probe, "--metrics-bind-address", "0", "--discovery-bind-address", disc,
+		"--health-probe-bind-address", probe, "--metrics-bind-address", "0", "--discovery-bind-address", disc, "--discovery-kubernetes-auth=false",
 		"--discovery-drain-delay", drain.String(), "--leader-elect", "--leader-election-namespace", "default")
 
 	hc := &http.Client{Timeout: time.Second}

@@ -35,6 +35,7 @@ func TestFlagDefaults(t *testing.T) {
 		{"gc-grace", o.health.GCGrace, 10 * time.Minute},
 		{"discovery-bind-address", o.health.DiscoveryBindAddress, ":8082"},
 		{"discovery-drain-delay", o.health.DiscoveryDrainDelay, 5 * time.Second},
+		{"discovery-kubernetes-auth", o.health.DiscoveryKubeAuth, true},
 		{"ban-cooldown", o.health.BanCooldown, 5 * time.Minute},
 		{"ban-max-cooldown", o.health.BanMaxCooldown, 24 * time.Hour},
 		{"ban-max-cooling-percent", o.health.BanMaxCoolingPercent, 50},

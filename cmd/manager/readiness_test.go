@@ -101,7 +101,8 @@ func TestReadyzWaitsForCachesAndDiscovery(t *testing.T) {
 	providers := writeFile(t, "providers.yaml", fmt.Sprintf(goodConfig, t.TempDir()))
 	probe, disc := freeAddr(t), freeAddr(t)
 	mgr := startManagerWith(t, api.kubeconfig(), "--providers-config", providers,
-		"--health-probe-bind-address", probe, "--metrics-bind-address", "0", "--discovery-bind-address", disc)
+		"--health-probe-bind-address", probe, "--metrics-bind-address", "0", "--discovery-bind-address", disc,
+		"--discovery-kubernetes-auth=false")
 
 	readyz := "http://" + probe + "/readyz"
 	mgr.waitUntil("/readyz to answer and the Proxy list to be held", func() (bool, error) {
