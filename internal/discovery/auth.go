@@ -23,7 +23,8 @@ import (
 // or unreadable, and re-read every reload interval, so a rotated Secret takes effect
 // without a restart; a re-read that fails keeps the previous token and logs why. A file
 // that does not exist yet (an optional Secret not created so far) is no error: until it
-// appears every protected request is refused with 503, never served openly.
+// appears a request with a token is refused with 503, never served openly, unless
+// Kubernetes authentication is on (the token then goes to the TokenReview).
 type tokenAuth struct {
 	path   string
 	digest atomic.Pointer[[sha256.Size]byte]
