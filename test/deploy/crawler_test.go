@@ -57,7 +57,7 @@ type answer struct {
 // checkCrawlerPods: a crawler Pod in the proxy's namespace, its ServiceAccount bound to
 // the crawler ClusterRole there, calls discovery with its own projected token and gets
 // that namespace's proxy (want), listed and picked, but not its credentials (no
-// credentials role); a Pod of another namespace, bound there alone, gets no proxy and is
+// credentials role: refused for the namespace, none listed without one); a Pod of another namespace, bound there alone, gets no proxy and is
 // refused the proxy's namespace.
 func checkCrawlerPods(t *testing.T, e env, c client.Client, discovery, want string) {
 	t.Helper()
@@ -69,7 +69,8 @@ func checkCrawlerPods(t *testing.T, e env, c client.Client, discovery, want stri
 	t.Cleanup(func() { _ = c.Delete(context.Background(), ns) })
 	list := discovery + "/v1/proxies?format=text"
 	pods := map[string][]string{
-		proxyNS: {list, list + "&namespace=" + proxyNS, discovery + "/v1/proxies/pick?key=deploy-test", list + "&credentials=true"},
+		proxyNS: {list, list + "&namespace=" + proxyNS, discovery + "/v1/proxies/pick?key=deploy-test",
+			list + "&credentials=true&namespace=" + proxyNS, list + "&credentials=true"},
 		otherNS: {list, list + "&namespace=" + proxyNS},
 	}
 	for namespace, urls := range pods {
@@ -110,10 +111,15 @@ func checkCrawlerPods(t *testing.T, e env, c client.Client, discovery, want stri
 	// The refusal names the verb, the resource and the namespace, as Kubernetes words it.
 	names := func(verb, resource string) func(string) bool {
 		return func(b string) bool {
-			return strings.Contains(b, "cannot "+verb) && strings.Contains(b, `"`+resource+`"`) && strings.Contains(b, `namespace "`+proxyNS+`"`)
+			var e struct{ Error string }
+			return json.Unmarshal([]byte(b), &e) == nil && strings.Contains(e.Error, "cannot "+verb) &&
+				strings.Contains(e.Error, `"`+resource+`"`) && strings.Contains(e.Error, `namespace "`+proxyNS+`"`)
 		}
 	}
 	expect(who, mine[3], http.StatusForbidden, names("get", "proxies/credentials"), "a refusal of get on proxies/credentials in "+proxyNS)
+	// Without a namespace, the answer comes from the namespaces where it may also get
+	// credentials: none.
+	expect(who, mine[4], http.StatusOK, is(""), "no proxy")
 	who = "the crawler Pod in " + otherNS
 	expect(who, other[0], http.StatusOK, is(""), "no proxy")
 	expect(who, other[1], http.StatusForbidden, names("list", "proxies"), "a refusal of list on proxies in "+proxyNS)
