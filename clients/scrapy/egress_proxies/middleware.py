@@ -82,6 +82,7 @@ class EgressProxiesMiddleware:
         self.crawler = crawler
         self.stats = crawler.stats
         self.discovery = discovery
+        self.authenticated = discovery.has_token
         self.query = {"label_selector": s.get("EGRESS_PROXIES_LABEL_SELECTOR"),
                       "namespace": s.get("EGRESS_PROXIES_NAMESPACE"), "pool": s.get("EGRESS_PROXIES_POOL"),
                       "credentials": s.getbool("EGRESS_PROXIES_CREDENTIALS", discovery.has_token)}
@@ -149,7 +150,7 @@ class EgressProxiesMiddleware:
         except DiscoveryError as e:
             self.stats.inc_value(STATS + "feedback_errors")
             self.stats.inc_value(STATS + "rejected", len(batch))
-            logger.error("egress proxies: sending %d reports: %s%s", len(batch), e, self._forbidden_hint(e, feedback=True))
+            logger.error("egress proxies: sending %d reports: %s%s", len(batch), e, self._access_hint(e, feedback=True))
             return
         self.stats.inc_value(STATS + "reported", accepted)
         if rejected:
@@ -157,14 +158,21 @@ class EgressProxiesMiddleware:
             for r in rejected:
                 logger.warning("egress proxies: report %d for proxy %s rejected: %s", r["index"], r.get("proxy"), r.get("error"))
 
-    def _forbidden_hint(self, e, feedback=False):
-        """What a 403 means for a Kubernetes identity: the permission these settings need."""
-        if e.status != 403:
-            return ""
-        if feedback:
+    def _access_hint(self, e, feedback=False):
+        """What a 403, or a pick finding nothing, can mean for a Kubernetes identity: the
+        permission these settings need."""
+        credentials = self.query["credentials"]
+        if e.status == 403 and feedback:
             return " (feedback needs create on proxies/feedback in each proxy's namespace: the crawler ClusterRole)"
-        hint = " (picking needs list on proxies in the namespace: the crawler ClusterRole"
-        if self.query["credentials"]:
+        if e.status == 403:
+            hint = " (picking needs list on proxies in the namespace: the crawler ClusterRole"
+        elif e.status == 503 and not e.retry_after and not feedback and self.authenticated and not self.query["namespace"]:
+            # Without a namespace the API answers from the namespaces the caller may use.
+            hint = (" (with a Kubernetes identity, a pick without EGRESS_PROXIES_NAMESPACE draws only on the"
+                    " namespaces where it may list proxies: the crawler ClusterRole")
+        else:
+            return ""
+        if credentials:
             hint += ("; EGRESS_PROXIES_CREDENTIALS, the default with a token, also needs get on proxies/credentials:"
                      " the credentials ClusterRole, or set EGRESS_PROXIES_CREDENTIALS = False for proxies without basic auth")
         return hint + ")"
@@ -276,7 +284,7 @@ class EgressProxiesMiddleware:
         e = failure.value
         if isinstance(e, DiscoveryError):
             self.stats.inc_value(STATS + "unavailable")
-            raise NoEgressProxy(f"no egress proxy for {request.url}: {e}{self._forbidden_hint(e)}")
+            raise NoEgressProxy(f"no egress proxy for {request.url}: {e}{self._access_hint(e)}")
         return failure
 
     def process_response(self, request, response, spider):

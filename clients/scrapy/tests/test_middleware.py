@@ -96,6 +96,21 @@ def test_a_refused_pick_says_what_permission_is_missing(credentials, says, not_s
         assert s not in str(e.value)
 
 
+@pytest.mark.parametrize("settings,retry_after,hinted", [
+    ({}, 0, True),
+    ({"EGRESS_PROXIES_NAMESPACE": "crawl"}, 0, False),  # a 403 would have said it
+    ({}, 30, False),  # a saturated site
+])
+def test_a_pick_finding_nothing_says_what_a_kubernetes_identity_needs(settings, retry_after, hinted):
+    from twisted.python.failure import Failure
+    mw = middleware(**settings)
+    err = DiscoveryError("GET", "http://h/v1/proxies/pick?domain=shop.example.com", 503, "no healthy proxy matches the request", retry_after)
+    with pytest.raises(NoEgressProxy) as e:
+        mw._unavailable(Failure(err), Request("http://shop.example.com/x"))
+    assert ("get on proxies/credentials" in str(e.value)) == hinted
+    assert ("EGRESS_PROXIES_NAMESPACE draws only" in str(e.value)) == hinted
+
+
 def test_refused_feedback_says_what_permission_is_missing(caplog):
     mw = middleware()
     mw.discovery.fail = DiscoveryError("POST", "http://h/v1/feedback", 403, "forbidden")
