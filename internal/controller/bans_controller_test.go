@@ -325,7 +325,7 @@ func TestPoolRetirementBudget(t *testing.T) {
 		t.Fatalf("reconcile an hour later: %v", err)
 	}
 	e.waitProxy(held[1], "retired once the budget freed", retiredAs)
-	p = e.waitPool("budget", "the second retirement recorded, one held back", func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool {
+	e.waitPool("budget", "the second retirement recorded, one held back", func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool {
 		r := p.Status.Retirements
 		return r != nil && len(r.Recent) == 1 && r.Recent[0].Proxy == held[1] && r.HeldBack == 1
 	})
