@@ -68,8 +68,10 @@ const (
 	proxyUser = "tinyproxy"
 )
 
-// Refused to the proxy's user whatever spec.proxy.allowedDestinations say.
-var metadataAddrs = []string{
+// MetadataAddrs are the cloud metadata servers: refused to the proxy's user whatever
+// spec.proxy.allowedDestinations say, and never fetched by the kvm2 image cache whatever
+// its prefix list allows (imagecache.RefusedAddr).
+var MetadataAddrs = []string{
 	"169.254.169.254", // GCE, AWS, Azure, OpenStack
 	"100.100.100.200", // Alibaba Cloud
 	"fd00:ec2::254",   // AWS over IPv6
@@ -126,7 +128,7 @@ func fenceRuleset(allowed []netip.Prefix) string {
 		}
 	}
 	var meta4, meta6 []string
-	for _, a := range metadataAddrs {
+	for _, a := range MetadataAddrs {
 		if strings.Contains(a, ":") {
 			meta6 = append(meta6, a)
 		} else {

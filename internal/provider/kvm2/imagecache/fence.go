@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
 
 // The URL fence. A URL given in a Proxy's placement.image is the tenant's: whoever may
@@ -114,9 +115,15 @@ func (f *urlFence) because(what string) string {
 	return "which a placement.image URL may not reach unless " + f.setting() + " allows it"
 }
 
-// The cloud metadata addresses (AWS, GCP, Azure, OpenStack and others serve on the IPv4
-// one; AWS also on the IPv6 one).
-var metadataAddrs = []netip.Addr{netip.MustParseAddr("169.254.169.254"), netip.MustParseAddr("fd00:ec2::254")}
+// metadataAddrs are the cloud metadata servers, the same list the proxies' egress fence
+// refuses (proxyconfig.MetadataAddrs), so that the two never disagree.
+var metadataAddrs = func() []netip.Addr {
+	out := make([]netip.Addr, len(proxyconfig.MetadataAddrs))
+	for i, s := range proxyconfig.MetadataAddrs {
+		out[i] = netip.MustParseAddr(s)
+	}
+	return out
+}()
 
 const metadataWhat = "the cloud metadata address"
 
