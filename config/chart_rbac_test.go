@@ -61,7 +61,7 @@ func decodeAs(t *testing.T, o map[string]any, into any) {
 // test fails.
 func TestChartWatchNamespacesSplitsTheManagerRole(t *testing.T) {
 	watched := []string{"team-a", "team-b"}
-	out, err := renderChart(t, "--set", "watchNamespaces={"+strings.Join(watched, ",")+"}")
+	out, err := renderChart(t, "--set", "watchNamespaces={"+strings.Join(watched, ",")+"}", "--set", "installId=team-ab")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestChartDefaultWatchesEveryNamespace(t *testing.T) {
 // Namespace names that are not DNS-1123 labels, or repeat, are refused by the schema.
 func TestChartSchemaRefusesBadWatchNamespaces(t *testing.T) {
 	for _, set := range []string{"watchNamespaces={Team-A}", "watchNamespaces={team-a,team-a}", "watchNamespaces={team_a}", "watchNamespaces=team-a"} {
-		out, err := renderChart(t, "--set", set)
+		out, err := renderChart(t, "--set", set, "--set", "installId=team-ab")
 		if err == nil {
 			t.Errorf("helm template accepted %s:\n%.400s", set, out)
 			continue
@@ -175,5 +175,25 @@ func TestChartSchemaRefusesBadWatchNamespaces(t *testing.T) {
 		if !strings.Contains(err.Error(), "/watchNamespaces") {
 			t.Errorf("%s: the error does not name /watchNamespaces:\n%v", set, err)
 		}
+	}
+}
+
+// watchNamespaces without installId fails the render, naming both values: the default
+// install id is shared by every install of the cluster, and a narrowed install's orphan
+// GC would delete the instances of Proxies in the namespaces it does not see.
+func TestChartWatchNamespacesNeedAnInstallID(t *testing.T) {
+	out, err := renderChart(t, "--set", "watchNamespaces={team-a}")
+	if err == nil {
+		t.Fatalf("helm template accepted watchNamespaces without installId:\n%.400s", out)
+	}
+	if !strings.Contains(err.Error(), "watchNamespaces needs installId") {
+		t.Errorf("the error does not name watchNamespaces and installId:\n%v", err)
+	}
+	out, err = renderChart(t, "--set", "watchNamespaces={team-a}", "--set", "installId=team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "--install-id=team-a") {
+		t.Errorf("the Deployment does not pass --install-id=team-a:\n%.2000s", out)
 	}
 }

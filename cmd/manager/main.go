@@ -153,6 +153,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(ns) > 0 && o.installID == "" {
+		return o, errWatchNamespacesNeedInstallID
+	}
 	o.watchNamespaces = ns
 	return o, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -29,6 +30,13 @@ func parseWatchNamespaces(value string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// errWatchNamespacesNeedInstallID refuses --watch-namespaces without --install-id. The
+// default install id, the kube-system namespace's UID, is the same for every install in
+// the cluster; an install that sees only some namespaces lists the instances of them all
+// (they carry the install id, not a namespace) and its orphan GC would take those of
+// Proxies it cannot see for orphans and delete them.
+var errWatchNamespacesNeedInstallID = errors.New("--watch-namespaces needs --install-id: the default install id (the kube-system namespace's UID) is shared by every install of the cluster, and an install that sees only some namespaces would take the instances of Proxies in the others for orphans and delete them; give this install an id of its own")
 
 // cacheNamespaces is the manager cache's DefaultNamespaces for --watch-namespaces: the
 // informers of namespaced objects (Proxies, ProxyPools, Secrets, Services,

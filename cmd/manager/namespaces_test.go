@@ -21,7 +21,7 @@ func TestWatchNamespacesDefaultsToAll(t *testing.T) {
 }
 
 func TestWatchNamespacesFlag(t *testing.T) {
-	o, err := parseFlags([]string{"--watch-namespaces", "team-a, team-b"}, io.Discard)
+	o, err := parseFlags([]string{"--watch-namespaces", "team-a, team-b", "--install-id", "team-ab"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,9 +40,19 @@ func TestWatchNamespacesFlag(t *testing.T) {
 		{"team-a,team-b,team-a", `namespace "team-a" is listed twice`},
 		{"-team", `namespace "-team"`},
 	} {
-		_, err := parseFlags([]string{"--watch-namespaces=" + tc.value}, io.Discard)
+		_, err := parseFlags([]string{"--watch-namespaces=" + tc.value, "--install-id=team-ab"}, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), "--watch-namespaces") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--watch-namespaces=%q: %v, want an error naming the flag and %s", tc.value, err, tc.want)
 		}
+	}
+}
+
+// --watch-namespaces without --install-id is refused: under the default install id,
+// shared by every install of the cluster, a narrowed install's orphan GC would delete the
+// instances of Proxies in the namespaces it does not see.
+func TestWatchNamespacesNeedAnInstallID(t *testing.T) {
+	_, err := parseFlags([]string{"--watch-namespaces=team-a"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--watch-namespaces needs --install-id") {
+		t.Fatalf("--watch-namespaces without --install-id: %v, want an error naming both flags", err)
 	}
 }

@@ -168,7 +168,7 @@ func TestManagerWatchesOnlyItsNamespacesWithRoles(t *testing.T) {
 	fp, fake, providers := gceFake(t)
 	probe := freeAddr(t)
 	mgr := startManagerWith(t, impersonating(t, env.KubeConfig, releaseNS, "epo-controller-manager"),
-		"--providers-config", providers, "--watch-namespaces", watched,
+		"--providers-config", providers, "--watch-namespaces", watched, "--install-id", "watch-test",
 		"--health-probe-bind-address", probe, "--metrics-bind-address", "0", "--discovery-bind-address", freeAddr(t),
 		"--leader-elect", "--leader-election-namespace", releaseNS,
 		"--proxy-check-interval", "1s", "--provider-check-interval", "1s", "--provider-check-timeout", "2s")
