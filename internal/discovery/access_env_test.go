@@ -85,17 +85,9 @@ func TestKubernetesIdentitiesAgainstRBAC(t *testing.T) {
 	}
 	bind(nsA, creds.Name)
 
-	mgr := env.NewManager(t, nsA, func(o *ctrl.Options) {
+	src := cacheSource(t, ctx, nsA, func(o *ctrl.Options) {
 		o.Cache.DefaultNamespaces = map[string]cache.Config{nsA: {}, nsB: {}}
 	})
-	src, err := NewCacheSource(ctx, mgr.GetCache())
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.StartManager(t, ctx, mgr)
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
-	}
 	waitFor2 := func() (bool, error) {
 		s, err := src.Snapshot(ctx)
 		return err == nil && s.Len() == 2, err

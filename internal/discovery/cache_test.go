@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
@@ -20,10 +21,15 @@ func newNamespace(t testing.TB, ctx context.Context) string {
 	return shared.Env(t).Namespace(t, ctx, "disc")
 }
 
-// cacheSource starts a manager whose cache watches ns and returns a source over it.
-func cacheSource(t testing.TB, ctx context.Context, ns string) *CacheSource {
+// cacheSource starts a manager whose cache watches ns (or what opts sets) and returns a
+// source over it.
+func cacheSource(t testing.TB, ctx context.Context, ns string, opts ...func(*ctrl.Options)) *CacheSource {
 	t.Helper()
-	mgr := shared.Env(t).NewManager(t, ns, nil)
+	var opt func(*ctrl.Options)
+	if len(opts) > 0 {
+		opt = opts[0]
+	}
+	mgr := shared.Env(t).NewManager(t, ns, opt)
 	src, err := NewCacheSource(ctx, mgr.GetCache())
 	if err != nil {
 		t.Fatal(err)
