@@ -52,7 +52,7 @@ func chartRBAC(t *testing.T, releaseNS string, watched ...string) []client.Objec
 	t.Helper()
 	var stderr bytes.Buffer
 	cmd := exec.Command(helmBinary(t), "template", "epo", chartDir, "--namespace", releaseNS,
-		"--set", "watchNamespaces={"+strings.Join(watched, ",")+"}", "--set", "fullnameOverride=epo",
+		"--set", "watchNamespaces={"+strings.Join(watched, ",")+"}", "--set", "installId=watch-test", "--set", "fullnameOverride=epo",
 		"--show-only", "templates/rbac.yaml", "--show-only", "templates/rbac-namespaced.yaml")
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
