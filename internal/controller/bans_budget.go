@@ -122,18 +122,28 @@ func (r *BansReconciler) planPoolRetirements(pool *v1alpha1.ProxyPool, kids []*v
 	return pass, nil
 }
 
-// carryOut cordons the children the pass retires, once their retirements are recorded
-// in the pool's status, and says which it held back.
+// carryOut says which children the pass held back, then cordons the children it
+// retires, once their retirements are recorded in the pool's status. The held-back
+// Event comes first: it reports the status just written, and a retirement that fails
+// (a child's copy in the cache older than a retirement already made, refused by the
+// patch's lock) must not lose it, since the next pass finds the same count in the
+// status and says nothing.
 func (r *BansReconciler) carryOut(ctx context.Context, pool *v1alpha1.ProxyPool, pass *retirementPass, heldBefore int32, now time.Time) error {
 	poolRetirementsHeldBack.WithLabelValues(pool.Namespace, pool.Name).Set(float64(len(pass.held)))
+	if len(pass.held) > 0 && int32(len(pass.held)) > heldBefore {
+		r.sayHeldBack(ctx, pool, pass)
+	}
 	for _, d := range pass.retire {
 		if err := r.retire(ctx, d.px, d.sites, pass.policy, now); err != nil {
 			return err
 		}
 	}
-	if len(pass.held) == 0 || int32(len(pass.held)) <= heldBefore {
-		return nil
-	}
+	return nil
+}
+
+// sayHeldBack records the Warning Event and log line for the children the budget holds
+// back.
+func (r *BansReconciler) sayHeldBack(ctx context.Context, pool *v1alpha1.ProxyPool, pass *retirementPass) {
 	frees := "never: the budget is 0"
 	if at := pass.status.NextFreeAt; at != nil {
 		frees = "at " + at.UTC().Format(time.RFC3339)
@@ -150,5 +160,4 @@ func (r *BansReconciler) carryOut(ctx context.Context, pool *v1alpha1.ProxyPool,
 	}
 	ctrl.LoggerFrom(ctx).Info("retirements held back by the pool's retirement budget", "pool", pool.Name,
 		"heldBack", pass.held, "budget", pass.budget, "frees", frees)
-	return nil
 }

@@ -318,6 +318,9 @@ func (r *BansReconciler) reconcilePool(ctx context.Context, req reconcile.Reques
 		heldBefore = st.HeldBack
 	}
 	if err := r.carryOut(ctx, pool, pass, heldBefore, now); err != nil {
+		if apierrors.IsConflict(err) { // a child's copy older than its retirement: read again
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		}
 		return reconcile.Result{}, err
 	}
 	// Look again when the budget frees, for the children it holds back.
