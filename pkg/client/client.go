@@ -2,7 +2,7 @@
 // crawlers: it lists and picks proxies, sends ban, throttle and success feedback in
 // batches with retries, and provides an http.RoundTripper that sends every request
 // through a proxy picked for the request's host, reports what the site answered and
-// retries a banned request through another proxy.
+// retries a banned request, or one whose proxy did not answer, through another proxy.
 //
 //	c, err := client.New(client.Config{URL: "http://proxy-operator:8082", Token: token})
 //	tr := c.Transport(client.TransportConfig{})
@@ -147,6 +147,10 @@ type Query struct {
 	// Credentials asks for URLs carrying the proxies' user:password@ (needs a token that
 	// may have them).
 	Credentials bool
+	// Exclude leaves these proxies (URLs discovery handed out, or namespace/name) out of
+	// a pick, which then answers the next proxy in the same rendezvous order: a request
+	// sent again after its proxy failed names every proxy it already tried. Pick only.
+	Exclude []string
 }
 
 func (q Query) values(withKey bool) url.Values {
@@ -166,6 +170,11 @@ func (q Query) values(withKey bool) url.Values {
 	if q.Credentials {
 		v.Set("credentials", "true")
 	}
+	if withKey {
+		for _, x := range q.Exclude {
+			v.Add("exclude", x)
+		}
+	}
 	return v
 }
 
@@ -177,6 +186,8 @@ type Error struct {
 	Status int
 	// Message is the API's "error" field, or the start of the body when it is not JSON.
 	Message string
+	// Parameter is the query parameter a 400 names (the API's "parameter" field); "": none.
+	Parameter string
 	// RetryAfter is the answer's Retry-After (a saturated site, a draining replica); 0: none.
 	RetryAfter time.Duration
 }
@@ -276,10 +287,11 @@ func (c *Client) do(req *http.Request, into any) error {
 func apiError(req *http.Request, res *http.Response, body []byte) *Error {
 	e := &Error{Method: req.Method, URL: req.URL.String(), Status: res.StatusCode, RetryAfter: retryAfter(res.Header)}
 	var msg struct {
-		Error string `json:"error"`
+		Error     string `json:"error"`
+		Parameter string `json:"parameter"`
 	}
 	if json.Unmarshal(body, &msg) == nil && msg.Error != "" {
-		e.Message = msg.Error
+		e.Message, e.Parameter = msg.Error, msg.Parameter
 	} else {
 		e.Message = strings.TrimSpace(string(body[:min(len(body), 200)]))
 	}
@@ -307,17 +319,21 @@ func retryAfter(h http.Header) time.Duration {
 // Outcome is what a site did to a request sent through a proxy.
 type Outcome string
 
-// The outcomes feedback reports carry.
+// The outcomes feedback reports carry. Unreachable is about the proxy, not a site: it did
+// not answer (its connection was refused, reset or timed out before it answered), and
+// discovery leaves it out of every answer until its probe confirms it again.
 const (
-	Banned    Outcome = "banned"
-	Throttled Outcome = "throttled"
-	OK        Outcome = "ok"
+	Banned      Outcome = "banned"
+	Throttled   Outcome = "throttled"
+	OK          Outcome = "ok"
+	Unreachable Outcome = "unreachable"
 )
 
 // Report is one feedback report.
 type Report struct {
 	// Proxy is the URL discovery handed out (credentials in it are ignored) or namespace/name.
-	Proxy   string
+	Proxy string
+	// Domain is the host the request was for; an Unreachable report may leave it empty.
 	Domain  string
 	Outcome Outcome
 	// RetryAfter is how long a throttled pair cools; 0: the server's default (60 s).
@@ -329,7 +345,7 @@ type Report struct {
 func (r Report) MarshalJSON() ([]byte, error) {
 	w := struct {
 		Proxy      string   `json:"proxy"`
-		Domain     string   `json:"domain"`
+		Domain     string   `json:"domain,omitempty"`
 		Outcome    Outcome  `json:"outcome"`
 		RetryAfter *float64 `json:"retryAfterSeconds,omitempty"`
 	}{Proxy: r.Proxy, Domain: r.Domain, Outcome: r.Outcome}

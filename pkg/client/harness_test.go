@@ -1,11 +1,15 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -41,6 +45,10 @@ type fleet struct {
 	snap    atomic.Pointer[discovery.Snapshot]
 	// feedbackPosts counts POST /v1/feedback requests the server received.
 	feedbackPosts atomic.Int64
+	// picks are the queries of the GET /v1/proxies/pick requests the server received,
+	// and reports the reports of every POST /v1/feedback, in order (under mu).
+	picks   []url.Values
+	reports []map[string]any
 
 	srv *discovery.Server
 	url string
@@ -96,6 +104,13 @@ func (f *fleet) setCooldown(name, site string, until time.Time) {
 		}
 	}
 	f.rebuild()
+}
+
+// received is a copy of the pick queries and the feedback reports the server received.
+func (f *fleet) received() ([]url.Values, []map[string]any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]url.Values(nil), f.picks...), append([]map[string]any(nil), f.reports...)
 }
 
 // otherSites are sites that ban nobody, under distinct registrable domains.
@@ -157,8 +172,22 @@ func newFleet(t *testing.T, opts discovery.Options) *fleet {
 	f.srv = srv
 	h := srv.Handler()
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/feedback" {
+		switch r.URL.Path {
+		case "/v1/feedback":
 			f.feedbackPosts.Add(1)
+			b, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			var body struct {
+				Reports []map[string]any `json:"reports"`
+			}
+			_ = json.Unmarshal(b, &body)
+			f.mu.Lock()
+			f.reports = append(f.reports, body.Reports...)
+			f.mu.Unlock()
+		case "/v1/proxies/pick":
+			f.mu.Lock()
+			f.picks = append(f.picks, r.URL.Query())
+			f.mu.Unlock()
 		}
 		h.ServeHTTP(w, r)
 	}))

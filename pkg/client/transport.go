@@ -8,12 +8,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/publicsuffix"
@@ -44,6 +47,27 @@ type TransportConfig struct {
 	// banned it (default 30 s): until discovery's answers leave the proxy out (about two
 	// seconds after the report), a fast crawl would otherwise keep being handed it.
 	BanMemory time.Duration
+	// MaxProxyRetries is how many other proxies a request is sent through when the proxy
+	// itself did not answer (default 2; -1: none): its connection was refused, reset or
+	// timed out before the proxy answered anything (an error dialling it, during its
+	// CONNECT, or, for an http:// URL, which the proxy fetches itself, before the first
+	// byte of its answer). Such a proxy is reported unreachable, and each retry asks
+	// pick?exclude= with every proxy the request already tried, never the same one twice;
+	// when they all failed, the error names them. A proxy answering a CONNECT with
+	// anything but 200 also sends the request to another proxy, unreported (it answered).
+	// A failure after the proxy answered (a site behind a working proxy resetting an
+	// https:// connection, a body cut short) is the site's and is returned as it is. Only
+	// requests safe to send again are retried: no body, or one GetBody reads again
+	// (http.NewRequest sets it for bytes, strings and bytes.Buffer readers); the others
+	// get the first failure, reported all the same.
+	MaxProxyRetries int
+	// UnreachableMemory is how long the Transport itself avoids, for every host, a proxy
+	// that did not answer (default 10 s), until discovery's answers leave it out (about a
+	// second after the report, which is sent at once).
+	UnreachableMemory time.Duration
+	// Spread is how a site's requests are spread over proxies; the zero value keeps a
+	// whole site on one proxy (pick?domain=, the site is the key).
+	Spread Spread
 	// OnFeedbackError receives what went wrong sending reports: an error, or reports the
 	// API rejected. nil: dropped.
 	OnFeedbackError func(error)
@@ -52,8 +76,12 @@ type TransportConfig struct {
 // Stats counts what a Transport did.
 type Stats struct {
 	// Requests is how many requests RoundTrip was given; Attempts how many it sent
-	// through a proxy; Retries the attempts after a ban.
-	Requests, Attempts, Retries int64
+	// through a proxy; Retries the attempts after a ban; ProxyRetries the attempts after
+	// a proxy did not answer (or refused a CONNECT).
+	Requests, Attempts, Retries, ProxyRetries int64
+	// Unreachable counts the attempts whose proxy did not answer, each reported
+	// unreachable.
+	Unreachable int64
 	// Banned, Throttled and OK count the site's answers by outcome.
 	Banned, Throttled, OK int64
 	// Reported is how many reports the API accepted; Rejected how many it refused or
@@ -63,17 +91,22 @@ type Stats struct {
 
 // Transport is an http.RoundTripper that sends each request through a proxy picked for
 // its host (pick?domain=<host>, with &credentials=true when the Client has a token), reports the site's answer as feedback
-// and sends a banned request again through another proxy. Hosts that name no site (IP
+// and sends a banned request again through another proxy; a proxy that does not answer
+// is reported unreachable and the request goes through another (MaxProxyRetries). Hosts that name no site (IP
 // addresses, localhost) get a proxy picked by the host as key, and no reports. Close it
 // to send the last reports.
 type Transport struct {
-	c         *Client
-	cfg       TransportConfig
-	base      *http.Transport
-	ban       []int
-	throttle  []int
-	maxRetry  int
-	stats     [8]atomic.Int64
+	c        *Client
+	cfg      TransportConfig
+	base     *http.Transport
+	ban      []int
+	throttle []int
+	maxRetry int
+	maxProxy int
+	stats    [stCount]atomic.Int64
+	// noExclude is set once discovery refused ?exclude= (a server older than it): the
+	// Transport then chooses another proxy from the list itself.
+	noExclude atomic.Bool
 	mu        sync.Mutex
 	pending   []Report
 	kick      chan struct{}
@@ -104,7 +137,14 @@ const (
 	stOK
 	stReported
 	stRejected
+	stProxyRetries
+	stUnreachable
+	stCount
 )
+
+// anyHost holds, in the avoided proxies' memory, those avoided for every host: the ones
+// that did not answer.
+const anyHost = "\x00any"
 
 type proxyKey struct{}
 
@@ -134,6 +174,25 @@ func (c *Client) Transport(cfg TransportConfig) *Transport {
 	case t.maxRetry < 0:
 		t.maxRetry = 0
 	}
+	switch t.maxProxy = cfg.MaxProxyRetries; {
+	case t.maxProxy == 0:
+		t.maxProxy = 2
+	case t.maxProxy < 0:
+		t.maxProxy = 0
+	}
+	if t.cfg.UnreachableMemory <= 0 {
+		t.cfg.UnreachableMemory = 10 * time.Second
+	}
+	userHook := base.OnProxyConnectResponse
+	base.OnProxyConnectResponse = func(ctx context.Context, proxyURL *url.URL, connectReq *http.Request, res *http.Response) error {
+		if a, ok := ctx.Value(attemptKey{}).(*attemptState); ok {
+			a.connectStatus.Store(int32(res.StatusCode))
+		}
+		if userHook != nil {
+			return userHook(ctx, proxyURL, connectReq, res)
+		}
+		return nil
+	}
 	if t.cfg.FlushInterval <= 0 {
 		t.cfg.FlushInterval = time.Second
 	}
@@ -150,41 +209,63 @@ func (c *Client) Transport(cfg TransportConfig) *Transport {
 func (t *Transport) Stats() Stats {
 	return Stats{Requests: t.stats[stRequests].Load(), Attempts: t.stats[stAttempts].Load(), Retries: t.stats[stRetries].Load(),
 		Banned: t.stats[stBanned].Load(), Throttled: t.stats[stThrottled].Load(), OK: t.stats[stOK].Load(),
-		Reported: t.stats[stReported].Load(), Rejected: t.stats[stRejected].Load()}
+		Reported: t.stats[stReported].Load(), Rejected: t.stats[stRejected].Load(),
+		ProxyRetries: t.stats[stProxyRetries].Load(), Unreachable: t.stats[stUnreachable].Load()}
 }
 
 // RoundTrip sends req through a proxy picked for its host. An error picking a proxy names
 // the request's URL and the API's answer (a saturated site: an *Error with status 503 and
-// its RetryAfter).
+// its RetryAfter); an error after every proxy tried failed to answer names them all.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.stats[stRequests].Add(1)
+	ctx := req.Context()
 	host := req.URL.Hostname()
 	domain := host
-	if _, err := publicsuffix.EffectiveTLDPlusOne(host); err != nil || net.ParseIP(host) != nil {
-		domain = "" // no site to report about or to filter by
+	site, err := publicsuffix.EffectiveTLDPlusOne(host)
+	if err != nil || net.ParseIP(host) != nil {
+		domain, site = "", "" // no site to report about or to filter by
 	}
 	q := t.cfg.Query
-	q.Domain, q.Credentials, q.Key = domain, t.c.hasToken(), ""
+	q.Domain, q.Credentials, q.Key, q.Exclude = domain, t.c.hasToken(), "", nil
 	if domain == "" {
 		q.Key = host
+	} else {
+		q.Key = t.cfg.Spread.key(site, req.URL)
 	}
 	rewindable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	var tried []string
-	px, err := t.c.Pick(req.Context(), q)
-	if avoid := t.avoided(domain); err == nil && slices.Contains(avoid, px.Ref()) {
-		if alt, ok := t.another(req.Context(), q, host, avoid); ok {
-			px = alt
-		}
-	}
-	for attempt := 0; ; attempt++ {
+	bans, failures := 0, 0
+	px, err := t.first(ctx, q, host, t.avoided(domain))
+	for {
 		if err != nil {
 			return nil, fmt.Errorf("egress proxy for %s %s: %w", req.Method, req.URL.Redacted(), err)
 		}
-		res, err := t.send(req, px, attempt)
-		if err != nil {
-			return nil, err
-		}
+		res, failure, err := t.send(req, px, len(tried))
 		tried = append(tried, px.Ref())
+		if err != nil {
+			if failure == "" {
+				return nil, err // the site's failure, or the caller's deadline
+			}
+			if failure == proxyUnreachable {
+				t.stats[stUnreachable].Add(1)
+				t.report(Report{Proxy: px.Ref(), Outcome: Unreachable})
+				t.rememberFor(anyHost, px.Ref(), t.cfg.UnreachableMemory)
+			}
+			switch {
+			case !rewindable:
+				return nil, fmt.Errorf("%w (not sent through another proxy: its body cannot be read again, it has no GetBody)", err)
+			case failures >= t.maxProxy:
+				return nil, fmt.Errorf("%w (egress proxies tried: %s)", err, strings.Join(tried, ", "))
+			}
+			next, nerr := t.next(ctx, q, host, append(slices.Clone(tried), t.avoided(domain)...))
+			if nerr != nil {
+				return nil, fmt.Errorf("%w (egress proxies tried: %s; no other: %v)", err, strings.Join(tried, ", "), nerr)
+			}
+			failures++
+			t.stats[stProxyRetries].Add(1)
+			px = next
+			continue
+		}
 		outcome, wait := t.classify(res)
 		if outcome == "" || domain == "" {
 			return res, nil
@@ -194,38 +275,123 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return res, nil
 		}
 		t.remember(domain, px.Ref())
-		if attempt >= t.maxRetry || !rewindable {
+		if bans >= t.maxRetry || !rewindable {
 			return res, nil
 		}
-		next, ok := t.another(req.Context(), q, host, append(tried, t.avoided(domain)...))
-		if !ok {
+		next, nerr := t.next(ctx, q, host, append(slices.Clone(tried), t.avoided(domain)...))
+		if nerr != nil {
 			return res, nil // no other proxy to try: the site's answer stands
 		}
 		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
 		res.Body.Close()
+		bans++
 		t.stats[stRetries].Add(1)
 		px = next
 	}
 }
 
-// send is one attempt through px.
-func (t *Transport) send(req *http.Request, px Proxy, attempt int) (*http.Response, error) {
+// first is the proxy for a request: the pick, leaving out the proxies avoided for its
+// host when there are any (and the pick alone when that leaves none).
+func (t *Transport) first(ctx context.Context, q Query, host string, avoid []string) (Proxy, error) {
+	if len(avoid) > 0 {
+		if p, err := t.next(ctx, q, host, avoid); err == nil {
+			return p, nil
+		}
+	}
+	return t.c.Pick(ctx, q)
+}
+
+// next is the proxy for a request that leaves out those in avoid: pick?exclude=, the next
+// proxy in the pick's own rendezvous order; from a discovery API that does not know
+// exclude= yet, one of the listed proxies in an order of the host's own.
+func (t *Transport) next(ctx context.Context, q Query, host string, avoid []string) (Proxy, error) {
+	if !t.noExclude.Load() {
+		q.Exclude = nil
+		for _, ref := range avoid {
+			if !slices.Contains(q.Exclude, ref) {
+				q.Exclude = append(q.Exclude, ref)
+			}
+		}
+		p, err := t.c.Pick(ctx, q)
+		var ae *Error
+		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Parameter != "exclude" {
+			return p, err
+		}
+		t.noExclude.Store(true)
+	}
+	return t.another(ctx, q, host, avoid)
+}
+
+// Why an attempt failed, when the proxy is to blame.
+const (
+	// proxyUnreachable: the proxy did not answer at all.
+	proxyUnreachable = "unreachable"
+	// proxyRefusedConnect: the proxy answered a CONNECT with another status than 200.
+	proxyRefusedConnect = "connect-refused"
+)
+
+// attemptState is what one attempt learnt of its proxy on the way.
+type attemptState struct {
+	// answered: a byte of the answer came back (through a tunnel already open, too).
+	answered atomic.Bool
+	// connectStatus is the status the proxy answered this attempt's CONNECT; 0: none.
+	connectStatus atomic.Int32
+}
+
+type attemptKey struct{}
+
+// send is one attempt through px. failure says whether an error is the proxy's: "" for
+// none (an answer, the site's failure behind a proxy that answered, the caller's context
+// done), proxyUnreachable or proxyRefusedConnect.
+func (t *Transport) send(req *http.Request, px Proxy, attempt int) (*http.Response, string, error) {
 	pu, err := url.Parse(px.URL)
 	if err != nil {
-		return nil, fmt.Errorf("egress proxy %s for %s %s: its url does not parse: %w", px.Ref(), req.Method, req.URL.Redacted(), err)
+		return nil, "", fmt.Errorf("egress proxy %s for %s %s: its url does not parse: %w", px.Ref(), req.Method, req.URL.Redacted(), err)
 	}
-	out := req.Clone(context.WithValue(req.Context(), proxyKey{}, pu))
+	st := &attemptState{}
+	tunnel := req.URL.Scheme == "https"
+	ctx := context.WithValue(context.WithValue(req.Context(), proxyKey{}, pu), attemptKey{}, st)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) {
+			if i.Reused && tunnel {
+				st.answered.Store(true) // the tunnel was open before: a failure now is inside it
+			}
+		},
+		GotFirstResponseByte: func() { st.answered.Store(true) },
+	})
+	out := req.Clone(ctx)
 	if attempt > 0 && req.GetBody != nil {
 		if out.Body, err = req.GetBody(); err != nil {
-			return nil, fmt.Errorf("%s %s: reading the body again to retry it: %w", req.Method, req.URL.Redacted(), err)
+			return nil, "", fmt.Errorf("%s %s: reading the body again to retry it: %w", req.Method, req.URL.Redacted(), err)
 		}
 	}
 	t.stats[stAttempts].Add(1)
 	res, err := t.base.RoundTrip(out)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s through egress proxy %s: %w", req.Method, req.URL.Redacted(), px.Ref(), err)
+		return nil, proxyFailure(req.Context(), st, err), fmt.Errorf("%s %s through egress proxy %s: %w", req.Method, req.URL.Redacted(), px.Ref(), err)
 	}
-	return res, nil
+	return res, "", nil
+}
+
+// proxyFailure says whether err, an attempt's failure, is its proxy's: a connection
+// failure (refused, reset, closed, timed out) before the proxy answered anything and
+// before a tunnel through it was open, or a CONNECT it refused.
+func proxyFailure(ctx context.Context, st *attemptState, err error) string {
+	if ctx.Err() != nil {
+		return "" // the caller gave up
+	}
+	switch cs := st.connectStatus.Load(); {
+	case cs != 0 && cs != http.StatusOK:
+		return proxyRefusedConnect
+	case cs == http.StatusOK || st.answered.Load():
+		return "" // the proxy answered; what failed was behind it
+	}
+	var op *net.OpError
+	if errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) {
+		return proxyUnreachable
+	}
+	return "" // not a connection's failure (a request Go refuses to send, say)
 }
 
 // maxReportedRetryAfter is the longest throttle a report carries, the API's limit for
@@ -248,14 +414,14 @@ func (t *Transport) classify(res *http.Response) (Outcome, time.Duration) {
 	return "", 0
 }
 
-// another is a proxy for the request's domain that it has not been sent through yet: the
-// listed proxies in an order of their own for the host, so that retries of one host spread
-// the same way on every crawler.
-func (t *Transport) another(ctx context.Context, q Query, host string, tried []string) (Proxy, bool) {
-	q.Key = ""
+// another is a proxy for the request's domain that is not in avoid, for a discovery API
+// that does not take exclude=: the listed proxies in an order of their own for the host,
+// so that retries of one host spread the same way on every crawler.
+func (t *Transport) another(ctx context.Context, q Query, host string, avoid []string) (Proxy, error) {
+	q.Key, q.Exclude = "", nil
 	list, err := t.c.List(ctx, q)
 	if err != nil {
-		return Proxy{}, false
+		return Proxy{}, err
 	}
 	rank := func(p Proxy) uint64 {
 		h := fnv.New64a()
@@ -264,15 +430,18 @@ func (t *Transport) another(ctx context.Context, q Query, host string, tried []s
 	}
 	sort.Slice(list, func(i, j int) bool { return rank(list[i]) > rank(list[j]) })
 	for _, p := range list {
-		if !slices.Contains(tried, p.Ref()) {
-			return p, true
+		if !slices.Contains(avoid, p.Ref()) {
+			return p, nil
 		}
 	}
-	return Proxy{}, false
+	return Proxy{}, fmt.Errorf("none of the %d proxies listed for %s is left", len(list), host)
 }
 
 // remember avoids ref for host for BanMemory.
-func (t *Transport) remember(host, ref string) {
+func (t *Transport) remember(host, ref string) { t.rememberFor(host, ref, t.cfg.BanMemory) }
+
+// rememberFor avoids ref for host (anyHost: every host) for d.
+func (t *Transport) rememberFor(host, ref string, d time.Duration) {
 	t.recentMu.Lock()
 	defer t.recentMu.Unlock()
 	if t.recent == nil {
@@ -282,7 +451,7 @@ func (t *Transport) remember(host, ref string) {
 		t.recent[host] = map[string]time.Time{}
 	}
 	now := time.Now()
-	t.recent[host][ref] = now.Add(t.cfg.BanMemory)
+	t.recent[host][ref] = now.Add(d)
 	t.sweepLocked(now)
 }
 
@@ -307,30 +476,33 @@ func (t *Transport) sweepLocked(now time.Time) {
 	}
 }
 
-// avoided are the proxies host banned within BanMemory.
+// avoided are the proxies host banned within BanMemory, and those that did not answer
+// within UnreachableMemory.
 func (t *Transport) avoided(host string) []string {
-	if host == "" {
-		return nil
-	}
 	t.recentMu.Lock()
 	defer t.recentMu.Unlock()
 	var refs []string
 	now := time.Now()
-	for ref, until := range t.recent[host] {
-		if now.Before(until) {
-			refs = append(refs, ref)
-		} else {
-			delete(t.recent[host], ref)
+	for _, h := range []string{host, anyHost} {
+		if h == "" || t.recent[h] == nil {
+			continue
 		}
-	}
-	if len(t.recent[host]) == 0 {
-		delete(t.recent, host)
+		for ref, until := range t.recent[h] {
+			if now.Before(until) {
+				refs = append(refs, ref)
+			} else {
+				delete(t.recent[h], ref)
+			}
+		}
+		if len(t.recent[h]) == 0 {
+			delete(t.recent, h)
+		}
 	}
 	t.sweepLocked(now)
 	return refs
 }
 
-// report queues r for the next flush.
+// report queues r for the next flush; an Unreachable report sends the batch at once.
 func (t *Transport) report(r Report) {
 	if t.closed.Load() {
 		return
@@ -340,7 +512,7 @@ func (t *Transport) report(r Report) {
 	t.pending = append(t.pending, r)
 	full := len(t.pending) >= t.cfg.FlushSize
 	t.mu.Unlock()
-	if full {
+	if full || r.Outcome == Unreachable { // a proxy that does not answer is news at once
 		select {
 		case t.kick <- struct{}{}:
 		default:
@@ -404,4 +576,44 @@ func (t *Transport) Close() error {
 	})
 	<-t.done
 	return nil
+}
+
+// Spread is how a site's requests are spread over proxies. pick?domain= keys a request by
+// its site, so a whole site goes through one proxy (the same one on every crawler): kind
+// to the site, but one proxy's rate and one address for all of it. A Spread derives the
+// pick key from the site and a spread index instead, and the Transport still sends
+// domain=, so the proxies cooling for the site stay out. The zero value: one proxy a site.
+type Spread struct {
+	// Keys spreads a site over up to Keys proxies: a request's key is "<site>#<i>", i a
+	// hash of its path and query modulo Keys, so a page always goes the same way. 0 or 1:
+	// one key a site.
+	Keys int
+	// Worker, when set, is this crawler's own name (its Pod's, say): the key is then
+	// "<site>@<worker>", so each worker crawls a site through a proxy of its own (with
+	// Keys, "<site>@<worker>#<i>").
+	Worker string
+	// PerRequest keys each request by a hash of its URL ("<site>#u<hash>"): a site's pages
+	// spread over every proxy evenly, each page always the same way. Keys is then ignored.
+	PerRequest bool
+}
+
+// key is the pick key of a request for site at u; "": the site itself (domain= alone).
+func (s Spread) key(site string, u *url.URL) string {
+	k := site
+	if s.Worker != "" {
+		k += "@" + s.Worker
+	}
+	switch {
+	case s.PerRequest:
+		h := fnv.New64a()
+		_, _ = io.WriteString(h, u.Scheme+"://"+u.Host+u.RequestURI())
+		return k + "#u" + strconv.FormatUint(h.Sum64(), 36)
+	case s.Keys > 1:
+		h := fnv.New32a()
+		_, _ = io.WriteString(h, u.RequestURI())
+		return k + "#" + strconv.Itoa(int(h.Sum32()%uint32(s.Keys)))
+	case s.Worker != "":
+		return k
+	}
+	return ""
 }

@@ -210,13 +210,17 @@ func TestTransportErrors(t *testing.T) {
 		t.Errorf("an IP host was reported: %+v", st)
 	}
 
-	tr2 := c.Transport(client.TransportConfig{FlushInterval: time.Hour})
+	tr2 := c.Transport(client.TransportConfig{FlushInterval: time.Hour, MaxProxyRetries: -1})
 	defer tr2.Close()
 	p, _ := c.Pick(context.Background(), client.Query{Domain: "news.example.org"})
 	f.fps[p.Ref()].Close()
 	_, err = (&http.Client{Transport: tr2}).Get(s.url("news.example.org", "/x"))
-	if err == nil || !strings.Contains(err.Error(), s.url("news.example.org", "/x")) || !strings.Contains(err.Error(), "egress proxy "+p.Ref()) {
-		t.Errorf("a dead proxy: %v", err)
+	if err == nil || !strings.Contains(err.Error(), s.url("news.example.org", "/x")) || !strings.Contains(err.Error(), "egress proxy "+p.Ref()) ||
+		!strings.Contains(err.Error(), "egress proxies tried: "+p.Ref()+")") {
+		t.Errorf("a dead proxy without retries: %v", err)
+	}
+	if st := tr2.Stats(); st.Attempts != 1 || st.Unreachable != 1 || st.ProxyRetries != 0 {
+		t.Errorf("a dead proxy without retries: stats %+v, want one attempt, reported unreachable", st)
 	}
 }
 
