@@ -1,0 +1,155 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Exit is one forward proxy the gateway can send a request or tunnel through.
+type Exit struct {
+	Namespace, Name string
+	// Address is the exit's proxy listener, host:port.
+	Address string
+	// EgressIP is the address sites see the exit's traffic come from; empty when unknown.
+	EgressIP string
+	// User and Password are the exit's own basic-auth credentials, empty when it takes
+	// none. The gateway sends them to the exit only; a client never sees them.
+	User, Password string
+}
+
+// ID is namespace/name, the name crawlers report bans by and X-Egress-Proxy carries.
+func (e Exit) ID() string { return e.Namespace + "/" + e.Name }
+
+// Identity is who a credential belongs to and which namespaces it may use.
+type Identity struct {
+	// Name is for the log (a ServiceAccount's username, "static token").
+	Name string
+	// AllNamespaces: the credential may use every namespace.
+	AllNamespaces bool
+	// Namespaces the credential may use when AllNamespaces is false.
+	Namespaces []string
+}
+
+// May says whether the identity may use exits in namespace ns.
+func (id Identity) May(ns string) bool {
+	if id.AllNamespaces {
+		return true
+	}
+	for _, n := range id.Namespaces {
+		if n == ns {
+			return true
+		}
+	}
+	return false
+}
+
+// ChoiceRequest is everything a Chooser needs to choose one exit.
+type ChoiceRequest struct {
+	// Identity is the authenticated caller: the Chooser returns only exits in namespaces
+	// Identity.May allows.
+	Identity Identity
+	// Namespace, when not empty, limits the choice to that namespace (the gateway has
+	// already checked that Identity may use it).
+	Namespace string
+	// Pool, when not empty, limits the choice to that ProxyPool's exits.
+	Pool string
+	// Session, when not empty, is the sticky key: the Chooser maps it to an exit by the
+	// same rendezvous choice as discovery's pick?key=, so every replica agrees.
+	Session string
+	// Strict asks the Chooser not to move Session off its exit: when the exit the key
+	// maps to is unavailable (or in Exclude), return an error wrapping
+	// ErrSessionExitUnavailable that names it (UnavailableError).
+	Strict bool
+	// Rotation, used only without a Session, counts the choices this gateway made: the
+	// Chooser orders the eligible exits' distinct egress addresses in a fixed order and
+	// takes the Rotation-th (modulo their count), so consecutive requests leave from
+	// distinct addresses.
+	Rotation uint64
+	// Site is the target host (no port, lower case): exits cooling for it are skipped,
+	// as pick?domain= skips them.
+	Site string
+	// Exclude lists the IDs of exits that failed earlier in this request.
+	Exclude []string
+	// Family asks for an IPv4 or IPv6 egress address; FamilyAny takes either.
+	Family Family
+}
+
+// Excludes says whether the exit with id is in r.Exclude.
+func (r ChoiceRequest) Excludes(id string) bool {
+	for _, x := range r.Exclude {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Chooser chooses the exit for one request or tunnel.
+//
+// Choose returns an exit the caller may use, or an error wrapping one of:
+// ErrNoExit (nothing eligible: unknown or empty pool, every exit excluded or unhealthy),
+// ErrUnknownPool (the pool does not exist in the namespaces the identity may use),
+// ErrSaturated (too many of the pool's exits are cooling for the site; a SaturatedError
+// carries the site and when to come back), ErrSessionExitUnavailable (a strict session's
+// exit is unavailable; an UnavailableError names it). Any other error is the Chooser's
+// own failure and is answered as ErrNoExit is, with the error in the log.
+type Chooser interface {
+	Choose(ctx context.Context, req ChoiceRequest) (Exit, error)
+}
+
+// Authenticator verifies a caller's credential (the proxy password: a token the
+// discovery API accepts). It returns the identity, or an error wrapping
+// ErrBadCredentials when the credential is wrong; any other error means it could not
+// tell (the API server did not answer) and the caller is told to try again later.
+type Authenticator interface {
+	Authenticate(ctx context.Context, user, password string) (Identity, error)
+}
+
+// Reporter takes what the gateway learns about exits. Its methods must not block: the
+// gateway calls them on the request's path.
+type Reporter interface {
+	// Unreachable: the exit refused or timed out, or answered with its own failure.
+	Unreachable(exit Exit, err error)
+	// Banned: a site answered a plain-HTTP request through the exit with a status that
+	// means banned or throttled (Config.BanStatuses); retryAfter is the site's
+	// Retry-After, 0 when it sent none.
+	Banned(exit Exit, site string, status int, retryAfter time.Duration)
+}
+
+// The error classes of a Chooser and of the gateway's own steps.
+var (
+	ErrNoExit                 = errors.New("no exit available")
+	ErrUnknownPool            = errors.New("unknown pool")
+	ErrSaturated              = errors.New("pool saturated for the site")
+	ErrSessionExitUnavailable = errors.New("the strict session's exit is unavailable")
+	ErrBadCredentials         = errors.New("bad credentials")
+	ErrExitFailed             = errors.New("exit failed")
+)
+
+// SaturatedError is a Chooser's ErrSaturated with its details.
+type SaturatedError struct {
+	Site       string
+	RetryAfter time.Duration
+}
+
+func (e *SaturatedError) Error() string {
+	return fmt.Sprintf("too many exits are cooling for site %s; retry after %s", e.Site, e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrSaturated) true.
+func (e *SaturatedError) Is(target error) bool { return target == ErrSaturated }
+
+// UnavailableError is ErrSessionExitUnavailable naming the exit.
+type UnavailableError struct {
+	Exit   string // namespace/name
+	Reason string
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("the strict session's exit %s is unavailable: %s", e.Exit, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrSessionExitUnavailable) true.
+func (e *UnavailableError) Is(target error) bool { return target == ErrSessionExitUnavailable }
