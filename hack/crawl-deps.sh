@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the crawler clients' tests need, once: Debian's Scrapy (the version the
-# middleware in clients/scrapy is written against, 2.8 on bookworm) and pytest. Both are
+# middleware in clients/scrapy is written against, 2.8 on bookworm) and pytest; and, to build
+# clients/scrapy's wheel offline and install it into a virtual environment that sees
+# Debian's Scrapy (hack/scrapy-wheel-test.sh), setuptools, wheel, pip and venv. All are
 # Debian packages for Debian's own python3 (/usr/bin/python3), whatever python3 comes first
 # on PATH; the tests run that interpreter. Idempotent: installed packages are left alone.
 set -euo pipefail
@@ -10,6 +12,7 @@ LOG_TAG=crawl-deps
 # shellcheck source=lib/common.sh
 source "$HACK/lib/common.sh"
 
-need=$(missing_packages python3-scrapy python3-pytest)
+packages=(python3-scrapy python3-pytest python3-setuptools python3-wheel python3-pip python3-venv)
+need=$(missing_packages "${packages[@]}")
 [[ -z $need || $(id -u) -eq 0 ]] || die "need root to install: ${need//$'\n'/ }"
-ensure_packages python3-scrapy python3-pytest
+ensure_packages "${packages[@]}"

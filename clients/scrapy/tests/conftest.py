@@ -1,12 +1,32 @@
 import json
 import os
 import sys
+import sysconfig
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+SOURCE = os.path.realpath(os.path.join(os.path.dirname(__file__), ".."))
+
+# EGRESS_PROXIES_TEST_INSTALLED=1 (hack/scrapy-wheel.sh test): the tests run against the
+# installed wheel, and egress_proxies must come from the running environment's
+# site-packages, not from these sources. Otherwise the sources are tested in place.
+INSTALLED = os.environ.get("EGRESS_PROXIES_TEST_INSTALLED") == "1"
+if not INSTALLED:
+    sys.path.insert(0, SOURCE)
+
+
+def pytest_configure(config):
+    if not INSTALLED:
+        return
+    import egress_proxies
+
+    where = os.path.realpath(egress_proxies.__file__)
+    site = os.path.realpath(sysconfig.get_paths()["purelib"])
+    if sys.prefix == sys.base_prefix or os.path.commonpath([where, site]) != site:
+        raise pytest.UsageError(f"egress_proxies imported from {where}, want the installed one in the "
+                                f"virtual environment's {site}")
 
 
 class Stub:
