@@ -51,7 +51,9 @@ func columns(t *testing.T, out string) []map[string]string {
 }
 
 // What kubectl shows of the CRDs, against a real API server with them installed:
-// kubectl get px -o wide adds the egress IP, the VM's age and the last probe latency;
+// HEALTHY is the Healthy condition's status, so an unhealthy proxy (no status.healthy)
+// shows False, not a blank; kubectl get px -o wide adds the egress IP, the running VM's
+// age (none for an External proxy) and the last probe latency;
 // kubectl get ppool -o wide the pool's progress reason; kubectl get egress lists all
 // three kinds, each by its short name too.
 func TestKubectlGetShowsTheColumns(t *testing.T) {
@@ -72,39 +74,58 @@ func TestKubectlGetShowsTheColumns(t *testing.T) {
 		return string(out)
 	}
 
-	px := &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: ns},
-		Spec:       v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "192.0.2.10", Port: 3128},
+	// A Managed proxy whose VM runs and whose probes pass; an External one (no VM) whose
+	// probes fail: its status has no healthy field at all.
+	setStatus := func(px *v1alpha1.Proxy, st v1alpha1.ProxyStatus) {
+		t.Helper()
+		if err := env.Client.Create(ctx, px); err != nil {
+			t.Fatal(err)
+		}
+		px.Status = st
+		if err := env.Client.Status().Update(ctx, px); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := env.Client.Create(ctx, px); err != nil {
-		t.Fatal(err)
+	cond := func(typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: reason, LastTransitionTime: metav1.Now()}
 	}
-	px.Status.Phase = v1alpha1.PhaseRunning
-	px.Status.IP = "192.0.2.10"
-	px.Status.EgressIP = "198.51.100.7"
-	px.Status.Healthy = true
-	px.Status.ProbeLatencyMilliseconds = 42
-	meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProvisioned, Status: metav1.ConditionTrue, Reason: "Running", Message: "up"})
-	if err := env.Client.Status().Update(ctx, px); err != nil {
-		t.Fatal(err)
-	}
+	setStatus(&v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: ns},
+		Spec: v1alpha1.ProxySpec{Provider: "kvm2-home", Port: 3128}},
+		v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, IP: "192.0.2.11", EgressIP: "198.51.100.7", Healthy: true, ProbeLatencyMilliseconds: 42,
+			Conditions: []metav1.Condition{
+				cond(v1alpha1.ConditionProvisioned, metav1.ConditionTrue, v1alpha1.ReasonInstanceRunning),
+				cond(v1alpha1.ConditionHealthy, metav1.ConditionTrue, v1alpha1.ReasonProbeSucceeded)}})
+	setStatus(&v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: ns},
+		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "192.0.2.10", Port: 3128}},
+		v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.10",
+			Conditions: []metav1.Condition{
+				cond(v1alpha1.ConditionProvisioned, metav1.ConditionTrue, v1alpha1.ReasonExternal),
+				cond(v1alpha1.ConditionHealthy, metav1.ConditionFalse, v1alpha1.ReasonProbeFailed)}})
 
 	narrow := columns(t, get("px"))
 	if _, ok := narrow[0]["EGRESS IP"]; ok {
 		t.Errorf("kubectl get px shows EGRESS IP without -o wide: %v", narrow)
 	}
 	wide := columns(t, get("px", "-o", "wide"))
-	if len(wide) != 1 {
+	if len(wide) != 2 {
 		t.Fatalf("kubectl get px -o wide: %v", wide)
 	}
-	r := wide[0]
-	for col, want := range map[string]string{"NAME": "edge", "IP": "192.0.2.10", "EGRESS IP": "198.51.100.7", "LATENCY (MS)": "42", "HEALTHY": "true", "PHASE": "Running"} {
-		if r[col] != want {
-			t.Errorf("kubectl get px -o wide: %s is %q, want %q (row %v)", col, r[col], want, r)
+	rows := map[string]map[string]string{}
+	for _, r := range wide {
+		rows[r["NAME"]] = r
+	}
+	for name, want := range map[string]map[string]string{
+		"vm":   {"IP": "192.0.2.11", "EGRESS IP": "198.51.100.7", "LATENCY (MS)": "42", "HEALTHY": "True", "PHASE": "Ready"},
+		"edge": {"IP": "192.0.2.10", "HEALTHY": "False", "PHASE": "Running", "VM AGE": ""},
+	} {
+		for col, w := range want {
+			if got := rows[name][col]; got != w {
+				t.Errorf("kubectl get px -o wide, %s: %s is %q, want %q (row %v)", name, col, got, w, rows[name])
+			}
 		}
 	}
-	if age := r["VM AGE"]; age == "" || age == "<none>" || !strings.HasSuffix(age, "s") {
-		t.Errorf("kubectl get px -o wide: VM AGE %q, want the Provisioned condition's age in seconds (row %v)", age, r)
+	if age := rows["vm"]["VM AGE"]; age == "" || age == "<none>" || !strings.HasSuffix(age, "s") {
+		t.Errorf("kubectl get px -o wide: VM AGE %q, want the running VM's age in seconds (row %v)", age, rows["vm"])
 	}
 
 	pool := &v1alpha1.ProxyPool{ObjectMeta: metav1.ObjectMeta{Name: "news", Namespace: ns}}

@@ -343,7 +343,9 @@ type ProxyStatus struct {
 	// (gce with stackType IPV4_IPV6); ip stays the IPv4 address.
 	// +optional
 	IPv6 string `json:"ipv6,omitempty"`
-	// Healthy is true when the last probe through the proxy succeeded.
+	// Healthy is true while the proxy's probes go through it (the health engine's
+	// threshold, see the Healthy condition), and absent otherwise: a proxy that is not
+	// healthy has no healthy field, and its Healthy condition, False, says why.
 	// +optional
 	Healthy bool `json:"healthy,omitempty"`
 	// SpecHash is the hash of what the user asked for when the instance was built:
@@ -456,10 +458,10 @@ type ProxyCooldown struct {
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.ip`
-// +kubebuilder:printcolumn:name="Healthy",type=boolean,JSONPath=`.status.healthy`
+// +kubebuilder:printcolumn:name="Healthy",type=string,JSONPath=`.status.conditions[?(@.type=="Healthy")].status`,description="The Healthy condition: True while the last probes went through the proxy, False with the reason otherwise; empty until the first probe"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Egress IP",type=string,JSONPath=`.status.egressIP`,priority=1
-// +kubebuilder:printcolumn:name="VM Age",type=date,JSONPath=`.status.conditions[?(@.type=="Provisioned")].lastTransitionTime`,priority=1,description="Since the Provisioned condition last changed: the VM's age while it runs"
+// +kubebuilder:printcolumn:name="VM Age",type=date,JSONPath=`.status.conditions[?(@.reason=="InstanceRunning")].lastTransitionTime`,priority=1,description="Since the VM was last seen starting to run (the Provisioned condition with reason InstanceRunning); none for an External proxy or a VM not running"
 // +kubebuilder:printcolumn:name="Cooling",type=integer,JSONPath=`.status.coolingSites`,priority=1,description="How many sites crawlers reported the proxy banned or throttled on and it is cooling for now"
 // +kubebuilder:printcolumn:name="Latency (ms)",type=integer,JSONPath=`.status.probeLatencyMilliseconds`,priority=1,description="The last successful probe's latency through the proxy"
 type Proxy struct {
