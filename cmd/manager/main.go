@@ -38,6 +38,7 @@ import (
 // options are the manager's flags.
 type options struct {
 	providersConfig         string
+	providersConfigGiven    bool // --providers-config was on the command line
 	installID               string
 	maxConcurrentReconciles int
 	quotaRetry              time.Duration
@@ -87,7 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{zap: zap.Options{Development: false}}
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.providersConfig, "providers-config", "/etc/proxy-operator/providers.yaml", "The providers config file.")
+	fs.StringVar(&o.providersConfig, "providers-config", defaultProvidersConfig, "The providers config file. Left at its default while nothing is at that path, or given empty (--providers-config=): no providers, so only External Proxies are served and Managed ones fail with reason ProviderNotConfigured; a path given that does not exist is an error.")
 	fs.StringVar(&o.installID, "install-id", "", "Identity of this install, written into every instance's ownership mark; instances marked by another install are never listed, adopted or deleted. Default: the UID of the kube-system namespace.")
 	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 3, "Proxies reconciled at once.")
 	fs.DurationVar(&o.quotaRetry, "quota-retry", controller.DefaultQuotaRetry, "Wait before retrying a Proxy whose provider reported exceeded quota.")
@@ -129,6 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	fs.Visit(func(f *flag.Flag) { o.providersConfigGiven = o.providersConfigGiven || f.Name == "providers-config" })
 	if o.maxConcurrentReconciles < 1 {
 		return nil, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.maxConcurrentReconciles)
 	}
@@ -179,10 +181,14 @@ func run(args []string, stderr io.Writer) int {
 
 	// The providers config is read and checked before anything talks to the API server,
 	// so a broken config fails the pod at once with its message.
-	cfg, err := provider.LoadConfig(o.providersConfig)
+	cfg, none, err := loadProvidersConfig(o.providersConfig, o.providersConfigGiven)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	if none != "" {
+		log.Info("starting with no providers: only External Proxies are served; a Managed Proxy fails with reason "+
+			v1alpha1.ReasonProviderNotConfigured+" until a providers config names its provider and the manager restarts", "why", none)
 	}
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -37,3 +41,36 @@ func registry(installID string) provider.Registry {
 var registerProviderMetrics = sync.OnceFunc(func() {
 	metrics.Registry.MustRegister(provider.Collectors()...)
 })
+
+// defaultProvidersConfig is --providers-config's default, where config/default and the
+// chart mount the providers-config ConfigMap.
+const defaultProvidersConfig = "/etc/proxy-operator/providers.yaml"
+
+// loadProvidersConfig reads the providers config at path; given tells whether
+// --providers-config was on the command line. The manager runs with no providers, and
+// none says why, when the flag is given empty, or when it was not given and nothing is at
+// its default path: a user with External Proxies alone needs no file. A path that was
+// given and does not exist is an error naming it, as is every unreadable or invalid file.
+func loadProvidersConfig(path string, given bool) (cfg *provider.Config, none string, err error) {
+	if path == "" {
+		return &provider.Config{}, "--providers-config is empty", nil
+	}
+	if !given {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return &provider.Config{}, fmt.Sprintf("--providers-config not given and nothing at its default path %s", path), nil
+		}
+	}
+	if given {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, "", fmt.Errorf("--providers-config %s: no such file (leave the flag out while nothing is at %s, or give it empty, to run with no providers)", path, defaultProvidersConfig)
+		}
+	}
+	cfg, err = provider.LoadConfig(path)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(cfg.Providers) == 0 {
+		return cfg, fmt.Sprintf("the providers config %s lists none", path), nil
+	}
+	return cfg, "", nil
+}

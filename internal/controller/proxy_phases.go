@@ -181,7 +181,7 @@ func (r *ProxyReconciler) providerNotConfigured(s *scope) ctrl.Result {
 	slices.Sort(names)
 	msg := fmt.Sprintf("provider %q is not configured (configured: %s)", s.px.Spec.Provider, strings.Join(names, ", "))
 	if len(names) == 0 {
-		msg = fmt.Sprintf("provider %q is not configured (no providers are configured)", s.px.Spec.Provider)
+		msg = fmt.Sprintf("provider %[1]q is not configured (no providers are configured: the manager was started without a providers config, or with one listing none); add %[1]q to the manager's --providers-config and restart it", s.px.Spec.Provider)
 	}
 	if s.px.Status.Phase != v1alpha1.PhaseFailed {
 		s.setPhase(v1alpha1.PhaseFailed, v1alpha1.ReasonProviderNotConfigured, msg)
