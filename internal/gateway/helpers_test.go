@@ -324,8 +324,9 @@ func newHarness(t testing.TB, exits []*testExit, tune func(*Config)) *harness {
 	go g.Serve(hl)
 	go g.ServeSOCKS(sl)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+		// Clients' idle keep-alive tunnels would hold a graceful shutdown: close them now.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
 		g.Shutdown(ctx)
 	})
 	return h
@@ -452,3 +453,8 @@ func counterValue(t testing.TB, reg *prometheus.Registry, name, label, value str
 	}
 	return sum
 }
+
+// leakyChooser offers one exit whoever asks, as a broken Chooser might.
+type leakyChooser struct{ exit Exit }
+
+func (c *leakyChooser) Choose(context.Context, ChoiceRequest) (Exit, error) { return c.exit, nil }
