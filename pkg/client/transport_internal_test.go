@@ -2,6 +2,7 @@ package client
 
 import (
 	"net/http"
+	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -56,6 +57,32 @@ func TestThrottleReportsAtMostADay(t *testing.T) {
 		}
 		if o, got := tr.classify(res); o != Throttled || got != want {
 			t.Errorf("Retry-After %q: %s %s, want throttled %s", v, o, got, want)
+		}
+	}
+}
+
+// The pick keys a Spread gives: clients/scrapy's
+// test_spread_keys_a_site_by_a_spread_index_and_keeps_the_domain holds the same table, so
+// Go and Scrapy crawlers of a site spread it the same way.
+func TestSpreadKeys(t *testing.T) {
+	u, err := url.Parse("http://shop.example.com:8080/page/1?q=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		spread Spread
+		key    string
+	}{
+		{Spread{}, ""},
+		{Spread{Keys: 1}, ""},
+		{Spread{PerRequest: true}, "example.com#u1dc0no963r6su"},
+		{Spread{Keys: 4}, "example.com#3"},
+		{Spread{Keys: 7}, "example.com#1"},
+		{Spread{Worker: "w-1"}, "example.com@w-1"},
+		{Spread{Worker: "w-1", Keys: 3}, "example.com@w-1#1"},
+	} {
+		if got := tc.spread.key("example.com", u); got != tc.key {
+			t.Errorf("%+v: key %q, want %q", tc.spread, got, tc.key)
 		}
 	}
 }

@@ -4,6 +4,7 @@
 __version__ = "0.1.0"
 
 from .discovery import Discovery, DiscoveryError
-from .middleware import EgressProxiesMiddleware, NoEgressProxy
+from .middleware import EgressProxiesMiddleware, EgressProxyUnreachable, NoEgressProxy
 
-__all__ = ["__version__", "Discovery", "DiscoveryError", "EgressProxiesMiddleware", "NoEgressProxy"]
+__all__ = ["__version__", "Discovery", "DiscoveryError", "EgressProxiesMiddleware", "EgressProxyUnreachable",
+           "NoEgressProxy"]

@@ -154,7 +154,7 @@ class Discovery:
     def _call(self, method, path, params=None, body=None):
         url = self.base + path
         if params:
-            url += "?" + urllib.parse.urlencode(params)
+            url += "?" + urllib.parse.urlencode(params, doseq=True)
         req = urllib.request.Request(url, method=method, data=body)
         req.add_header("Accept", "application/json")
         if body is not None:
@@ -188,20 +188,25 @@ class Discovery:
         return self.token_file.get() if self.token_file else self.token
 
     @staticmethod
-    def _params(key=None, domain=None, label_selector=None, namespace=None, pool=None, credentials=False):
+    def _params(key=None, domain=None, label_selector=None, namespace=None, pool=None, credentials=False, exclude=()):
         params = {k: v for k, v in (("key", key), ("domain", domain), ("labelSelector", label_selector),
                                     ("namespace", namespace), ("pool", pool)) if v}
         if credentials:
             params["credentials"] = "true"
+        if exclude:
+            params["exclude"] = list(exclude)  # one exclude= each
         return params
 
     def list(self, **query):
         """The healthy proxies the query matches (GET /v1/proxies), as dicts."""
         query.pop("key", None)
+        query.pop("exclude", None)
         return self._call("GET", "/v1/proxies", self._params(**query))["proxies"]
 
     def pick(self, **query):
-        """The proxy for key, or for domain's site without a key (GET /v1/proxies/pick)."""
+        """The proxy for key, or for domain's site without a key (GET /v1/proxies/pick).
+        ``exclude``, proxies (URLs discovery handed out, or namespace/name), leaves them out
+        of this answer, which is then the next proxy in the same rendezvous order."""
         if not query.get("key") and not query.get("domain"):
             raise ValueError("discovery pick: give key or domain")
         return self._call("GET", "/v1/proxies/pick", self._params(**query))

@@ -1,6 +1,7 @@
 """A Scrapy downloader middleware that sends each request through a proxy the
 egress-proxies-operator's discovery API picks for the request's host, reports what the
-site answered, and sends a banned request again through another proxy.
+site answered, and sends a banned request again through another proxy; a proxy that
+does not answer is reported unreachable and the request goes through another one.
 
 Enable it ahead of Scrapy's HttpProxyMiddleware (750), which turns the credentials in
 the picked URL into Proxy-Authorization::
@@ -17,22 +18,106 @@ import time
 from urllib.parse import urlsplit
 
 from scrapy import signals
+from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from tldextract import TLDExtract
-from twisted.internet import task
+from twisted.internet import error, task
 from twisted.internet.threads import deferToThread
+from twisted.web._newclient import ResponseNeverReceived
 
 from .discovery import Discovery, DiscoveryError, TokenFileError, retry_after_seconds
 
 logger = logging.getLogger(__name__)
 
-META = "egress_proxies"  # request.meta key: {"proxy": ns/name, "domain": host, "tried": [...]}
+# request.meta key: {"proxy": ns/name, "domain": host, "tried": [...]}, and "failures": how
+# many of the proxies tried did not answer, on a request sent again after one did not.
+META = "egress_proxies"
 STATS = "egress_proxies/"
+# In the middleware's memory of proxies to avoid: those avoided for every host (the ones
+# that did not answer).
+ANY_HOST = "\0any"
 
 
 class NoEgressProxy(IgnoreRequest):
     """No proxy could be had for a request: the site is saturated (too many proxies
     cooling for it), no healthy proxy matches, or the API could not be reached."""
+
+
+class EgressProxyUnreachable(Exception):
+    """The proxies a request was sent through did not answer, EGRESS_PROXIES_MAX_PROXY_RETRIES
+    + 1 of them or every one there was: the message names the URL and each proxy tried;
+    the last connection failure is its __cause__."""
+
+
+def _fnv1a(text, bits):
+    """FNV-1a of text's UTF-8 bytes, 32 or 64 bits, as the Go client hashes a spread key."""
+    h, prime, mask = (0x811C9DC5, 0x01000193, 0xFFFFFFFF) if bits == 32 else \
+        (0xCBF29CE484222325, 0x100000001B3, 0xFFFFFFFFFFFFFFFF)
+    for b in text.encode():
+        h = ((h ^ b) * prime) & mask
+    return h
+
+
+def _base36(n):
+    digits = ""
+    while True:
+        n, r = divmod(n, 36)
+        digits = "0123456789abcdefghijklmnopqrstuvwxyz"[r] + digits
+        if not n:
+            return digits
+
+
+def parse_spread(value):
+    """EGRESS_PROXIES_SPREAD as (keys, per_request): "site" (or empty) is (1, False),
+    "request" (0, True), a whole number n >= 1 (n, False). Anything else is a ValueError
+    naming the setting."""
+    text = str(value if value is not None else "").strip().lower()
+    if text in ("", "site"):
+        return 1, False
+    if text == "request":
+        return 0, True
+    try:
+        keys = int(text)
+    except ValueError:
+        keys = 0
+    if keys < 1:
+        raise ValueError(f"EGRESS_PROXIES_SPREAD {value!r}: want site, request or a number of keys per site (1 or more)")
+    return keys, False
+
+
+def spread_key(url, site, keys=1, per_request=False, worker=""):
+    """The pick key of a request for url on site, as the Go client's Spread derives it:
+    "<site>#<i>" with i a hash of the path and query modulo keys, "<site>#u<hash of the
+    URL>" per request, "@<worker>" after the site with a worker; "" for the site alone
+    (domain= is then the key)."""
+    k = site + ("@" + worker if worker else "")
+    parts = urlsplit(url)
+    uri = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+    if per_request:
+        host = parts.netloc.rpartition("@")[2]
+        return f"{k}#u{_base36(_fnv1a(f'{parts.scheme}://{host}{uri}', 64))}"
+    if keys > 1:
+        return f"{k}#{_fnv1a(uri, 32) % keys}"
+    return k if worker else ""
+
+
+def _proxy_failure(request, exception):
+    """Whether a download's failure is its proxy's: "unreachable" when the proxy did not
+    answer (the connection to it refused, timed out at TCP level, its name unknown, or,
+    for an http:// URL, which the proxy fetches itself, lost before any answer),
+    "connect-refused" when it answered a CONNECT with another status than 200 (a
+    TunnelError), None otherwise: a failure behind a proxy that answered, or a download
+    timeout, which cannot tell a silent proxy from a slow site."""
+    if isinstance(exception, TunnelError):
+        return "connect-refused"
+    if isinstance(exception, error.TimeoutError):  # DOWNLOAD_TIMEOUT, a ConnectError too
+        return None
+    if isinstance(exception, (error.ConnectError, error.DNSLookupError)):
+        return "unreachable"
+    if isinstance(exception, (ResponseNeverReceived, error.ConnectionLost, error.ConnectionDone)) \
+            and urlsplit(request.url).scheme == "http":
+        return "unreachable"
+    return None
 
 
 # The public suffix list, ICANN's and the private one (s3.amazonaws.com, github.io), as
@@ -72,6 +157,14 @@ class EgressProxiesMiddleware:
     EGRESS_PROXIES_MAX_BAN_RETRIES how many other proxies a banned request goes through (default 2)
     EGRESS_PROXIES_BAN_MEMORY      seconds the middleware itself avoids a proxy for a host that
                                    banned it, until discovery leaves it out (default 30)
+    EGRESS_PROXIES_MAX_PROXY_RETRIES  how many other proxies a request goes through when its
+                                   proxy did not answer (default 2; 0: none, the failure is still
+                                   reported and goes on to Scrapy's own RetryMiddleware)
+    EGRESS_PROXIES_UNREACHABLE_MEMORY seconds the middleware avoids, for every host, a proxy that
+                                   did not answer, until discovery leaves it out (default 10)
+    EGRESS_PROXIES_SPREAD          site (default: a whole site through one proxy), request (each
+                                   page its own key) or a number of keys per site
+    EGRESS_PROXIES_SPREAD_WORKER   this crawler's name: joins the key, a proxy per site and worker
     EGRESS_PROXIES_REPORT_OK       report 2xx answers as ok (default True)
     EGRESS_PROXIES_FLUSH_INTERVAL  seconds between feedback batches (default 1.0)
     EGRESS_PROXIES_FEEDBACK_ATTEMPTS  attempts per feedback batch (default 5)
@@ -92,6 +185,13 @@ class EgressProxiesMiddleware:
         self.report_ok = s.getbool("EGRESS_PROXIES_REPORT_OK", True)
         self.flush_interval = s.getfloat("EGRESS_PROXIES_FLUSH_INTERVAL", 1.0)
         self.ban_memory = s.getfloat("EGRESS_PROXIES_BAN_MEMORY", 30.0)
+        self.max_proxy_retries = max(0, s.getint("EGRESS_PROXIES_MAX_PROXY_RETRIES", 2))
+        self.unreachable_memory = s.getfloat("EGRESS_PROXIES_UNREACHABLE_MEMORY", 10.0)
+        self.spread_keys, self.spread_per_request = parse_spread(s.get("EGRESS_PROXIES_SPREAD"))
+        self.spread_worker = s.get("EGRESS_PROXIES_SPREAD_WORKER") or ""
+        # Set once discovery refused exclude= (a server older than it): another proxy is
+        # then chosen from the list here.
+        self._no_exclude = False
         self._recent = {}  # host -> {proxy: monotonic deadline}
         self._recent_ops = 0  # look-ups and additions since the last sweep of _recent
         self._lock = threading.Lock()
@@ -130,7 +230,7 @@ class EgressProxiesMiddleware:
         return self._flush_in_thread()  # Scrapy waits for the last batch
 
     def _report(self, proxy, domain, outcome, retry_after=0.0):
-        r = {"proxy": proxy, "domain": domain, "outcome": outcome}
+        r = {"proxy": proxy, "domain": domain, "outcome": outcome} if domain else {"proxy": proxy, "outcome": outcome}
         if outcome == "throttled" and retry_after > 0:
             r["retryAfterSeconds"] = retry_after
         with self._lock:
@@ -138,6 +238,12 @@ class EgressProxiesMiddleware:
 
     def _flush_in_thread(self):
         return deferToThread(self.flush)
+
+    def _flush_soon(self):
+        """Sends the waiting reports now, not at the next interval: a proxy that does not
+        answer is news for every crawler."""
+        if self._loop is not None and self._loop.running:
+            self._flush_in_thread()
 
     def flush(self):
         """Sends the waiting reports (blocking); failures are logged and counted."""
@@ -184,7 +290,7 @@ class EgressProxiesMiddleware:
         if plan is None:
             return None
         host, domain, tried = plan
-        d = deferToThread(self._choose, host, domain, tried)
+        d = deferToThread(self._choose, host, domain, tried, self._key(request.url, domain))
         d.addCallback(self._assign, request, tried)
         d.addErrback(self._unavailable, request)
         return d
@@ -200,44 +306,67 @@ class EgressProxiesMiddleware:
         domain = host if _is_site(host) else ""
         return host, domain, list(state["tried"]) if state else []
 
-    def _choose(self, host, domain, tried):
+    def _key(self, url, domain):
+        """The pick key EGRESS_PROXIES_SPREAD gives a request for domain; "": the site's."""
+        if not domain:
+            return ""
+        return spread_key(url, _split_host(domain).registered_domain, self.spread_keys,
+                          self.spread_per_request, self.spread_worker)
+
+    def _choose(self, host, domain, tried, key=""):
         """(proxy, domain) for the request (blocking): the pick for its domain (or host),
-        or, on a retry after a ban, one it has not been sent through, in an order of the
-        host's own. A domain the API refuses (its public suffix list knows a suffix this
+        or, on a retry, the pick leaving out every proxy it has been sent through
+        (exclude=). A domain the API refuses (its public suffix list knows a suffix this
         one does not) is picked by key instead, and domain is then "": no reports."""
         try:
-            return self._choose_for(host, domain, tried), domain
+            return self._choose_for(host, domain, tried, key), domain
         except DiscoveryError as e:
             if not domain or e.status != 400 or e.parameter != "domain":
                 raise
             logger.debug("egress proxies: the API takes no domain %s (%s); picking by key", domain, e.message)
-            return self._choose_for(host, "", tried), ""
+            return self._choose_for(host, "", tried, ""), ""
 
-    def _choose_for(self, host, domain, tried):
+    def _choose_for(self, host, domain, tried, key=""):
         q = dict(self.query)
         if domain:
             q["domain"] = domain
+            if key:
+                q["key"] = key
         else:
             q["key"] = host
+        avoid = list(dict.fromkeys(tried + self._avoided(domain)))
+        if not avoid:
+            return self.discovery.pick(**q)
+        try:
+            return self._next(q, host, avoid)
+        except DiscoveryError:
+            if tried:
+                return None  # none left that the request has not been through
+        # every proxy avoided here lately, and discovery does not know yet: its pick
+        return self.discovery.pick(**q)
+
+    def _next(self, q, host, avoid):
+        """The pick leaving out avoid (exclude=), the next proxy in the pick's own order; from
+        an API older than exclude=, a listed proxy not in avoid, in an order of the host's
+        own (None when none is left)."""
+        if not self._no_exclude:
+            try:
+                return self.discovery.pick(exclude=avoid, **q)
+            except DiscoveryError as e:
+                if e.status != 400 or e.parameter != "exclude":
+                    raise
+                self._no_exclude = True
         ref = lambda p: f"{p['namespace']}/{p['name']}"  # noqa: E731
-        avoid = self._avoided(domain)
-        first = None
-        if not tried:
-            first = self.discovery.pick(**q)
-            if ref(first) not in avoid:
-                return first
-            # banned here lately, and discovery does not know yet: another, if any
-        skip = set(tried) | set(avoid)
         rank = lambda p: hashlib.sha256(f"{host}\0{ref(p)}".encode()).digest()  # noqa: E731
         for p in sorted(self.discovery.list(**q), key=rank, reverse=True):
-            if ref(p) not in skip:
+            if ref(p) not in avoid:
                 return p
-        return first
+        return None
 
-    def _remember(self, host, ref):
+    def _remember(self, host, ref, seconds=None):
         now = time.monotonic()
         with self._lock:
-            self._recent.setdefault(host, {})[ref] = now + self.ban_memory
+            self._recent.setdefault(host, {})[ref] = now + (self.ban_memory if seconds is None else seconds)
             self._sweep_locked(now)
 
     def _sweep_locked(self, now):
@@ -255,26 +384,33 @@ class EgressProxiesMiddleware:
                 del self._recent[host]
 
     def _avoided(self, host):
-        """The proxies host banned within EGRESS_PROXIES_BAN_MEMORY."""
-        if not host:
-            return []
+        """The proxies host banned within EGRESS_PROXIES_BAN_MEMORY, and those that did not
+        answer within EGRESS_PROXIES_UNREACHABLE_MEMORY."""
         now = time.monotonic()
+        avoided = []
         with self._lock:
-            recent = self._recent.get(host, {})
-            for ref in [r for r, until in recent.items() if until <= now]:
-                del recent[ref]
-            if not recent:
-                self._recent.pop(host, None)
+            for h in (host, ANY_HOST):
+                recent = self._recent.get(h) if h else None
+                if recent is None:
+                    continue
+                for ref in [r for r, until in recent.items() if until <= now]:
+                    del recent[ref]
+                if not recent:
+                    self._recent.pop(h, None)
+                avoided.extend(recent)
             self._sweep_locked(now)
-            return list(recent)
+            return avoided
 
     def _assign(self, chosen, request, tried):
         proxy, domain = chosen
         if proxy is None:
             raise NoEgressProxy(f"{request.url}: every proxy for it has been tried ({', '.join(tried)})")
         ref = f"{proxy['namespace']}/{proxy['name']}"
+        failures = (request.meta.get(META) or {}).get("failures")
         request.meta["proxy"] = proxy["url"]
         request.meta[META] = {"proxy": ref, "domain": domain, "tried": tried}
+        if failures:
+            request.meta[META]["failures"] = failures
         self.stats.inc_value(STATS + "picks")
         return None
 
@@ -297,12 +433,12 @@ class EgressProxiesMiddleware:
             self._report(ref, domain, "banned")
             self._remember(domain, ref)
             tried = state["tried"] + [ref]
-            if len(tried) > self.max_ban_retries:
+            if len(tried) - state.get("failures", 0) > self.max_ban_retries:
                 return response
             self.stats.inc_value(STATS + "retries")
             logger.debug("egress proxies: %s banned %s (%d); sending it again through another proxy", domain, ref, status)
             retry = request.replace(dont_filter=True)
-            retry.meta[META] = {"proxy": ref, "domain": domain, "tried": tried}
+            retry.meta[META] = dict(state, tried=tried)
             retry.meta.pop("proxy", None)
             return retry
         if status in self.throttle_codes:
@@ -313,3 +449,34 @@ class EgressProxiesMiddleware:
             if self.report_ok:
                 self._report(ref, domain, "ok")
         return response
+
+    def process_exception(self, request, exception, spider):
+        """A request whose proxy did not answer: the proxy is reported unreachable (the
+        batch goes at once) and avoided for every host for EGRESS_PROXIES_UNREACHABLE_MEMORY,
+        and the request goes again through a proxy it has not been through (exclude=), at
+        most EGRESS_PROXIES_MAX_PROXY_RETRIES times; then EgressProxyUnreachable names
+        every proxy tried. A CONNECT the proxy refused is retried the same way, unreported."""
+        state = request.meta.get(META)
+        failure = _proxy_failure(request, exception) if state else None
+        if failure is None:
+            return None
+        ref = state["proxy"]
+        if failure == "unreachable":
+            self.stats.inc_value(STATS + "unreachable")
+            self._report(ref, "", "unreachable")
+            self._remember(ANY_HOST, ref, self.unreachable_memory)
+            self._flush_soon()
+        if not self.max_proxy_retries:
+            return None
+        failures = state.get("failures", 0) + 1
+        tried = state["tried"] + [ref]
+        if failures > self.max_proxy_retries:
+            raise EgressProxyUnreachable(
+                f"{request.url}: no egress proxy answered; tried {', '.join(tried)} "
+                f"(the last: {type(exception).__name__}: {exception})") from exception
+        self.stats.inc_value(STATS + "proxy_retries")
+        logger.debug("egress proxies: %s failed for %s (%r); sending it through another proxy", ref, request.url, exception)
+        retry = request.replace(dont_filter=True)
+        retry.meta[META] = dict(state, tried=tried, failures=failures)
+        retry.meta.pop("proxy", None)
+        return retry

@@ -1,3 +1,5 @@
+import hashlib
+
 import pytest
 from scrapy.exceptions import NotConfigured
 from scrapy.http import HtmlResponse, Request
@@ -10,17 +12,26 @@ PROXIES = [{"name": f"p{i}", "namespace": "crawl", "url": f"http://u:pw@127.0.0.
 
 
 class Recorder:
-    """What the middleware asks the discovery API, with the fleet above as answers."""
+    """What the middleware asks the discovery API, with the fleet above as answers: a pick
+    is the first of PROXIES (their rendezvous order here) that exclude= leaves in; an API
+    older than exclude= (knows_exclude False) refuses the parameter, as discovery does."""
 
     token = "t"
 
     def __init__(self):
         self.calls, self.sent = [], []
         self.fail = None
+        self.knows_exclude = True
 
     def pick(self, **q):
         self.calls.append(("pick", q))
-        return PROXIES[0]
+        exclude = q.get("exclude") or []
+        if exclude and not self.knows_exclude:
+            raise DiscoveryError("GET", "http://h/v1/proxies/pick", 400, 'unknown parameter "exclude"', parameter="exclude")
+        for p in PROXIES:
+            if f"{p['namespace']}/{p['name']}" not in exclude and p["url"] not in exclude:
+                return p
+        raise DiscoveryError("GET", "http://h/v1/proxies/pick", 503, "no healthy proxy matches the request")
 
     def list(self, **q):
         self.calls.append(("list", q))
@@ -46,7 +57,7 @@ def middleware(**settings):
 def assign(mw, request):
     """process_request's work without the reactor: choose, then assign."""
     host, domain, tried = mw._plan(request)
-    return mw._assign(mw._choose(host, domain, tried), request, tried)
+    return mw._assign(mw._choose(host, domain, tried, mw._key(request.url, domain)), request, tried)
 
 
 def respond(request, status, headers=None):
@@ -146,7 +157,7 @@ def test_a_ban_is_reported_and_retried_through_other_proxies():
     assert isinstance(retry, Request) and retry.dont_filter and "proxy" not in retry.meta
     assert retry.meta[META]["tried"] == ["crawl/p2"]
     assign(mw, retry)
-    assert mw.discovery.calls[-1][0] == "list"
+    assert mw.discovery.calls[-1] == ("pick", dict(mw.discovery.calls[0][1], exclude=["crawl/p2"]))
     second = retry.meta[META]["proxy"]
     assert second in ("crawl/p3", "crawl/p4") and retry.meta["proxy"] != PROXIES[0]["url"]
 
@@ -240,3 +251,167 @@ def test_a_banned_proxy_is_avoided_for_its_host_until_discovery_knows(memory, ex
     other = Request("http://news.example.org/1")
     assign(mw, other)
     assert other.meta[META]["proxy"] == "crawl/p2" and mw.discovery.calls[-1][0] == "pick"
+
+
+def test_an_api_older_than_exclude_gets_a_listed_proxy_not_tried():
+    mw = middleware()
+    mw.discovery.knows_exclude = False
+    req = Request("http://shop.example.com/page/1")
+    assign(mw, req)
+    retry = mw.process_response(req, respond(req, 403), None)
+    assign(mw, retry)
+    assert [c[0] for c in mw.discovery.calls] == ["pick", "pick", "list"]
+    assert retry.meta[META]["proxy"] in ("crawl/p3", "crawl/p4")
+    again = mw.process_response(retry, respond(retry, 403), None)
+    assign(mw, again)
+    assert [c[0] for c in mw.discovery.calls][3:] == ["list"], "exclude= is not asked again once refused"
+    assert len({"crawl/p2", retry.meta[META]["proxy"], again.meta[META]["proxy"]}) == 3
+
+
+# Connection failures of the proxy itself, each as Scrapy 2.8 raises it for an http:// URL.
+def _proxy_failures():
+    from twisted.internet import error
+    from twisted.python.failure import Failure
+    from twisted.web._newclient import ResponseNeverReceived
+    return [error.ConnectionRefusedError("Connection refused"), error.TCPTimedOutError(), error.DNSLookupError("proxy.invalid"),
+            ResponseNeverReceived([Failure(error.ConnectionLost())]), error.ConnectionLost(), error.ConnectionDone()]
+
+
+@pytest.mark.parametrize("exc", _proxy_failures(), ids=lambda e: type(e).__name__)
+def test_a_proxy_that_does_not_answer_is_reported_and_the_request_goes_through_another(exc):
+    mw = middleware()
+    req = Request("http://shop.example.com/page/1")
+    assign(mw, req)
+    retry = mw.process_exception(req, exc, None)
+    assert isinstance(retry, Request) and retry.dont_filter and "proxy" not in retry.meta
+    assert retry.meta[META] == {"proxy": "crawl/p2", "domain": "shop.example.com", "tried": ["crawl/p2"], "failures": 1}
+    assert mw._pending == [{"proxy": "crawl/p2", "outcome": "unreachable"}]
+    assert mw.stats.get_value("egress_proxies/unreachable") == 1 and mw.stats.get_value("egress_proxies/proxy_retries") == 1
+    assign(mw, retry)
+    assert mw.discovery.calls[-1][1]["exclude"] == ["crawl/p2"] and mw.discovery.calls[-1][1]["domain"] == "shop.example.com"
+    assert retry.meta[META]["proxy"] == "crawl/p3"
+    # Until discovery knows, the dead proxy is avoided for every host.
+    other = Request("http://news.example.org/1")
+    assign(mw, other)
+    assert other.meta[META]["proxy"] == "crawl/p3" and mw.discovery.calls[-1][1]["exclude"] == ["crawl/p2"]
+    # An answer after a failure: a ban counts only the proxies that answered.
+    banned = mw.process_response(retry, respond(retry, 403), None)
+    assert banned.meta[META]["tried"] == ["crawl/p2", "crawl/p3"] and banned.meta[META]["failures"] == 1
+
+
+def test_every_proxy_dead_fails_naming_each_one_tried():
+    from twisted.internet import error
+    from egress_proxies import EgressProxyUnreachable
+    mw = middleware()
+    req = Request("http://shop.example.com/page/1")
+    assign(mw, req)
+    seen = []
+    for _ in range(2):
+        seen.append(req.meta[META]["proxy"])
+        req = mw.process_exception(req, error.ConnectionRefusedError(), None)
+        assign(mw, req)
+    seen.append(req.meta[META]["proxy"])
+    assert seen == ["crawl/p2", "crawl/p3", "crawl/p4"]
+    cause = error.TCPTimedOutError()
+    with pytest.raises(EgressProxyUnreachable, match=r"http://shop.example.com/page/1: no egress proxy answered; "
+                       r"tried crawl/p2, crawl/p3, crawl/p4 \(the last: TCPTimedOutError") as e:
+        mw.process_exception(req, cause, None)
+    assert e.value.__cause__ is cause
+    assert mw.stats.get_value("egress_proxies/unreachable") == 3 and mw.stats.get_value("egress_proxies/proxy_retries") == 2
+
+    # EGRESS_PROXIES_MAX_PROXY_RETRIES bounds the proxies tried; 0 leaves the failure to
+    # Scrapy (its RetryMiddleware), reported all the same.
+    one = middleware(EGRESS_PROXIES_MAX_PROXY_RETRIES=1)
+    req = Request("http://shop.example.com/x")
+    assign(one, req)
+    req = one.process_exception(req, error.ConnectionRefusedError(), None)
+    assign(one, req)
+    with pytest.raises(EgressProxyUnreachable, match="tried crawl/p2, crawl/p3 "):
+        one.process_exception(req, error.ConnectionRefusedError(), None)
+    none = middleware(EGRESS_PROXIES_MAX_PROXY_RETRIES=0)
+    req = Request("http://shop.example.com/x")
+    assign(none, req)
+    assert none.process_exception(req, error.ConnectionRefusedError(), None) is None
+    assert none._pending == [{"proxy": "crawl/p2", "outcome": "unreachable"}]
+
+    # With every proxy tried and none left, the pick leaves nothing: NoEgressProxy names them.
+    left = middleware(EGRESS_PROXIES_MAX_PROXY_RETRIES=5)
+    req = Request("http://shop.example.com/y")
+    assign(left, req)
+    for _ in range(2):
+        req = left.process_exception(req, error.ConnectionRefusedError(), None)
+        assign(left, req)
+    req = left.process_exception(req, error.ConnectionRefusedError(), None)
+    with pytest.raises(NoEgressProxy, match="every proxy for it has been tried .crawl/p2, crawl/p3, crawl/p4"):
+        assign(left, req)
+
+
+def test_failures_behind_a_proxy_that_answered_are_the_sites():
+    from scrapy.core.downloader.handlers.http11 import TunnelError
+    from twisted.internet import error
+    from twisted.python.failure import Failure
+    from twisted.web._newclient import ResponseFailed, ResponseNeverReceived
+    mw = middleware()
+    # A download timeout cannot tell a silent proxy from a slow site; an https:// URL's
+    # connection lost may be the site's, inside the tunnel; a body cut short is the site's.
+    for url, exc in [("http://shop.example.com/", error.TimeoutError("Getting it took longer than 180.0 seconds.")),
+                     ("https://shop.example.com/", ResponseNeverReceived([Failure(error.ConnectionLost())])),
+                     ("https://shop.example.com/", error.ConnectionLost()),
+                     ("http://shop.example.com/", ResponseFailed([Failure(error.ConnectionLost())])),
+                     ("http://shop.example.com/", ValueError("anything else"))]:
+        req = Request(url)
+        assign(mw, req)
+        assert mw.process_exception(req, exc, None) is None, (url, exc)
+    # A spider's own proxy is left alone.
+    own = Request("http://shop.example.com/", meta={"proxy": "http://mine:3128"})
+    assert mw.process_exception(own, error.ConnectionRefusedError(), None) is None
+    assert mw._pending == [] and mw.stats.get_value("egress_proxies/unreachable") is None
+    # A CONNECT the proxy refused: it answered, so no report, but another proxy is tried.
+    req = Request("https://shop.example.com/")
+    assign(mw, req)
+    retry = mw.process_exception(req, TunnelError("Could not open CONNECT tunnel with proxy 127.0.0.1:3002 [{'status': 502}]"), None)
+    assert retry.meta[META]["tried"] == ["crawl/p2"] and mw._pending == []
+    assert mw.stats.get_value("egress_proxies/proxy_retries") == 1
+
+
+# The keys are the Go client's own for the same Spread (pkg/client's TestSpreadKeys holds
+# the same table), so Go and Scrapy crawlers of a site spread it the same way.
+@pytest.mark.parametrize("spread,worker,key", [
+    ("site", "", None),
+    ("request", "", "example.com#u1dc0no963r6su"),
+    (4, "", "example.com#3"),
+    ("7", "", "example.com#1"),
+    (None, "w-1", "example.com@w-1"),
+    (3, "w-1", "example.com@w-1#1"),
+])
+def test_spread_keys_a_site_by_a_spread_index_and_keeps_the_domain(spread, worker, key):
+    settings = {"EGRESS_PROXIES_SPREAD_WORKER": worker}
+    if spread is not None:
+        settings["EGRESS_PROXIES_SPREAD"] = spread
+    mw = middleware(**settings)
+    req = Request("http://shop.example.com:8080/page/1?q=1")
+    assign(mw, req)
+    q = mw.discovery.calls[-1][1]
+    assert q["domain"] == "shop.example.com" and q.get("key") == key
+
+
+def test_a_site_stays_on_one_proxy_unless_spread():
+    def proxies_for(**settings):
+        mw = middleware(**settings)
+        # The fake API's pick by key: a key's own choice among the three.
+        mw.discovery.pick = lambda **q: PROXIES[int(hashlib.sha256((q.get("key") or q["domain"]).encode()).hexdigest(), 16) % 3]
+        seen = set()
+        for i in range(30):
+            req = Request(f"http://shop.example.com/page/{i}")
+            assign(mw, req)
+            seen.add(req.meta[META]["proxy"])
+        return seen
+    assert len(proxies_for()) == 1
+    assert len(proxies_for(EGRESS_PROXIES_SPREAD="request")) >= 2
+    assert len(proxies_for(EGRESS_PROXIES_SPREAD=4)) >= 2
+
+
+@pytest.mark.parametrize("bad", ["worker", "0", "-2", "many", "1.5"])
+def test_a_bad_spread_is_refused_naming_the_setting(bad):
+    with pytest.raises(ValueError, match=f"EGRESS_PROXIES_SPREAD '{bad}': want site, request or a number of keys per site"):
+        middleware(EGRESS_PROXIES_SPREAD=bad)
