@@ -85,8 +85,10 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
 	cp config/rbac/role.yaml $(CHART)/files/role.yaml
 
 .PHONY: chart-version
-chart-version: ## Write VERSION into the chart's version and appVersion.
+chart-version: ## Write VERSION into the chart's version and appVersion, and the clients' versions.
 	sed -i -e 's/^version: .*/version: $(VERSION)/' -e 's/^appVersion: .*/appVersion: "$(VERSION)"/' $(CHART)/Chart.yaml
+	sed -i 's/^const Version = .*/const Version = "$(VERSION)"/' pkg/client/version.go
+	sed -i 's/^__version__ = .*/__version__ = "$(VERSION)"/' clients/scrapy/egress_proxies/__init__.py
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.

@@ -62,7 +62,10 @@ def test_the_package_under_test_is_the_installed_one():
 
 def test_the_version_is_the_projects_and_the_wheels():
     with open(os.path.join(SOURCE, "..", "..", "VERSION"), encoding="utf-8") as f:
-        assert egress_proxies.__version__ == f.read().strip()
+        version = f.read().strip()
+    assert egress_proxies.__version__ == version
+    assert f"egress_proxies_scrapy-{version}-py3-none-any.whl" in _readme()
+    assert f"version {version}:" in _readme()
     if not INSTALLED:
         return
     meta = importlib.metadata.metadata("egress-proxies-scrapy")
