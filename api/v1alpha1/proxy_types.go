@@ -415,6 +415,39 @@ type ProxyStatus struct {
 	// manager, again when a cooldown ends.
 	// +optional
 	CoolingSites int32 `json:"coolingSites,omitempty"`
+	// Unreachable is the crawlers' word that they could not reach the proxy (POST
+	// /v1/feedback with outcome unreachable), kept until a probe answers it: discovery
+	// hands the proxy out to nobody while reportedAt is newer than
+	// unreachableProbe.reportedAt. Written under the proxy-feedback field manager.
+	// +optional
+	Unreachable *ProxyUnreachable `json:"unreachable,omitempty"`
+	// UnreachableProbe is the health engine's answer to the last unreachable report it
+	// probed the proxy for. Written under the proxy-health field manager.
+	// +optional
+	UnreachableProbe *ProxyUnreachableProbe `json:"unreachableProbe,omitempty"`
+}
+
+// ProxyUnreachable is the crawlers' reports that a proxy could not be reached.
+type ProxyUnreachable struct {
+	// ReportedAt is when the first report since the last answered one reached a manager
+	// replica.
+	ReportedAt metav1.MicroTime `json:"reportedAt"`
+	// Reports counts the reports since then.
+	// +optional
+	Reports int32 `json:"reports,omitempty"`
+}
+
+// ProxyUnreachableProbe is the probe that answered an unreachable report.
+type ProxyUnreachableProbe struct {
+	// ReportedAt is the status.unreachable.reportedAt the probe answered.
+	ReportedAt metav1.MicroTime `json:"reportedAt"`
+	// ProbedAt is when the probe's result was recorded.
+	ProbedAt metav1.Time `json:"probedAt"`
+	// Passed is whether the probe went through the proxy. After a passing answer,
+	// unreachable reports of the proxy are ignored for the manager's
+	// --unreachable-report-holdoff.
+	// +optional
+	Passed bool `json:"passed,omitempty"`
 }
 
 // CooldownOutcome is the last outcome that shaped a cooldown.

@@ -39,6 +39,10 @@ const (
 	Banned    Outcome = "banned"
 	Throttled Outcome = "throttled"
 	OK        Outcome = "ok"
+	// Unreachable: the crawler could not reach the proxy at all (connection refused,
+	// reset, or timed out before the proxy answered). It is about the proxy, not a site:
+	// see unreachable.go.
+	Unreachable Outcome = "unreachable"
 )
 
 // ErrBadDomain and ErrBadOutcome classify a report's faults.
@@ -47,13 +51,13 @@ var (
 	ErrBadOutcome = errors.New("unknown outcome")
 )
 
-// ParseOutcome parses banned, throttled or ok.
+// ParseOutcome parses banned, throttled, ok or unreachable.
 func ParseOutcome(s string) (Outcome, error) {
 	switch o := Outcome(s); o {
-	case Banned, Throttled, OK:
+	case Banned, Throttled, OK, Unreachable:
 		return o, nil
 	}
-	return "", fmt.Errorf("%w %q: use banned, throttled or ok", ErrBadOutcome, s)
+	return "", fmt.Errorf("%w %q: use banned, throttled, ok or unreachable", ErrBadOutcome, s)
 }
 
 // DNS limits a domain is held to: a name of at most MaxNameLength characters in its

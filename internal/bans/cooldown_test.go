@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,13 +36,13 @@ func TestSite(t *testing.T) {
 }
 
 func TestParseOutcome(t *testing.T) {
-	for _, s := range []string{"banned", "throttled", "ok"} {
+	for _, s := range []string{"banned", "throttled", "ok", "unreachable"} {
 		if o, err := ParseOutcome(s); err != nil || string(o) != s {
 			t.Errorf("ParseOutcome(%q) = %q, %v", s, o, err)
 		}
 	}
-	if _, err := ParseOutcome("blocked"); !errors.Is(err, ErrBadOutcome) {
-		t.Errorf("ParseOutcome(blocked) = %v, want ErrBadOutcome", err)
+	if _, err := ParseOutcome("blocked"); !errors.Is(err, ErrBadOutcome) || !strings.Contains(err.Error(), "banned, throttled, ok or unreachable") {
+		t.Errorf("ParseOutcome(blocked) = %v, want ErrBadOutcome listing every outcome", err)
 	}
 }
 

@@ -52,11 +52,17 @@ func init() {
 //     one from the first of them to the latest end, and those after it into another.
 //     They stay apart because a throttle before the ban makes the pair cool, and a ban
 //     of a pair that cools with a streak is one seen in flight.
+//
+// Unreachable reports come with no site (the pair of site ""): they fold into the time of
+// the first and their count.
 type pendingPair struct {
 	okAt          time.Time // zero: none
 	before, after throttleSpan
 	bannedAt      time.Time // the first ban; zero: none
 	reports       int       // how many reports it folds
+	// unreachableAt is the first unreachable report's time, unreachable their count.
+	unreachableAt time.Time
+	unreachable   int32
 }
 
 // throttleSpan folds throttles: the first one's time and the latest end.
@@ -77,9 +83,18 @@ func (s throttleSpan) report(site string) (timedReport, bool) {
 }
 
 // add folds the report r taken at at; reports of a pair come in the order they were taken.
-func (p *pendingPair) add(r Report, at time.Time) {
+func (p *pendingPair) add(r Report, at time.Time) { p.addN(r, at, 1) }
+
+// addN is add for n reports r taken at at (n counts only for unreachable: the others
+// fold to one).
+func (p *pendingPair) addN(r Report, at time.Time, n int32) {
 	p.reports++
 	switch r.Outcome {
+	case Unreachable:
+		if p.unreachable == 0 {
+			p.unreachableAt = at
+		}
+		p.unreachable += max(n, 1)
 	case OK:
 		if p.bannedAt.IsZero() && !at.Before(ceilSecond(p.before.end)) { // the end Apply keeps
 			*p = pendingPair{okAt: at, reports: p.reports}
@@ -112,6 +127,9 @@ func (p *pendingPair) fold(site string) []timedReport {
 	if t, ok := p.after.report(site); ok {
 		out = append(out, t)
 	}
+	if p.unreachable > 0 {
+		out = append(out, timedReport{Report: Report{Site: site, Outcome: Unreachable}, at: p.unreachableAt, n: p.unreachable})
+	}
 	return out
 }
 
@@ -119,7 +137,7 @@ func (p *pendingPair) fold(site string) []timedReport {
 func (p *pendingPair) then(newer *pendingPair, site string) {
 	n := p.reports + newer.reports
 	for _, t := range newer.fold(site) {
-		p.add(t.Report, t.at)
+		p.addN(t.Report, t.at, t.n)
 	}
 	p.reports = n
 }

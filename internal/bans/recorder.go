@@ -18,7 +18,8 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 )
 
-// FieldManager owns status.cooldowns of every Proxy, and nothing else.
+// FieldManager owns status.cooldowns and status.unreachable of every Proxy, and nothing
+// else.
 const FieldManager = "proxy-feedback"
 
 // DefaultWriteInterval is the least time between two status writes of one Proxy.
@@ -29,7 +30,7 @@ const DefaultWriteInterval = time.Second
 const conflictRetries = 5
 
 // Recorder takes crawler reports on every replica and writes them into the Proxies'
-// status.cooldowns, at most once per Proxy per WriteInterval: the reports that arrive
+// status.cooldowns (and status.unreachable, ApplyUnreachable), at most once per Proxy per WriteInterval: the reports that arrive
 // meanwhile are applied together in the next write, those of one (proxy, site) pair
 // folded into one (pendingPair), and at most MaxPendingPairsPerProxy and MaxPendingPairs
 // pairs wait; a report for a new pair past either bound is dropped and counted in
@@ -52,8 +53,11 @@ type Recorder struct {
 	// for a write; they default to DefaultMaxPendingPairsPerProxy and
 	// DefaultMaxPendingPairs.
 	MaxPendingPairsPerProxy, MaxPendingPairs int
-	Clock                                    clock.Clock // default: the real clock
-	Log                                      logr.Logger
+	// UnreachableHoldoff is how long after a passing probe answered an unreachable report
+	// the proxy's further unreachable reports are ignored (DefaultUnreachableHoldoff).
+	UnreachableHoldoff time.Duration
+	Clock              clock.Clock // default: the real clock
+	Log                logr.Logger
 	// BeforeFinalFlush, when set, is called once the recorder is told to stop and before
 	// its last flush: the discovery server's Drain, so that no report it takes is left
 	// unwritten.
@@ -70,6 +74,7 @@ type Recorder struct {
 type timedReport struct {
 	Report
 	at time.Time
+	n  int32 // how many unreachable reports it stands for (0 for the other outcomes)
 }
 
 func (r *Recorder) init() {
@@ -89,6 +94,9 @@ func (r *Recorder) init() {
 	}
 	if r.MaxPendingPairs <= 0 {
 		r.MaxPendingPairs = DefaultMaxPendingPairs
+	}
+	if r.UnreachableHoldoff <= 0 {
+		r.UnreachableHoldoff = DefaultUnreachableHoldoff
 	}
 }
 
@@ -264,17 +272,34 @@ func (r *Recorder) write(ctx context.Context, key types.NamespacedName, pending 
 	}
 	for attempt := 1; ; attempt++ {
 		cds, changed := px.Status.Cooldowns, false
+		unreach, results := px.Status.Unreachable, map[string]int32{}
 		for _, rep := range reps {
+			if rep.Outcome == Unreachable {
+				st := px.Status.DeepCopy()
+				st.Unreachable = unreach
+				var res string
+				unreach, res = ApplyUnreachable(st, rep.at, rep.n, r.UnreachableHoldoff)
+				n := max(rep.n, 1)
+				if res == UnreachableMarked { // the first opens the mark, the others count on it
+					results[res]++
+					res, n = UnreachableCounted, n-1
+				}
+				results[res] += n
+				changed = changed || res != UnreachableIgnored
+				continue
+			}
 			var c bool
 			cds, c = Apply(cds, rep.Report, rep.at, policy)
 			changed = changed || c
 		}
 		cds, pruned := Prune(cds, r.Clock.Now(), policy)
 		if !changed && !pruned {
+			countUnreachable(results)
 			return false, nil
 		}
-		err := r.apply(ctx, px, cds)
+		err := r.apply(ctx, px, cds, unreach)
 		if err == nil {
+			countUnreachable(results)
 			return true, nil
 		}
 		if apierrors.IsNotFound(err) {
@@ -290,10 +315,24 @@ func (r *Recorder) write(ctx context.Context, key types.NamespacedName, pending 
 	}
 }
 
-// apply writes cds as the Proxy's status.cooldowns, the only field FieldManager applies,
-// if px's resourceVersion is still current.
-func (r *Recorder) apply(ctx context.Context, px *v1alpha1.Proxy, cds []v1alpha1.ProxyCooldown) error {
+// countUnreachable adds a write's unreachable reports to the metric, by result.
+func countUnreachable(results map[string]int32) {
+	for res, n := range results {
+		unreachableReports.WithLabelValues(res).Add(float64(n))
+	}
+}
+
+// apply writes cds as the Proxy's status.cooldowns and u as its status.unreachable, the
+// only fields FieldManager applies, if px's resourceVersion is still current.
+func (r *Recorder) apply(ctx context.Context, px *v1alpha1.Proxy, cds []v1alpha1.ProxyCooldown, mark *v1alpha1.ProxyUnreachable) error {
 	status := map[string]any{}
+	if mark != nil {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(mark)
+		if err != nil {
+			return err
+		}
+		status["unreachable"] = m
+	}
 	if len(cds) > 0 {
 		list := make([]any, len(cds))
 		for i := range cds {
