@@ -60,6 +60,18 @@ def test_the_package_under_test_is_the_installed_one():
     assert all(os.path.realpath(p or os.getcwd()) != SOURCE for p in sys.path), sys.path
 
 
+def test_the_installed_check_refuses_the_sources():
+    """With EGRESS_PROXIES_TEST_INSTALLED=1, a run that would import the sources (from
+    their own directory, first on sys.path) stops before any test."""
+    env = dict(os.environ, EGRESS_PROXIES_TEST_INSTALLED="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTHONPATH", None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "tests"],
+                         cwd=SOURCE, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR, run.stdout + run.stderr
+    want = f"egress_proxies imported from {os.path.join(SOURCE, 'egress_proxies', '__init__.py')}, want the installed one"
+    assert want in run.stderr, run.stderr
+
+
 def test_the_version_is_the_projects_and_the_wheels():
     with open(os.path.join(SOURCE, "..", "..", "VERSION"), encoding="utf-8") as f:
         version = f.read().strip()
