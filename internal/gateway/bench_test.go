@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -162,12 +163,12 @@ func BenchmarkKeepAliveRequests(b *testing.B) {
 
 // connectAcceptor is an exit that answers every CONNECT with 200 and then holds the
 // connection, reading; for counting what idle tunnels cost.
-func connectAcceptor(b *testing.B) string {
+func connectAcceptor(tb testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { ln.Close() })
+	tb.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -197,68 +198,112 @@ func liveBytes() uint64 {
 	return m.HeapInuse + m.StackInuse
 }
 
+// openTunnels opens n CONNECT tunnels to addr with the given credentials.
+func openTunnels(tb testing.TB, addr, user, password string, n int) []net.Conn {
+	conns := make([]net.Conn, 0, n)
+	req := fmt.Sprintf("CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\nProxy-Authorization: %s\r\n\r\n", basicAuth(user, password))
+	buf := make([]byte, 512)
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			tb.Fatalf("tunnel %d of %d: %v", len(conns), n, err)
+		}
+		io.WriteString(c, req)
+		if k, err := c.Read(buf); err != nil || k < 12 || string(buf[9:12]) != "200" {
+			tb.Fatalf("tunnel %d of %d: %q %v", len(conns), n, buf[:k], err)
+		}
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+// TestIdleTunnelHelperProcess is the other side of BenchmarkIdleTunnelMemory, run in a
+// process of its own (so that its sockets count against its own descriptor limit): an
+// exit that accepts every CONNECT and the clients that open the tunnels. It does nothing
+// in a normal test run.
+func TestIdleTunnelHelperProcess(t *testing.T) {
+	if os.Getenv("GATEWAY_BENCH_HELPER") != "1" {
+		return
+	}
+	raiseNoFile()
+	fmt.Printf("exit %s\n", connectAcceptor(t))
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var addr, user, password string
+		var n int
+		if _, err := fmt.Sscan(in.Text(), &addr, &n, &user, &password); err != nil {
+			t.Fatalf("helper: %q: %v", in.Text(), err)
+		}
+		conns := openTunnels(t, addr, user, password, n)
+		fmt.Printf("opened %d\n", len(conns))
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+	}
+}
+
+// raiseNoFile raises the soft descriptor limit as far as the hard one allows (and the
+// hard one too where the process may) and returns the soft limit.
+func raiseNoFile() uint64 {
+	var lim syscall.Rlimit
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	want := syscall.Rlimit{Cur: 1 << 17, Max: max(lim.Max, 1<<17)}
+	if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want) != nil {
+		lim.Cur = lim.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	return lim.Cur
+}
+
 // BenchmarkIdleTunnelMemory: the gateway's memory for each of many open idle tunnels
-// (GATEWAY_BENCH_TUNNELS, default 10000): the process's heap and stacks with the tunnels
-// open through the gateway, less the same count opened straight to the exit (the client's
-// and the exit's share, which are in this process too), divided by the count. Kernel
-// socket buffers are not in it.
+// (GATEWAY_BENCH_TUNNELS, default 10000, fewer when the descriptor limit, which needs two
+// per tunnel in the gateway's process, does not allow that many): the growth of the
+// heap and goroutine stacks of the gateway's process, whose clients and exit run in
+// another process, divided by the count. Kernel socket buffers are not in it.
 func BenchmarkIdleTunnelMemory(b *testing.B) {
 	n := 10000
 	if v, err := strconv.Atoi(os.Getenv("GATEWAY_BENCH_TUNNELS")); err == nil && v > 0 {
 		n = v
 	}
-	var lim syscall.Rlimit
-	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
-	if need := uint64(6*n + 1000); lim.Cur < need {
-		lim.Cur, lim.Max = need, max(lim.Max, need)
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
-			n = int(lim.Cur-1000) / 6
-			b.Logf("could not raise RLIMIT_NOFILE (%v): measuring %d tunnels", err, n)
-		}
+	if limit := raiseNoFile(); uint64(2*n+200) > limit {
+		b.Logf("RLIMIT_NOFILE is %d here and cannot be raised: measuring %d tunnels, not %d", limit, (limit-200)/2, n)
+		n = int(limit-200) / 2
 	}
-	exitAddr := connectAcceptor(b)
-	exit := Exit{Namespace: "crawlers", Name: "acceptor", Address: exitAddr, EgressIP: "127.0.0.114"}
+	helper := exec.Command(os.Args[0], "-test.run=^TestIdleTunnelHelperProcess$", "-test.v=false")
+	helper.Env = append(os.Environ(), "GATEWAY_BENCH_HELPER=1")
+	helper.Stderr = os.Stderr
+	stdin, _ := helper.StdinPipe()
+	stdout, _ := helper.StdoutPipe()
+	if err := helper.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { stdin.Close(); helper.Wait() }()
+	out := bufio.NewScanner(stdout)
+	var exitAddr string
+	if !out.Scan() {
+		b.Fatalf("the helper process said nothing: %v", out.Err())
+	}
+	fmt.Sscanf(out.Text(), "exit %s", &exitAddr)
 	h := newHarness(b, nil, nil)
-	h.chooser.exits = []Exit{exit}
-	open := func(addr, user, password string) []net.Conn {
-		conns := make([]net.Conn, 0, n)
-		req := fmt.Sprintf("CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\nProxy-Authorization: %s\r\n\r\n", basicAuth(user, password))
-		buf := make([]byte, 512)
-		for range n {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				b.Fatalf("tunnel %d of %d: %v", len(conns), n, err)
-			}
-			io.WriteString(c, req)
-			if k, err := c.Read(buf); err != nil || string(buf[9:12]) != "200" {
-				b.Fatalf("tunnel %d of %d: %q %v", len(conns), n, buf[:k], err)
-			}
-			conns = append(conns, c)
-		}
-		return conns
-	}
-	closeAll := func(conns []net.Conn) {
-		for _, c := range conns {
-			c.Close()
-		}
-	}
+	h.chooser.exits = []Exit{{Namespace: "crawlers", Name: "acceptor", Address: exitAddr, EgressIP: "127.0.0.114"}}
 	for i := 0; i < b.N; i++ {
-		base := liveBytes()
-		direct := open(exitAddr, "", "")
-		directCost := liveBytes() - base
-		closeAll(direct)
-
-		base = liveBytes()
-		through := open(h.httpAddr, "crawler", tokenCrawlers)
-		gatewayCost := liveBytes() - base
-		if n := counterValue(b, h.reg, "proxy_operator_gateway_tunnels_open", "", ""); int(n) != len(through) {
-			b.Fatalf("tunnels open = %v, want %d", n, len(through))
+		before := liveBytes()
+		fmt.Fprintf(stdin, "%s %d crawler %s\n", h.httpAddr, n, tokenCrawlers)
+		if !out.Scan() || out.Text() != fmt.Sprintf("opened %d", n) {
+			b.Fatalf("the helper process: %q %v", out.Text(), out.Err())
 		}
-		closeAll(through)
-		per := float64(int64(gatewayCost)-int64(directCost)) / float64(n)
+		if open := counterValue(b, h.reg, "proxy_operator_gateway_tunnels_open", "", ""); int(open) != n*(i+1) {
+			b.Fatalf("tunnels open = %v, want %d", open, n*(i+1))
+		}
+		per := float64(int64(liveBytes())-int64(before)) / float64(n)
 		b.ReportMetric(float64(n), "tunnels")
 		b.ReportMetric(per/1024, "gateway-KiB/tunnel")
 		b.ReportMetric(per/(32*1024), "ratio-to-32KiB")
+		if i+1 < b.N {
+			b.Fatal("run with -benchtime=1x: each round keeps its tunnels open")
+		}
 	}
 }
