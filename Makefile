@@ -1,6 +1,7 @@
 # egress-proxies-operator
 #
 #   make demo   local control plane + local libvirt host + the operator, ending with a Ready proxy
+#   make demo-external  the same without VMs: External Proxies on loopback, discovery answering
 #   make test   every test tier; installs and builds what it needs on a fresh machine
 #
 # Built tools and test binaries are cached under $(CACHE), keyed by version.
@@ -218,12 +219,17 @@ bench: envtest ## Benchmarks (figures for the issues' closing notes).
 
 ##@ Run
 
+# make demo EXTERNAL=1 is make demo-external.
 .PHONY: demo
 demo: ## Local control plane, local libvirt host and the operator, ending with a Ready proxy.
-	hack/demo.sh up
+	hack/demo.sh $(if $(EXTERNAL),up-external,up)
+
+.PHONY: demo-external
+demo-external: ## No VMs: local control plane, three tinyproxies on loopback as External Proxies, the operator without providers; ends with discovery answering.
+	hack/demo.sh up-external
 
 .PHONY: demo-down
-demo-down: ## Delete every Proxy in the demo (their VMs with them), then stop what make demo started.
+demo-down: ## Delete every Proxy in the demo (their VMs with them), then stop what make demo or make demo-external started.
 	hack/demo.sh down
 
 .PHONY: kubectl

@@ -5,10 +5,13 @@
 # printing the kubectl commands (kubectl built into the cache, the API server's version)
 # that add more Proxies and look at them.
 #
-#   hack/demo.sh up       set up and start what is missing, apply the sample, wait for Ready
-#   hack/demo.sh down     delete every Proxy in the demo's cluster (and so their VMs), then
-#                         stop what up started
-#   hack/demo.sh status   what is running
+#   hack/demo.sh up           set up and start what is missing, apply the sample, wait for Ready
+#   hack/demo.sh up-external  the same without VMs (make demo-external): the control plane, three
+#                             tinyproxy forward proxies on loopback as External Proxies, and the
+#                             manager without a providers config, ending with discovery answering
+#   hack/demo.sh down         delete every Proxy in the demo's cluster (and so their VMs), then
+#                             stop what up or up-external started
+#   hack/demo.sh status       what is running
 #
 # Everything up starts is recorded by pid file in ${XDG_CACHE_HOME:-~/.cache}/egress-proxies-operator/demo
 # (logs beside them); down stops exactly those. The libvirt host stays up after down
@@ -24,9 +27,16 @@
 # mark names no recorded UID is never touched. down fails naming any domain left, with the
 # virsh commands that remove it; the record stays until none is, so down can be re-run.
 #
+# Before starting anything, up and up-external check that every port they are about to
+# listen on is free, and fail naming each one taken with the process holding it (pid and
+# command line). A manager that exits before it is ready ends the wait at once, with the last
+# error line of its log.
+#
 # Knobs: DEMO_IMAGE_PORT (18081), DEMO_DISCOVERY_PORT (18082), DEMO_METRICS_PORT (18080),
-# DEMO_HEALTH_PORT (18083), DEMO_TIMEOUT (seconds to wait for Ready, 1800),
-# DEMO_DOWN_TIMEOUT (seconds down waits for the Proxies to go, 900).
+# DEMO_HEALTH_PORT (18083), DEMO_PROXY_PORT (18090, up-external: the port of the three
+# tinyproxies on 127.0.0.2, .3 and .4), DEMO_TIMEOUT (seconds to wait for Ready, 1800;
+# up-external 120), DEMO_DOWN_TIMEOUT (seconds down waits for the Proxies to go, 900),
+# DEMO_STATE (the state directory, ${XDG_CACHE_HOME:-~/.cache}/egress-proxies-operator/demo).
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,11 +47,12 @@ LOG_TAG=demo
 source "$HACK/lib/common.sh"
 
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies-operator
-STATE=$CACHE/demo
+STATE=${DEMO_STATE:-$CACHE/demo}
 IMAGE_PORT=${DEMO_IMAGE_PORT:-18081}
 DISCOVERY_PORT=${DEMO_DISCOVERY_PORT:-18082}
 METRICS_PORT=${DEMO_METRICS_PORT:-18080}
 HEALTH_PORT=${DEMO_HEALTH_PORT:-18083}
+PROXY_PORT=${DEMO_PROXY_PORT:-18090}
 TIMEOUT=${DEMO_TIMEOUT:-1800}
 DOWN_TIMEOUT=${DEMO_DOWN_TIMEOUT:-900}
 SAMPLE=$ROOT/config/samples/proxy_kvm2.yaml
@@ -146,9 +157,38 @@ start_manager() {
     --discovery-bind-address="$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT" \
     --proxy-probe-url="http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT/v1/whoami" \
     --proxy-check-interval=10s --provider-check-interval=30s --gc-grace=24h
-  wait_until 120 "the manager's /readyz" curl -fs "http://127.0.0.1:$HEALTH_PORT/readyz" ||
-    { tail -n 20 "$STATE/manager.log" >&2; die "the manager did not become ready"; }
+  wait_manager
+}
+
+# wait_manager waits for the manager's /readyz, and stops at once when the manager exits,
+# with the last error line of its log.
+wait_manager() {
+  "$DEMOCTL" wait-ready --url "http://127.0.0.1:$HEALTH_PORT/readyz" --pid "$(<"$STATE/manager.pid")" \
+    --log "$STATE/manager.log" --timeout 120s ||
+    die "the manager did not become ready (above); its log is $STATE/manager.log"
   log "manager running (pid $(<"$STATE/manager.pid")), log $STATE/manager.log"
+}
+
+# check_ports NAME WHAT=HOST:PORT...: fails naming every address in use and what holds it,
+# unless the demo's own NAME is already running (then they are its own).
+check_ports() {
+  local name=$1
+  shift
+  if pid_alive "$STATE/$name.pid"; then
+    return 0
+  fi
+  "$DEMOCTL" check-ports "$@" || die "choose other ports with the variables named above (hack/demo.sh's Knobs), or stop what holds them"
+}
+
+# check_mode MODE: up and up-external share the state directory and the ports, so one
+# runs at a time.
+check_mode() {
+  local mode=$1 running
+  running=$(cat "$STATE/mode" 2>/dev/null || echo vm)
+  if pid_alive "$STATE/manager.pid" && [[ $running != "$mode" ]]; then
+    die "the $running demo is running (its manager pid $(<"$STATE/manager.pid")); make demo-down first"
+  fi
+  echo "$mode" >"$STATE/mode"
 }
 
 report() {
@@ -192,15 +232,19 @@ EOF
 cmd_up() {
   mkdir -p "$STATE/controlplane"
   ensure_packages curl # the readiness checks below, and the command the demo ends with
+  build
+  check_mode vm
+  check_ports manager "metrics (DEMO_METRICS_PORT)=127.0.0.1:$METRICS_PORT" "health probes (DEMO_HEALTH_PORT)=127.0.0.1:$HEALTH_PORT"
   "$HACK/libvirt-host.sh" up
   # shellcheck disable=SC1091
   source "$CACHE/libvirt-host/env"
+  check_ports manager "discovery (DEMO_DISCOVERY_PORT)=$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT"
+  check_ports image-server "image server (DEMO_IMAGE_PORT)=$KVM2_TEST_BRIDGE_IP:$IMAGE_PORT"
   log "kube-apiserver, etcd and kubectl (a first build takes about 20 minutes)"
   ASSETS=$("$HACK/envtest-assets.sh" kube-apiserver etcd kubectl)
   KUBECTL=$ASSETS/kubectl
   log "guest image (a first build takes about 6 minutes)"
   IMAGE=$("$HACK/guest-image.sh")
-  build
   start_controlplane
   start_image_server
   start_manager
@@ -212,6 +256,176 @@ cmd_up() {
   "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" wait --namespace "$PROXY_NS" --for=condition=Ready "proxy/$PROXY_NAME" --timeout=120s ||
     die "the Proxy is Ready but its Ready condition is not True; see $STATE/manager.log"
   report
+}
+
+# The VM-less demo (up-external). Three forward proxies, Debian's tinyproxy, listen on
+# 127.0.0.2, .3 and .4 at DEMO_PROXY_PORT and demand basic auth; crawler-1 leaves from
+# 127.0.0.2 and crawler-2 from 127.0.0.3, and crawler-3 leaves from crawler-2's address,
+# 127.0.0.3, like two VMs behind one NAT. They are the External Proxies crawl/crawler-1..3
+# (crawler-1 and crawler-2 labelled pool=news), the names docs/discovery.md's examples use.
+EXT_NS=crawl
+EXT_USER=crawler
+EXT_PASS=Xk9-q.Tr_22
+EXT_NAMES=(crawler-1 crawler-2 crawler-3)
+EXT_LISTEN=(127.0.0.2 127.0.0.3 127.0.0.4)
+EXT_EGRESS=(127.0.0.2 127.0.0.3 127.0.0.3)
+
+start_tinyproxies() {
+  local i name
+  for i in "${!EXT_NAMES[@]}"; do
+    name=tinyproxy-${EXT_NAMES[$i]}
+    if pid_alive "$STATE/$name.pid" tinyproxy; then
+      log "$name already running (pid $(<"$STATE/$name.pid"))"
+      continue
+    fi
+    cat >"$STATE/$name.conf" <<EOF
+User nobody
+Group nogroup
+Port $PROXY_PORT
+Listen ${EXT_LISTEN[$i]}
+Bind ${EXT_EGRESS[$i]}
+Timeout 60
+MaxClients 100
+LogLevel Notice
+BasicAuth $EXT_USER $EXT_PASS
+DisableViaHeader Yes
+EOF
+    start "$name" tinyproxy -d -c "$STATE/$name.conf"
+  done
+  for i in "${!EXT_NAMES[@]}"; do
+    name=tinyproxy-${EXT_NAMES[$i]}
+    # Without credentials a tinyproxy that is up answers 407.
+    wait_until 30 "$name on ${EXT_LISTEN[$i]}:$PROXY_PORT" \
+      bash -c "curl -s -o /dev/null -w '%{http_code}' -x http://${EXT_LISTEN[$i]}:$PROXY_PORT http://127.0.0.1:1/ | grep -q 407" ||
+      { tail -n 5 "$STATE/$name.log" >&2; die "$name did not start"; }
+  done
+  log "tinyproxy on ${EXT_LISTEN[*]} port $PROXY_PORT (pids $(cat "$STATE"/tinyproxy-*.pid | tr '\n' ' '))"
+}
+
+write_external_manifest() {
+  local i labels
+  cat <<EOF
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $EXT_NS
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: proxy-auth
+  namespace: $EXT_NS
+  labels:
+    egress.hrajfrisbee.cz/proxy-credentials: "true"
+stringData:
+  username: $EXT_USER
+  password: $EXT_PASS
+EOF
+  for i in "${!EXT_NAMES[@]}"; do
+    labels={}
+    ((i < 2)) && labels='{pool: news}'
+    cat <<EOF
+---
+apiVersion: egress.hrajfrisbee.cz/v1alpha1
+kind: Proxy
+metadata:
+  name: ${EXT_NAMES[$i]}
+  namespace: $EXT_NS
+  labels: $labels
+spec:
+  mode: External
+  address: ${EXT_LISTEN[$i]}
+  port: $PROXY_PORT
+  proxy:
+    basicAuth:
+      secretRef:
+        name: proxy-auth
+EOF
+  done
+}
+
+start_external_manager() {
+  if pid_alive "$STATE/manager.pid"; then
+    log "manager already running (pid $(<"$STATE/manager.pid")); make demo-down first to run a rebuilt one"
+    return 0
+  fi
+  [[ -s $STATE/discovery-token ]] || head -c 24 /dev/urandom | base64 | tr -d '/+=\n' >"$STATE/discovery-token"
+  chmod 0600 "$STATE/discovery-token"
+  # --providers-config= : no providers, whatever is at the default path on this machine.
+  start manager "$ROOT/bin/manager" --providers-config= --kubeconfig="$KUBECONFIG_PATH" \
+    --metrics-bind-address="127.0.0.1:$METRICS_PORT" --health-probe-bind-address="127.0.0.1:$HEALTH_PORT" \
+    --discovery-bind-address="127.0.0.1:$DISCOVERY_PORT" --discovery-token-file="$STATE/discovery-token" \
+    --proxy-probe-url="http://127.0.0.1:$DISCOVERY_PORT/v1/whoami" --proxy-check-interval=2s
+  wait_manager
+}
+
+# discovery_lists_all: discovery hands out every External Proxy, healthy.
+discovery_lists_all() {
+  local n
+  n=$(curl -fs -H "Authorization: Bearer $(<"$STATE/discovery-token")" \
+    "http://127.0.0.1:$DISCOVERY_PORT/v1/proxies?namespace=$EXT_NS&format=text" | grep -c '^http://') || return 1
+  ((n == ${#EXT_NAMES[@]}))
+}
+
+report_external() {
+  local api=http://127.0.0.1:$DISCOVERY_PORT k="$KUBECTL --kubeconfig $KUBECONFIG_PATH"
+  echo
+  "$DEMOCTL" get --kubeconfig "$KUBECONFIG_PATH"
+  cat <<EOF
+
+Discovery hands out the three External Proxies: tinyproxy on ${EXT_LISTEN[*]} port
+$PROXY_PORT, with basic auth ($EXT_USER / $EXT_PASS, the Secret $EXT_NS/proxy-auth). The
+manager runs with no providers config, so a Managed Proxy here fails with reason
+ProviderNotConfigured. The API is at $api behind the token in $STATE/discovery-token:
+
+  export API=$api TOKEN=\$(cat $STATE/discovery-token)
+  curl -s -H "Authorization: Bearer \$TOKEN" "\$API/v1/proxies?format=text"
+  curl -s -H "Authorization: Bearer \$TOKEN" "\$API/v1/proxies/pick?domain=shop.example.com"
+  # through a picked proxy, with its credentials; whoami answers with its egress address
+  curl -s -x "\$(curl -s -H "Authorization: Bearer \$TOKEN" "\$API/v1/proxies/pick?key=example.com&credentials=true&format=text")" "\$API/v1/whoami"
+  # feedback: crawler-1 banned on shop.example.com; ?domain=shop.example.com leaves it out
+  curl -s -X POST "\$API/v1/feedback" -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' \\
+    -d '{"reports":[{"proxy":"$EXT_NS/crawler-1","domain":"shop.example.com","outcome":"banned"}]}'
+
+Every example of docs/discovery.md runs as written with \$API in place of
+http://proxy-operator:8082. The clients: pkg/client with client.Config{URL: "$api",
+Token: ...}; Scrapy with EGRESS_PROXIES_URL = "$api" and
+EGRESS_PROXIES_TOKEN_FILE = "$STATE/discovery-token".
+
+With kubectl (built into the cache, the API server's version):
+
+  $k -n $EXT_NS get proxies
+  $k -n $EXT_NS get proxy crawler-1 -o yaml
+
+Kubeconfig:          $KUBECONFIG_PATH
+Manager log:         $STATE/manager.log
+Stop it all:         make demo-down
+EOF
+}
+
+cmd_up_external() {
+  mkdir -p "$STATE/controlplane"
+  ensure_packages curl tinyproxy # tinyproxy's own service is kept from starting
+  build
+  check_mode external
+  local ports=() i
+  for i in "${!EXT_NAMES[@]}"; do
+    pid_alive "$STATE/tinyproxy-${EXT_NAMES[$i]}.pid" || ports+=("proxy ${EXT_NAMES[$i]} (DEMO_PROXY_PORT)=${EXT_LISTEN[$i]}:$PROXY_PORT")
+  done
+  ((${#ports[@]} == 0)) || check_ports none "${ports[@]}"
+  check_ports manager "metrics (DEMO_METRICS_PORT)=127.0.0.1:$METRICS_PORT" "health probes (DEMO_HEALTH_PORT)=127.0.0.1:$HEALTH_PORT" \
+    "discovery (DEMO_DISCOVERY_PORT)=127.0.0.1:$DISCOVERY_PORT"
+  ASSETS=$("$HACK/envtest-assets.sh" kube-apiserver etcd kubectl)
+  KUBECTL=$ASSETS/kubectl
+  start_controlplane
+  start_tinyproxies
+  start_external_manager
+  write_external_manifest >"$STATE/external-proxies.yaml"
+  "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" apply -f "$STATE/external-proxies.yaml"
+  log "waiting for discovery to hand out ${EXT_NAMES[*]} (the manager probes each through its proxy)"
+  wait_until "${DEMO_TIMEOUT:-120}" "discovery to hand out the three proxies" discovery_lists_all ||
+    { "$DEMOCTL" get --kubeconfig "$KUBECONFIG_PATH" >&2; tail -n 20 "$STATE/manager.log" >&2; die "see $STATE/manager.log"; }
+  report_external
 }
 
 # delete_proxies deletes every Proxy of the demo's cluster, recording them first. With the
@@ -250,21 +464,36 @@ sweep_domains() {
 
 cmd_down() {
   [[ -d $STATE ]] || { log "nothing to stop"; return 0; }
+  local mode
+  mode=$(cat "$STATE/mode" 2>/dev/null || echo vm)
   [[ -x $DEMOCTL ]] || build
   delete_proxies
   stop manager # only now: until the Proxies are gone, their finalizers need it
   local swept=0
   sweep_domains || swept=$?
   stop image-server
+  local tp tps=()
+  for tp in "$STATE"/tinyproxy-*.pid; do
+    [[ -e $tp ]] || continue
+    tp=${tp##*/}
+    tps+=("${tp%.pid}")
+    if pid_alive "$STATE/$tp"; then kill "$(<"$STATE/$tp")"; fi # all at once; stop waits for each
+  done
+  for tp in "${tps[@]}"; do stop "$tp"; done
   stop controlplane 60
   local p
   for p in etcd kube-apiserver; do # normally stopped by the control plane itself
     if pid_alive "$STATE/controlplane/$p.pid"; then kill "$(<"$STATE/controlplane/$p.pid")"; fi
     rm -f "$STATE/controlplane/$p.pid"
   done
+  rm -f "$STATE/mode"
   if ((swept != 0)); then
     die "the demo is stopped, but domains of it are left on the libvirt host (named above, with the" \
       "commands that remove them); make demo-down tries again, its record is $RECORD"
+  fi
+  if [[ $mode == external ]]; then
+    log "demo stopped"
+    return 0
   fi
   log "demo stopped; the libvirt host is still up (hack/libvirt-host.sh down stops it;" \
     "the cached base image stays in its pool)"
@@ -272,7 +501,7 @@ cmd_down() {
 
 cmd_status() {
   local n
-  for n in controlplane image-server manager; do
+  for n in controlplane image-server manager tinyproxy-crawler-1 tinyproxy-crawler-2 tinyproxy-crawler-3; do
     if pid_alive "$STATE/$n.pid"; then echo "$n: running (pid $(<"$STATE/$n.pid"))"; else echo "$n: stopped"; fi
   done
   if [[ -s $KUBECONFIG_PATH && -x $DEMOCTL ]]; then
@@ -282,6 +511,7 @@ cmd_status() {
 
 case ${1:-} in
 up) cmd_up ;;
+up-external) cmd_up_external ;;
 down) cmd_down ;;
 status) cmd_status ;;
 *)

@@ -415,3 +415,19 @@ func TestRecordKeepsConcurrentAdditions(t *testing.T) {
 		t.Errorf("the record holds %d Proxies, want all %d: %+v", len(r.Proxies), n, r.Proxies)
 	}
 }
+
+// External Proxies (make demo-external) have no domains: they are not recorded, so down
+// has nothing to sweep, and needs no providers config for it.
+func TestRecordLeavesOutExternalProxies(t *testing.T) {
+	ext := testProxy("crawl", "crawler-1", "uid-ext", false)
+	ext.Spec.Mode = v1alpha1.ProxyModeExternal
+	was := testProxy("crawl", "was-managed", "uid-was", false)
+	was.Spec.Mode = v1alpha1.ProxyModeExternal
+	was.Status.ProviderID = "kvm2/local/default/x"
+	managed := testProxy("default", "proxy-kvm2-sample", "uid-vm", false)
+	var r record
+	r.add([]v1alpha1.Proxy{*ext, *was, *managed})
+	if r.has("uid-ext") || !r.has("uid-was") || !r.has("uid-vm") {
+		t.Errorf("record %+v: want the Managed Proxy and the one that had an instance, not the External one", r.Proxies)
+	}
+}

@@ -13,6 +13,8 @@
 //	                                           # record and delete every Proxy; with the manager's pid follow them until gone
 //	democtl sweep --providers-config P --record R [--kubeconfig K]
 //	                                           # remove the recorded Proxies' domains left on the host
+//	democtl check-ports WHAT=HOST:PORT...      # fail naming each address in use and the process holding it
+//	democtl wait-ready --url U --pid P --log L # wait for U to answer 200; stop at once when P exits, with L's last error
 package main
 
 import (
@@ -40,10 +42,13 @@ func main() {
 	manifest := fs.String("f", "", "a manifest of Proxies and Secrets (apply)")
 	namespace := fs.String("namespace", "default", "the Proxy's namespace")
 	name := fs.String("name", "", "the Proxy's name")
-	timeout := fs.Duration("timeout", 30*time.Minute, "how long to wait (wait, delete-all)")
+	timeout := fs.Duration("timeout", 30*time.Minute, "how long to wait (wait, delete-all, wait-ready)")
 	recordPath := fs.String("record", "", "the record of the cluster's Proxies (controlplane, delete-all, sweep)")
 	managerPid := fs.Int("manager-pid", 0, "the running manager's pid: follow the deleted Proxies until they are gone or it exits (delete-all)")
 	providersConfig := fs.String("providers-config", "", "the manager's providers config (sweep)")
+	url := fs.String("url", "", "the readiness URL (wait-ready)")
+	pid := fs.Int("pid", 0, "the manager's pid (wait-ready)")
+	logFile := fs.String("log", "", "the manager's log (wait-ready)")
 	_ = fs.Parse(os.Args[2:])
 
 	var err error
@@ -62,6 +67,14 @@ func main() {
 		err = runDeleteAll(*kubeconfig, *recordPath, *managerPid, *timeout)
 	case "sweep":
 		err = runSweep(*providersConfig, *recordPath, *kubeconfig)
+	case "check-ports":
+		err = checkPorts(fs.Args())
+	case "wait-ready":
+		if *url == "" || *pid == 0 || *logFile == "" {
+			err = fmt.Errorf("--url, --pid and --log are required")
+			break
+		}
+		err = waitManagerReady(context.Background(), *url, *pid, *logFile, *timeout, 200*time.Millisecond)
 	default:
 		usage()
 	}
@@ -115,6 +128,6 @@ func runSweep(providersConfig, recordPath, kubeconfig string) error {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: democtl controlplane|serve-image|apply|wait|get|delete-all|sweep [flags]")
+	fmt.Fprintln(os.Stderr, "usage: democtl controlplane|serve-image|apply|wait|get|delete-all|sweep|check-ports|wait-ready [flags]")
 	os.Exit(2)
 }

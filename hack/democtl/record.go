@@ -93,7 +93,10 @@ func (r *record) add(items []v1alpha1.Proxy) bool {
 	changed := false
 	for i := range items {
 		px := &items[i]
-		if px.UID == "" || r.has(string(px.UID)) {
+		// An External Proxy has no domain of its own to look for, unless it had one
+		// as a Managed Proxy before.
+		external := px.Spec.Mode == v1alpha1.ProxyModeExternal && px.Status.ProviderID == ""
+		if px.UID == "" || external || r.has(string(px.UID)) {
 			continue
 		}
 		r.Proxies = append(r.Proxies, recorded{
