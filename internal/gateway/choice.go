@@ -89,8 +89,10 @@ func (r ChoiceRequest) Excludes(id string) bool {
 // Chooser chooses the exit for one request or tunnel.
 //
 // Choose returns an exit the caller may use, or an error wrapping one of:
-// ErrNoExit (nothing eligible: unknown or empty pool, every exit excluded or unhealthy),
-// ErrUnknownPool (the pool does not exist in the namespaces the identity may use),
+// ErrNoExit (nothing eligible: an empty pool, every exit excluded, unhealthy or of
+// the other IP family), ErrUnknownPool (the pool does not exist in the namespaces the
+// identity may use; never ErrNoExit for that, since the pool label of the metrics is
+// only kept for pools a Chooser knows),
 // ErrSaturated (too many of the pool's exits are cooling for the site; a SaturatedError
 // carries the site and when to come back), ErrSessionExitUnavailable (a strict session's
 // exit is unavailable; an UnavailableError names it). Any other error is the Chooser's

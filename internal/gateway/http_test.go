@@ -135,3 +135,26 @@ func TestOriginFormRefused(t *testing.T) {
 		t.Errorf("got %s %q", resp.Status, body)
 	}
 }
+
+// What a refused caller wrote in its options makes no metric series.
+func TestRefusedOptionsMakeNoSeries(t *testing.T) {
+	exit := startTestExit(t, "crawlers", "exit-a", "127.0.0.21")
+	s := startSite(t)
+	h := newHarness(t, []*testExit{exit}, nil)
+	for _, user := range []string{"u+ns=made-up-1", "u+pool=made-up-2", "u+ns=made-up-3+colour=x"} {
+		resp, err := h.client(user, tokenCrawlers).Get(s.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readBody(t, resp)
+	}
+	mfs, _ := h.reg.Gather()
+	for _, mf := range mfs {
+		if strings.Contains(mf.String(), "made-up") {
+			t.Errorf("%s has a series of a refused caller's option: %s", mf.GetName(), mf.String())
+		}
+	}
+	if n := counterValue(t, h.reg, "proxy_operator_gateway_requests_total", "outcome", "auth_failed"); n != 3 {
+		t.Errorf("requests auth_failed = %v, want 3", n)
+	}
+}

@@ -197,13 +197,21 @@ func (g *Gateway) handleForward(cc *clientConn, bw *bufio.Writer, req *http.Requ
 		}
 		rt.tried++
 		resp, err := g.transport.RoundTrip(req.WithContext(withExit(ctx, exit)))
-		if err == nil && retryable && ExitGenerated(resp) {
-			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-			resp.Body.Close()
-			err = fmt.Errorf("%s answered %s itself", exit.Address, resp.Status)
+		if err == nil && ExitGenerated(resp) {
+			ownErr := fmt.Errorf("%w: %s answered %s itself", ErrExitFailed, exit.Address, resp.Status)
+			if !retryable {
+				// The body is spent: the exit's own answer goes to the client as it is.
+				g.cfg.Reporter.Unreachable(exit, ownErr)
+			} else {
+				io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+				resp.Body.Close()
+				resp, err = nil, ownErr
+			}
 		}
 		if err != nil {
-			err = fmt.Errorf("%w: %w", ErrExitFailed, err)
+			if !errors.Is(err, ErrExitFailed) {
+				err = fmt.Errorf("%w: %w", ErrExitFailed, err)
+			}
 			ferr := g.failed(rt, exit, err)
 			if ferr == nil && !retryable {
 				ferr = err

@@ -30,11 +30,11 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proxy_operator_gateway_requests_total",
-			Help: "Plain-HTTP requests the gateway answered, by the exit's namespace (the requested one when no exit was chosen), the requested pool and outcome (ok, retried, saturated, no_exit, exit_failed, auth_failed, bad_request).",
+			Help: "Plain-HTTP requests the gateway answered, by the exit's namespace (the requested one when no exit was chosen), the requested pool and outcome (ok, retried, saturated, no_exit, exit_failed, auth_failed, bad_request; the last two without namespace and pool).",
 		}, labels),
 		tunnels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proxy_operator_gateway_tunnels_total",
-			Help: "CONNECT and SOCKS5 tunnels the gateway answered, by the exit's namespace, the requested pool and outcome (ok, retried, saturated, no_exit, exit_failed, auth_failed, bad_request).",
+			Help: "CONNECT and SOCKS5 tunnels the gateway answered, by the exit's namespace (the requested one when no exit was chosen), the requested pool and outcome (ok, retried, saturated, no_exit, exit_failed, auth_failed, bad_request; the last two without namespace and pool).",
 		}, labels),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proxy_operator_gateway_bytes_total",
@@ -64,8 +64,13 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 	return m, nil
 }
 
-// count adds one request or tunnel with its outcome.
+// count adds one request or tunnel with its outcome. A refused caller's namespace and
+// pool are whatever it wrote: they are counted without them, so that no caller can make
+// series up.
 func (g *Gateway) count(kind, namespace, pool, outcome string) {
+	if outcome == outcomeAuthFailed || outcome == outcomeBadRequest {
+		namespace, pool = "", ""
+	}
 	v := g.metrics.requests
 	if kind == kindTunnel {
 		v = g.metrics.tunnels

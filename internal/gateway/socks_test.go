@@ -24,7 +24,7 @@ func TestSOCKS5Connect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &http.Client{Transport: &http.Transport{Dial: dialer.Dial}}
+	c := &http.Client{Transport: &http.Transport{DialContext: dialer.(proxy.ContextDialer).DialContext}}
 	for _, host := range []string{"127.0.0.1", "localhost"} {
 		resp, err := c.Get("http://" + net.JoinHostPort(host, port) + "/")
 		if err != nil {
