@@ -191,3 +191,35 @@ func TestSiteFailureIsNotRetried(t *testing.T) {
 		t.Errorf("the second exit carried %d requests; a site's 502 must not be retried", n)
 	}
 }
+
+// An exit that refuses the credentials the gateway holds for it (407) has failed: the
+// next exit carries the request, and the client never sees the exit's 407.
+func TestExitRefusingItsCredentials(t *testing.T) {
+	wrong := startTestExit(t, "crawlers", "a-wrong-password", "127.0.0.121")
+	good := startTestExit(t, "crawlers", "b-good", "127.0.0.122")
+	s := startSite(t)
+	h := newHarness(t, []*testExit{wrong, good}, nil)
+	h.chooser.exits[0].Password = "stale"
+	// A soft session whose exit is the one with the stale password, for both requests.
+	session := ""
+	for i := 0; session == ""; i++ {
+		if id := fmt.Sprintf("s%d", i); cmpScore(id, h.chooser.exits[0], h.chooser.exits[1]) < 0 {
+			session = id
+		}
+	}
+	user := "crawler+session=" + session
+	resp, err := h.client(user, tokenCrawlers).Get(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readBody(t, resp); resp.StatusCode != 200 || body != "hello 127.0.0.122" {
+		t.Errorf("plain HTTP: %s %q, want 200 from b-good", resp.Status, body)
+	}
+	_, _, cresp := rawConnect(t, h.httpAddr, s.addr, user, tokenCrawlers)
+	if cresp.StatusCode != 200 || cresp.Header.Get(HeaderEgressProxy) != "crawlers/b-good" {
+		t.Errorf("CONNECT: %s through %q, want 200 through b-good", cresp.Status, cresp.Header.Get(HeaderEgressProxy))
+	}
+	if u, _ := h.reporter.got(); strings.Join(u, " ") != "crawlers/a-wrong-password crawlers/a-wrong-password" {
+		t.Errorf("Reporter.Unreachable heard %v, want the exit with the stale password twice", u)
+	}
+}

@@ -292,10 +292,15 @@ func parseRetryAfter(v string) time.Duration {
 }
 
 // ExitGenerated tells an exit proxy's own failure from a site's answer it relays. The
-// rule: a 5xx status that carries the exit software's own mark and not a relay's:
-// tinyproxy's own error pages have "Server: tinyproxy/..." and no Via header (a site's
-// answer relayed by tinyproxy has its Via), squid's have X-Squid-Error.
+// rule: a 407 (a site never asks for proxy credentials, so this is the exit refusing the
+// credentials the gateway sent it), or a 5xx status that carries the exit software's own
+// mark and not a relay's: tinyproxy's own error pages have "Server: tinyproxy/..." and no
+// Via header (a site's answer relayed by tinyproxy has its Via), squid's have
+// X-Squid-Error.
 func ExitGenerated(resp *http.Response) bool {
+	if resp.StatusCode == http.StatusProxyAuthRequired {
+		return true
+	}
 	if resp.StatusCode < 500 || resp.StatusCode > 599 {
 		return false
 	}

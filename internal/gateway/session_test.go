@@ -150,3 +150,19 @@ func TestChoiceRequestAndNamespaceGuard(t *testing.T) {
 		t.Errorf("the foreign exit carried a request")
 	}
 }
+
+// No eligible exit: 502 naming the site, namespace and pool.
+func TestNoExit(t *testing.T) {
+	s := startSite(t)
+	h := newHarness(t, threeExits(t), nil)
+	resp, err := h.client("crawler+ip=6", tokenCrawlers).Get(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readBody(t, resp); resp.StatusCode != 502 || !strings.Contains(body, `no exit for site 127.0.0.1 (namespace "", pool "")`) {
+		t.Errorf("got %s %q", resp.Status, body)
+	}
+	if n := counterValue(t, h.reg, "proxy_operator_gateway_requests_total", "outcome", "no_exit"); n != 1 {
+		t.Errorf("requests no_exit = %v, want 1", n)
+	}
+}
