@@ -61,51 +61,17 @@ func python() string {
 }
 
 func TestCrawlersRecoverFromABan(t *testing.T) {
-	if out, err := exec.Command(python(), "-c", "import scrapy").CombinedOutput(); err != nil {
-		t.Fatalf("%s cannot import scrapy (run hack/crawl-deps.sh): %v\n%s", python(), err, out)
-	}
-	env := testenv.StartT(t)
+	env, root := startCrawlEnv(t)
 	ctx := context.Background()
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	// Three forward proxies demanding basic auth, dialling out from 127.0.0.2, .3 and .4.
-	hosts := append([]string{scrapyHost}, candidates...)
-	fps := map[string]*healthtest.ForwardProxy{}
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "proxy-auth", Namespace: "default",
-		Labels: map[string]string{v1alpha1.CredentialsLabel: "true"}},
-		Data: map[string][]byte{"username": []byte(proxyUser), "password": []byte(proxyPass)}}
-	if err := env.Client.Create(ctx, sec); err != nil {
-		t.Fatal(err)
-	}
-	for i := 2; i <= 4; i++ {
-		src := "127.0.0." + strconv.Itoa(i)
-		fp := healthtest.New(t, src)
-		fp.RequireAuth(&healthtest.Auth{Username: proxyUser, Password: proxyPass})
-		for _, h := range hosts {
-			fp.Resolve(h, "127.0.0.1")
-		}
-		name := "egress-" + strconv.Itoa(i)
-		fps[name] = fp
-		px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-			Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: fp.Host, Port: fp.Port,
-				Proxy: &v1alpha1.ProxyConfig{BasicAuth: &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: "proxy-auth"}}}}}
-		if err := env.Client.Create(ctx, px); err != nil {
-			t.Fatal(err)
-		}
-	}
-
+	startProxies(t, env, "egress", 2, append([]string{scrapyHost}, candidates...)...)
 	disc, tokenFile := startManager(t, env, root)
 	c, err := client.New(client.Config{URL: "http://" + disc, Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, 2*time.Minute, "the three External Proxies to be handed out healthy", func() (bool, error) {
-		l, err := c.List(ctx, client.Query{Namespace: "default"})
-		return err == nil && len(l) == 3, fmt.Errorf("%d proxies, %v", len(l), err)
-	}, testutil.Every(200*time.Millisecond))
+	waitHealthy(t, c, client.Query{Namespace: "default"}, 3)
 
 	// The site bans the proxy its crawl sticks to; the Go crawl's banning site and the
 	// friendly site are two others that stick to the same proxy.
@@ -200,6 +166,60 @@ func TestCrawlersRecoverFromABan(t *testing.T) {
 	for _, h := range []string{scrapyHost, goHost} {
 		t.Logf("%s: %d requests through the banned proxy, %d through the others", h, s.count(sticky.EgressIP, h), s.total(h)-s.count(sticky.EgressIP, h))
 	}
+}
+
+// startCrawlEnv checks that Debian's Scrapy is there, starts envtest with the Secret of
+// the proxies' basic auth (default/proxy-auth), and returns it with the repository's root.
+func startCrawlEnv(t *testing.T) (*testenv.Env, string) {
+	t.Helper()
+	if out, err := exec.Command(python(), "-c", "import scrapy").CombinedOutput(); err != nil {
+		t.Fatalf("%s cannot import scrapy (run hack/crawl-deps.sh): %v\n%s", python(), err, out)
+	}
+	env := testenv.StartT(t)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "proxy-auth", Namespace: "default",
+		Labels: map[string]string{v1alpha1.CredentialsLabel: "true"}},
+		Data: map[string][]byte{"username": []byte(proxyUser), "password": []byte(proxyPass)}}
+	if err := env.Client.Create(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	return env, root
+}
+
+// startProxies starts three forward proxies demanding basic auth, dialling out from
+// 127.0.0.<first> and the next two addresses, resolving hosts to the site, and publishes
+// them as External Proxies <crawl>-<n> labelled crawl=<crawl>, by name.
+func startProxies(t *testing.T, env *testenv.Env, crawl string, first int, hosts ...string) map[string]*healthtest.ForwardProxy {
+	t.Helper()
+	fps := map[string]*healthtest.ForwardProxy{}
+	for i := first; i < first+3; i++ {
+		fp := healthtest.New(t, "127.0.0."+strconv.Itoa(i))
+		fp.RequireAuth(&healthtest.Auth{Username: proxyUser, Password: proxyPass})
+		for _, h := range hosts {
+			fp.Resolve(h, "127.0.0.1")
+		}
+		name := crawl + "-" + strconv.Itoa(i)
+		fps[name] = fp
+		px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"crawl": crawl}},
+			Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: fp.Host, Port: fp.Port,
+				Proxy: &v1alpha1.ProxyConfig{BasicAuth: &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: "proxy-auth"}}}}}
+		if err := env.Client.Create(context.Background(), px); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fps
+}
+
+// waitHealthy waits for discovery to hand out n healthy proxies for q.
+func waitHealthy(t *testing.T, c *client.Client, q client.Query, n int) {
+	t.Helper()
+	testutil.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d External Proxies (%+v) to be handed out healthy", n, q), func() (bool, error) {
+		l, err := c.List(context.Background(), q)
+		return err == nil && len(l) == n, fmt.Errorf("%d proxies, %v", len(l), err)
+	}, testutil.Every(200*time.Millisecond))
 }
 
 // crawl fetches every URL with 8 workers and checks each answer is the page.

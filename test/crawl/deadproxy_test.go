@@ -4,23 +4,13 @@ package crawl
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health/healthtest"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/pkg/client"
 )
 
@@ -34,21 +24,7 @@ const deadProxyPages = 100
 // with exclude=. The test logs the pages, the retries, the reports and how long after the
 // kill discovery stopped handing the dead proxy out.
 func TestCrawlersSurviveADeadProxy(t *testing.T) {
-	if out, err := exec.Command(python(), "-c", "import scrapy").CombinedOutput(); err != nil {
-		t.Fatalf("%s cannot import scrapy (run hack/crawl-deps.sh): %v\n%s", python(), err, out)
-	}
-	env := testenv.StartT(t)
-	ctx := context.Background()
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "proxy-auth", Namespace: "default",
-		Labels: map[string]string{v1alpha1.CredentialsLabel: "true"}},
-		Data: map[string][]byte{"username": []byte(proxyUser), "password": []byte(proxyPass)}}
-	if err := env.Client.Create(ctx, sec); err != nil {
-		t.Fatal(err)
-	}
+	env, root := startCrawlEnv(t)
 	disc, tokenFile := startManager(t, env, root)
 	c, err := client.New(client.Config{URL: "http://" + disc, Token: token})
 	if err != nil {
@@ -106,37 +82,6 @@ func TestCrawlersSurviveADeadProxy(t *testing.T) {
 	if len(feedbackErrs) > 0 {
 		t.Logf("go feedback errors: %v", feedbackErrs)
 	}
-}
-
-// startProxies starts three forward proxies demanding basic auth, dialling out from
-// 127.0.0.<first> and the next two addresses, resolving host to the site, and publishes
-// them as External Proxies labelled crawl=<crawl>, by name.
-func startProxies(t *testing.T, env *testenv.Env, crawl string, first int, host string) map[string]*healthtest.ForwardProxy {
-	t.Helper()
-	fps := map[string]*healthtest.ForwardProxy{}
-	for i := first; i < first+3; i++ {
-		fp := healthtest.New(t, "127.0.0."+strconv.Itoa(i))
-		fp.RequireAuth(&healthtest.Auth{Username: proxyUser, Password: proxyPass})
-		fp.Resolve(host, "127.0.0.1")
-		name := crawl + "-" + strconv.Itoa(i)
-		fps[name] = fp
-		px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"crawl": crawl}},
-			Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: fp.Host, Port: fp.Port,
-				Proxy: &v1alpha1.ProxyConfig{BasicAuth: &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: "proxy-auth"}}}}}
-		if err := env.Client.Create(context.Background(), px); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return fps
-}
-
-// waitHealthy waits for discovery to hand out n healthy proxies for q.
-func waitHealthy(t *testing.T, c *client.Client, q client.Query, n int) {
-	t.Helper()
-	testutil.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d proxies (%s) to be handed out healthy", n, q.LabelSelector), func() (bool, error) {
-		l, err := c.List(context.Background(), q)
-		return err == nil && len(l) == n, fmt.Errorf("%d proxies, %v", len(l), err)
-	}, testutil.Every(200*time.Millisecond))
 }
 
 // killHalfway finds the proxy host's pages stick to and, once half of deadProxyPages
