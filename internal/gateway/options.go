@@ -112,7 +112,7 @@ func ParseOptions(username string) (Options, error) {
 		if flag && hasValue {
 			return Options{}, optionError("option %s takes no value", name)
 		}
-		if !flag && !hasValue && isKnownOption(name) {
+		if !flag && value == "" && isKnownOption(name) {
 			return Options{}, optionError("option %s needs a value (%s%s...)", name, name, ValueSeparator)
 		}
 		switch name {

@@ -42,6 +42,8 @@ func TestParseOptionsErrorsNameTheOption(t *testing.T) {
 		{"u++pool=news", "empty option"},
 		{"u+pool=news+", "empty option"},
 		{"u+pool", "option pool needs a value"},
+		{"u+pool=", "option pool needs a value"},
+		{"u+session=+strict", "option session needs a value"},
 		{"u+strict=yes+session=a", "option strict takes no value"},
 		{"u+session=a+strict+soft", "options strict and soft exclude each other"},
 		{"u+strict", "option strict needs a session"},
