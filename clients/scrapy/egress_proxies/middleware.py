@@ -338,10 +338,13 @@ class EgressProxiesMiddleware:
         if not avoid:
             return self.discovery.pick(**q)
         try:
-            return self._next(q, host, avoid)
-        except DiscoveryError:
-            if tried:
-                return None  # none left that the request has not been through
+            chosen = self._next(q, host, avoid)
+        except DiscoveryError as e:
+            if tried and (e.status != 503 or e.retry_after):
+                raise  # the API's own failure, or a saturated site: NoEgressProxy says so
+            chosen = None  # none left
+        if chosen is not None or tried:
+            return chosen  # None: every proxy has been tried
         # every proxy avoided here lately, and discovery does not know yet: its pick
         return self.discovery.pick(**q)
 

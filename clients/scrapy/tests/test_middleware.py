@@ -22,9 +22,12 @@ class Recorder:
         self.calls, self.sent = [], []
         self.fail = None
         self.knows_exclude = True
+        self.fail_pick = None
 
     def pick(self, **q):
         self.calls.append(("pick", q))
+        if self.fail_pick:
+            raise self.fail_pick
         exclude = q.get("exclude") or []
         if exclude and not self.knows_exclude:
             raise DiscoveryError("GET", "http://h/v1/proxies/pick", 400, 'unknown parameter "exclude"', parameter="exclude")
@@ -415,3 +418,23 @@ def test_a_site_stays_on_one_proxy_unless_spread():
 def test_a_bad_spread_is_refused_naming_the_setting(bad):
     with pytest.raises(ValueError, match=f"EGRESS_PROXIES_SPREAD '{bad}': want site, request or a number of keys per site"):
         middleware(EGRESS_PROXIES_SPREAD=bad)
+
+
+@pytest.mark.parametrize("knows_exclude", [True, False])
+def test_with_every_proxy_avoided_a_new_request_still_gets_the_pick(knows_exclude):
+    from twisted.internet import error
+    mw = middleware()
+    mw.discovery.knows_exclude = knows_exclude
+    for p in ("crawl/p2", "crawl/p3", "crawl/p4"):
+        mw._remember("\0any", p, 30)
+    req = Request("http://shop.example.com/1")
+    assign(mw, req)
+    assert req.meta[META]["proxy"] == "crawl/p2", "the pick stands when the memory leaves none"
+    # A retry gets none, and says so; the API failing on a retry is its own error.
+    retry = mw.process_exception(req, error.ConnectionRefusedError(), None)
+    with pytest.raises(NoEgressProxy, match="every proxy for it has been tried"):
+        assign(mw, retry)
+    if knows_exclude:
+        mw.discovery.fail_pick = DiscoveryError("GET", "http://h/v1/proxies/pick", 403, "forbidden")
+        with pytest.raises(DiscoveryError, match="403 forbidden"):
+            assign(mw, retry)
