@@ -223,3 +223,27 @@ func TestExitRefusingItsCredentials(t *testing.T) {
 		t.Errorf("Reporter.Unreachable heard %v, want the exit with the stale password twice", u)
 	}
 }
+
+// A request with a body is sent once: its exit's own failure is the client's 502 naming
+// the exit, and the exit is reported.
+func TestRequestWithBodyIsNotRetried(t *testing.T) {
+	own := startTestExit(t, "crawlers", "a-own-error", "127.0.0.141")
+	own.failOwn.Store(true)
+	good := startTestExit(t, "crawlers", "b-good", "127.0.0.142")
+	s := startSite(t)
+	h := newHarness(t, []*testExit{own, good}, nil)
+	resp, err := h.client("crawler", tokenCrawlers).Post(s.url, "text/plain", strings.NewReader("a body"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readBody(t, resp)
+	if resp.StatusCode != 502 || !strings.Contains(body, own.Address+" answered 502 Bad Gateway itself (exit crawlers/a-own-error;") {
+		t.Errorf("got %s %q, want 502 naming the exit's own failure", resp.Status, body)
+	}
+	if good.served.Load() != 0 {
+		t.Errorf("a request with a body was sent again through another exit")
+	}
+	if u, _ := h.reporter.got(); strings.Join(u, " ") != "crawlers/a-own-error" {
+		t.Errorf("Reporter.Unreachable heard %v", u)
+	}
+}

@@ -198,15 +198,9 @@ func (g *Gateway) handleForward(cc *clientConn, bw *bufio.Writer, req *http.Requ
 		rt.tried++
 		resp, err := g.transport.RoundTrip(req.WithContext(withExit(ctx, exit)))
 		if err == nil && ExitGenerated(resp) {
-			ownErr := fmt.Errorf("%w: %s answered %s itself", ErrExitFailed, exit.Address, resp.Status)
-			if !retryable {
-				// The body is spent: the exit's own answer goes to the client as it is.
-				g.cfg.Reporter.Unreachable(exit, ownErr)
-			} else {
-				io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-				resp.Body.Close()
-				resp, err = nil, ownErr
-			}
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+			resp, err = nil, fmt.Errorf("%w: %s answered %s itself", ErrExitFailed, exit.Address, resp.Status)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrExitFailed) {
@@ -214,7 +208,7 @@ func (g *Gateway) handleForward(cc *clientConn, bw *bufio.Writer, req *http.Requ
 			}
 			ferr := g.failed(rt, exit, err)
 			if ferr == nil && !retryable {
-				ferr = err
+				ferr = fmt.Errorf("%w (exit %s; a request with a body is not sent again)", err, exit.ID())
 			}
 			if ferr != nil {
 				r := refuseChoice(rt, ferr)
