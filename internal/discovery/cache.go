@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 )
 
 // CacheSource serves snapshots built from the manager's informer cache. Every change the
@@ -107,8 +108,9 @@ func sameEntry(a, b *v1alpha1.Proxy) bool {
 
 // EntryFor is how a Proxy appears in the API; ok is false for a Proxy without an address.
 // A proxy counts as healthy only while the health engine holds it Ready, it is not
-// being deleted (a Ready proxy that the reconciler is replacing is not handed out) and it
-// is not cordoned. Pool is the ProxyPool that controls it, if any.
+// being deleted (a Ready proxy that the reconciler is replacing is not handed out), it
+// is not cordoned and no crawler's unreachable report waits for a probe to answer it
+// (status.unreachable newer than status.unreachableProbe). Pool is the ProxyPool that controls it, if any.
 func EntryFor(px *v1alpha1.Proxy) (Entry, bool) {
 	st := &px.Status
 	if st.IP == "" {
@@ -137,7 +139,7 @@ func EntryFor(px *v1alpha1.Proxy) (Entry, bool) {
 		Zone:      px.Spec.Placement.Zone,
 		Pool:      poolOf(px),
 		Healthy: st.Healthy && st.Phase == v1alpha1.PhaseReady && px.DeletionTimestamp == nil &&
-			px.Annotations[v1alpha1.CordonAnnotation] != "true",
+			px.Annotations[v1alpha1.CordonAnnotation] != "true" && !bans.UnreachableOpen(st),
 		EgressIP: st.EgressIP,
 		Labels:   lbl,
 		urlIPv6:  urlIPv6(st.IPv6, port),

@@ -61,7 +61,8 @@ type feedbackRejected struct {
 }
 
 // feedback serves POST /v1/feedback: crawler reports of bans, throttles and successes
-// per proxy and domain. Each report stands alone: the good ones are taken, each bad one
+// per proxy and domain, and of proxies that could not be reached at all (unreachable,
+// for every site). Each report stands alone: the good ones are taken, each bad one
 // is answered with its index and why; only a body that is not a list of reports at all
 // is refused whole (400, or 413 when it is too large).
 func (s *Server) feedback(w http.ResponseWriter, r *http.Request, c *access.Caller) {
@@ -178,13 +179,20 @@ func (s *Snapshot) resolveReport(rep *feedbackReport) (types.NamespacedName, ban
 	if it == nil {
 		return none, bans.Report{}, fmt.Errorf("unknown proxy %q: give the URL discovery handed out or namespace/name of a published proxy", rep.Proxy)
 	}
-	site, err := bans.Site(rep.Domain)
-	if err != nil {
-		return none, bans.Report{}, fmt.Errorf("domain: %w", err)
-	}
 	o, err := bans.ParseOutcome(rep.Outcome)
 	if err != nil {
 		return none, bans.Report{}, fmt.Errorf("outcome: %w", err)
+	}
+	// unreachable is about the proxy, for every site: its domain may be left out, and
+	// one given is checked like any other and then not used.
+	var site string
+	if o != bans.Unreachable || rep.Domain != "" {
+		if site, err = bans.Site(rep.Domain); err != nil {
+			return none, bans.Report{}, fmt.Errorf("domain: %w", err)
+		}
+	}
+	if o == bans.Unreachable {
+		site = ""
 	}
 	br := bans.Report{Site: site, Outcome: o}
 	if br.RetryAfter, err = retryAfter(rep.RetryAfterSeconds); err != nil {

@@ -53,6 +53,31 @@ func startReplica(t *testing.T, ctx context.Context, ns string, elect bool) *rep
 	return &replica{mgr: mgr, h: srv.Handler(), stop: stop}
 }
 
+// createReadyProxies creates n Ready, healthy Proxies p0... in ns.
+func createReadyProxies(t *testing.T, ctx context.Context, ns string, n int) {
+	t.Helper()
+	var specs []proxySpec
+	for i := range n {
+		specs = append(specs, proxySpec{name: fmt.Sprintf("p%d", i), ip: fmt.Sprintf("192.0.2.%d", 10+i), zone: "a",
+			phase: v1alpha1.PhaseReady, healthy: true})
+	}
+	createProxies(t, ctx, ns, specs)
+}
+
+// waitListing waits for every replica to list n proxies for the query q.
+func waitListing(t *testing.T, q string, n int, replicas ...*replica) {
+	t.Helper()
+	testutil.WaitFor(t, waitLong, fmt.Sprintf("the replicas listing the %d proxies", n), func() (bool, error) {
+		for _, r := range replicas {
+			_, body := get(t, r.h, "/v1/proxies?"+q)
+			if got := names(decodeList(t, body)); strings.Count(got, ",") != n-1 {
+				return false, fmt.Errorf("listed %s", got)
+			}
+		}
+		return true, nil
+	})
+}
+
 func elected(m ctrl.Manager) bool {
 	select {
 	case <-m.Elected():
@@ -68,12 +93,7 @@ func elected(m ctrl.Manager) bool {
 func TestBanReportedToOneReplicaReachesAnother(t *testing.T) {
 	ctx := testContext(t)
 	ns := newNamespace(t, ctx)
-	var specs []proxySpec
-	for i := range 4 {
-		specs = append(specs, proxySpec{name: fmt.Sprintf("p%d", i), ip: fmt.Sprintf("192.0.2.%d", 10+i), zone: "a",
-			phase: v1alpha1.PhaseReady, healthy: true})
-	}
-	createProxies(t, ctx, ns, specs)
+	createReadyProxies(t, ctx, ns, 4)
 	leader := startReplica(t, ctx, ns, true)
 	testutil.WaitFor(t, waitLong, "the first replica elected", func() (bool, error) { return elected(leader.mgr), nil })
 	follower := startReplica(t, ctx, ns, true)
@@ -81,15 +101,7 @@ func TestBanReportedToOneReplicaReachesAnother(t *testing.T) {
 		t.Fatal("both replicas elected")
 	}
 	q := "namespace=" + ns + "&domain=www.shop.example"
-	testutil.WaitFor(t, waitLong, "both replicas listing the 4 proxies", func() (bool, error) {
-		for _, r := range []*replica{leader, follower} {
-			_, body := get(t, r.h, "/v1/proxies?"+q)
-			if got := names(decodeList(t, body)); strings.Count(got, ",") != 3 {
-				return false, fmt.Errorf("listed %s", got)
-			}
-		}
-		return true, nil
-	})
+	waitListing(t, q, 4, leader, follower)
 	victim := pickName(t, leader.h, q)
 	if other := pickName(t, follower.h, q); other != victim {
 		t.Fatalf("the replicas pick %s and %s for the site; want the same", victim, other)

@@ -24,7 +24,8 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) *Snapshot {
 // list serves GET /v1/proxies.
 func (s *Server) list(w http.ResponseWriter, r *http.Request, c *access.Caller) {
 	req, aerr := parseQuery(r.URL.Query(), paramNamespace, paramProvider, paramZone, paramRegion,
-		paramLabelSelector, paramHealthy, paramFormat, paramCredentials, paramPool, paramDomain, paramDistinctEgress, paramIPFamily)
+		paramLabelSelector, paramHealthy, paramFormat, paramCredentials, paramPool, paramDomain, paramDistinctEgress, paramIPFamily,
+		paramExclude)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -37,6 +38,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, c *access.Caller) 
 	if snap == nil {
 		return
 	}
+	all := snap
 	snap = snap.family(req.ipv6)
 	if aerr := s.authorizeRead(r.Context(), c, snap, req); aerr != nil {
 		writeError(w, aerr)
@@ -45,6 +47,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, c *access.Caller) 
 	if s.guardSaturation(w, r, snap, &req.filter, endpointList) {
 		return
 	}
+	req.filter.exclude = all.excluded(req.exclude, snap)
 	if req.distinctEgress {
 		req.filter.only = snap.distinctEgress(&req.filter)
 	}
@@ -72,10 +75,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, c *access.Caller) 
 }
 
 // pick serves GET /v1/proxies/pick?key=K: one healthy proxy, the same one for the same
-// key while it stays healthy.
+// key while it stays healthy. With ?exclude=, the best for the key among the others: a
+// client retrying a request gets the next proxy in the key's rendezvous order.
 func (s *Server) pick(w http.ResponseWriter, r *http.Request, c *access.Caller) {
 	req, aerr := parseQuery(r.URL.Query(), paramKey, paramNamespace, paramProvider, paramZone, paramRegion,
-		paramLabelSelector, paramFormat, paramCredentials, paramPool, paramDomain, paramIPFamily)
+		paramLabelSelector, paramFormat, paramCredentials, paramPool, paramDomain, paramIPFamily, paramExclude)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -95,6 +99,7 @@ func (s *Server) pick(w http.ResponseWriter, r *http.Request, c *access.Caller) 
 	if snap == nil {
 		return
 	}
+	all := snap
 	snap = snap.family(req.ipv6)
 	if aerr := s.authorizeRead(r.Context(), c, snap, req); aerr != nil {
 		writeError(w, aerr)
@@ -103,6 +108,9 @@ func (s *Server) pick(w http.ResponseWriter, r *http.Request, c *access.Caller) 
 	if s.guardSaturation(w, r, snap, &req.filter, endpointPick) {
 		return
 	}
+	// Excluded after the guard: a client leaving out the proxies it tried does not make
+	// the site look saturated.
+	req.filter.exclude = all.excluded(req.exclude, snap)
 	if req.credentials {
 		s.pickCredentialed(w, r, req, snap)
 		return

@@ -22,7 +22,7 @@ var credentialsUnavailable = prometheus.NewCounterVec(prometheus.CounterOpts{
 // rejected (outcome "rejected").
 var feedbackReports = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "proxy_operator_feedback_reports_total",
-	Help: "Crawler reports taken by POST /v1/feedback, by outcome (banned, throttled, ok), and those rejected (outcome rejected).",
+	Help: "Crawler reports taken by POST /v1/feedback, by outcome (banned, throttled, ok, unreachable), and those rejected (outcome rejected).",
 }, []string{"outcome"})
 
 // saturatedAnswers counts the 503 answers to ?domain= requests whose site was saturated.

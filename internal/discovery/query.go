@@ -30,7 +30,13 @@ const (
 	paramDistinctEgress = "distinctEgress"
 	// paramIPFamily 4 (default) or 6: which of a proxy's addresses its URL uses.
 	paramIPFamily = "ipFamily"
+	// paramExclude leaves proxies out of one answer: each the URL discovery handed out
+	// or namespace/name, the parameter repeated or the entries comma-separated.
+	paramExclude = "exclude"
 )
+
+// maxExclude bounds the entries of paramExclude in one request.
+const maxExclude = 100
 
 const (
 	formatJSON = "json"
@@ -46,6 +52,8 @@ type request struct {
 	// distinctEgress: one proxy per egress identity (Snapshot.distinctEgress).
 	distinctEgress bool
 	ipv6           bool // ?ipFamily=6
+	// exclude is ?exclude='s entries, checked for form (resolved by Snapshot.excluded).
+	exclude []string
 }
 
 // parseQuery parses q for an endpoint that accepts the parameters in allowed.
@@ -56,7 +64,7 @@ func parseQuery(q url.Values, allowed ...string) (*request, *apiError) {
 		}
 	}
 	for name, vs := range q {
-		if len(vs) > 1 {
+		if len(vs) > 1 && name != paramExclude {
 			return nil, badParam(name, fmt.Sprintf("parameter %q given %d times; give it once", name, len(vs)))
 		}
 	}
@@ -86,6 +94,13 @@ func parseQuery(q url.Values, allowed ...string) (*request, *apiError) {
 			return nil, badParam(paramDomain, err.Error())
 		}
 		r.filter.site = site
+	}
+	if vs, ok := q[paramExclude]; ok {
+		ex, aerr := parseExclude(vs)
+		if aerr != nil {
+			return nil, aerr
+		}
+		r.exclude = ex
 	}
 	switch h := q.Get(paramHealthy); h {
 	case "", "true":
@@ -125,6 +140,49 @@ func parseQuery(q url.Values, allowed ...string) (*request, *apiError) {
 		return nil, badParam(paramFormat, fmt.Sprintf("invalid value %q for format: use json (the default) or text", f))
 	}
 	return r, nil
+}
+
+// parseExclude splits ?exclude='s values at commas and checks each entry's form: a URL
+// with a host (http://10.0.0.5:3128, any user:password@ in it ignored) or
+// namespace/name. Whether the entry names a proxy is not checked: one that names none
+// excludes nothing.
+func parseExclude(vs []string) ([]string, *apiError) {
+	var out []string
+	for _, v := range vs {
+		for e := range strings.SplitSeq(v, ",") {
+			e = strings.TrimSpace(e)
+			if len(out) == maxExclude {
+				return nil, badParam(paramExclude, fmt.Sprintf("more than %d entries in exclude; leave out at most %d proxies per request", maxExclude, maxExclude))
+			}
+			if err := checkProxyRef(e); err != "" {
+				return nil, badParam(paramExclude, fmt.Sprintf("invalid exclude entry %.80q: %s; give the URL discovery handed out (http://host:port) or namespace/name, several comma-separated or exclude repeated", e, err))
+			}
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// checkProxyRef says what is wrong with ref as a proxy's URL or namespace/name, or "".
+func checkProxyRef(ref string) string {
+	if ref == "" {
+		return "empty"
+	}
+	if strings.Contains(ref, "://") {
+		u, err := url.Parse(ref)
+		switch {
+		case err != nil:
+			return "not a URL"
+		case u.Host == "":
+			return "a URL without a host"
+		}
+		return ""
+	}
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return "neither a URL nor namespace/name"
+	}
+	return ""
 }
 
 func contains(list []string, s string) bool {

@@ -139,6 +139,26 @@ func newSnapshot(entries []Entry) *Snapshot {
 	return s
 }
 
+// excluded is the set of the items of the snapshot for family fam (s.family) that refs
+// name, by URL of either family or namespace/name; nil when refs name none.
+func (s *Snapshot) excluded(refs []string, fam *Snapshot) map[*item]bool {
+	var out map[*item]bool
+	for _, ref := range refs {
+		it := s.proxyByRef(ref)
+		if it == nil {
+			continue
+		}
+		if it = fam.byName[it.Namespace+"/"+it.Name]; it == nil {
+			continue
+		}
+		if out == nil {
+			out = map[*item]bool{}
+		}
+		out[it] = true
+	}
+	return out
+}
+
 // Len is the number of proxies in the snapshot, healthy or not.
 func (s *Snapshot) Len() int { return len(s.items) }
 
@@ -163,11 +183,13 @@ type filter struct {
 	// nsAllowed, when not nil, admits only the items whose namespace's bit (by index
 	// in Snapshot.namespaces) is set: the namespaces the caller may read (authz.go).
 	nsAllowed []uint64
+	// exclude, when not nil, leaves these items out (?exclude=).
+	exclude map[*item]bool
 }
 
 func (f *filter) empty() bool {
 	return f.namespace == "" && f.provider == "" && f.zone == "" && f.region == "" && f.pool == "" &&
-		f.selector == nil && !f.anyHealth && !f.unhealthyOnly && f.site == "" && f.only == nil && f.nsAllowed == nil
+		f.selector == nil && !f.anyHealth && !f.unhealthyOnly && f.site == "" && f.only == nil && f.nsAllowed == nil && f.exclude == nil
 }
 
 func (f *filter) match(it *item) bool {
@@ -189,6 +211,9 @@ func (f *filter) match(it *item) bool {
 		if _, ok := f.only[it]; !ok {
 			return false
 		}
+	}
+	if f.exclude[it] {
+		return false
 	}
 	return f.selector == nil || f.selector.Matches(labels.Set(it.Labels))
 }
