@@ -67,12 +67,18 @@ func (f *fleet) rebuild() {
 	f.snap.Store(discovery.NewSnapshot(entries))
 }
 
-// Add is the feedback sink.
+// Add is the feedback sink: an unreachable report marks the proxy's status.unreachable,
+// as the manager's recorder does, which leaves it out of every answer (no probe answers
+// it here); the others go into status.cooldowns.
 func (f *fleet) Add(key types.NamespacedName, r bans.Report) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, px := range f.proxies {
 		if px.Namespace == key.Namespace && px.Name == key.Name {
+			if r.Outcome == bans.Unreachable {
+				px.Status.Unreachable, _ = bans.ApplyUnreachable(&px.Status, time.Now(), 1, bans.DefaultUnreachableHoldoff)
+				continue
+			}
 			if cds, changed := bans.Apply(px.Status.Cooldowns, r, time.Now(), bans.DefaultPolicy); changed {
 				px.Status.Cooldowns = cds
 			}

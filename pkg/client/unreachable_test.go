@@ -82,20 +82,30 @@ func TestTransportSendsARequestAgainWhenItsProxyDoesNotAnswer(t *testing.T) {
 	if len(picks) < 2 || len(picks[0]["exclude"]) != 0 || !slices.Equal(picks[1]["exclude"], []string{dead.Ref()}) || picks[1].Get("domain") != "shop.example.com" {
 		t.Errorf("the crawl's picks %v: want the second with exclude=%s and domain=shop.example.com", picks, dead.Ref())
 	}
+	// Discovery took the report and leaves the dead proxy out of its answers.
+	testutil.WaitFor(t, 10*time.Second, "discovery to leave the unreachable proxy out", func() (bool, error) {
+		l, err := c.List(context.Background(), client.Query{})
+		return err == nil && len(l) == 2 && !slices.ContainsFunc(l, func(p client.Proxy) bool { return p.Ref() == dead.Ref() }),
+			fmt.Errorf("%d proxies listed, %v", len(l), err)
+	})
+	if p, err := c.Pick(context.Background(), client.Query{Domain: "shop.example.com"}); err != nil || p.Ref() == dead.Ref() {
+		t.Errorf("pick?domain=shop.example.com after the report: %s %v, want another proxy than %s", p.Ref(), err, dead.Ref())
+	}
 	if errs := fe.get(); len(errs) > 0 {
-		t.Logf("feedback errors (a discovery API without the unreachable outcome): %v", errs)
+		t.Errorf("feedback errors: %v", errs)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := tr.Stats(); st.Rejected != 0 || st.Reported != st.OK+st.Unreachable {
+		t.Errorf("stats %+v: want every report taken, the unreachable one too", st)
 	}
 }
 
 // With every proxy dead, a request goes through each at most once and fails with an
 // error naming them all; MaxProxyRetries bounds the attempts, and a body that cannot be
-// read again is not sent twice.
+// read again is not sent twice. Once they are all reported, discovery has none to give.
 func TestTransportGivesUpNamingEveryProxyTried(t *testing.T) {
-	f := newFleet(t, discovery.Options{})
-	c := newClient(t, f.url, testToken)
-	for _, fp := range f.fps {
-		fp.Close()
-	}
 	s := newSite(t, "nothing.invalid")
 	u := s.url("news.example.org", "/x")
 	for _, tc := range []struct {
@@ -110,6 +120,12 @@ func TestTransportGivesUpNamingEveryProxyTried(t *testing.T) {
 		{retries: 0, attempts: 3, body: true, rewinds: true},
 	} {
 		name := fmt.Sprintf("MaxProxyRetries %d, body %v, GetBody %v", tc.retries, tc.body, tc.rewinds)
+		// A fleet of its own: discovery leaves out the proxies reported before.
+		f := newFleet(t, discovery.Options{})
+		c := newClient(t, f.url, testToken)
+		for _, fp := range f.fps {
+			fp.Close()
+		}
 		tr := c.Transport(client.TransportConfig{FlushInterval: time.Hour, MaxProxyRetries: tc.retries})
 		var req *http.Request
 		switch {
@@ -150,6 +166,12 @@ func TestTransportGivesUpNamingEveryProxyTried(t *testing.T) {
 			}
 		}
 		tr.Close()
+		if tc.attempts == 3 {
+			_, err := (&http.Client{Transport: tr}).Get(u)
+			if client.StatusOf(err) != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "no healthy proxy") {
+				t.Errorf("%s: with all three reported, a request: %v; want discovery's 503", name, err)
+			}
+		}
 	}
 }
 
