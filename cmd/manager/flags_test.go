@@ -41,6 +41,7 @@ func TestFlagDefaults(t *testing.T) {
 		{"ban-max-cooling-percent", o.health.BanMaxCoolingPercent, 50},
 		{"ban-retire-after-sites", o.health.BanRetireAfterSites, 5},
 		{"ban-retire-window", o.health.BanRetireWindow, time.Hour},
+		{"unreachable-report-holdoff", o.health.UnreachableHoldoff, time.Minute},
 		{"ban-max-retirements-per-hour", o.health.BanMaxRetirementsPerHour, intstr.FromString("10%")},
 		{"leader-elect", o.leaderElect, false},
 		{"metrics-bind-address", o.metricsAddr, ":8443"},
@@ -76,7 +77,8 @@ func TestFlagErrors(t *testing.T) {
 		t.Errorf("--install-id homelab-staging_2: %v, %+v", err, o)
 	}
 	for _, bad := range [][]string{{"--ban-retire-after-sites=-1"}, {"--ban-retire-after-sites=101"}, {"--ban-retire-window=0s"}, {"--ban-retire-window=-1m"}, {"--deletion-drain=-1s"},
-		{"--ban-max-retirements-per-hour=-1"}, {"--ban-max-retirements-per-hour=ten"}, {"--ban-max-retirements-per-hour=1001"}} {
+		{"--ban-max-retirements-per-hour=-1"}, {"--ban-max-retirements-per-hour=ten"}, {"--ban-max-retirements-per-hour=1001"},
+		{"--unreachable-report-holdoff=0s"}} {
 		flag := strings.SplitN(strings.TrimPrefix(bad[0], "--"), "=", 2)[0]
 		if _, err := parseFlags(bad, io.Discard); err == nil || !strings.Contains(err.Error(), "--"+flag) {
 			t.Errorf("%s: %v, want an error naming --%s", bad[0], err, flag)

@@ -79,7 +79,7 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	}
 	// Every replica takes feedback and writes it into the Proxies' status.cooldowns.
 	feedback := &bans.Recorder{Client: mgr.GetClient(), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Policy: banPolicy(h), Log: ctrl.Log.WithName("feedback")}
+		Policy: banPolicy(h), UnreachableHoldoff: h.UnreachableHoldoff, Log: ctrl.Log.WithName("feedback")}
 	if err := mgr.Add(feedback); err != nil {
 		return nil, fmt.Errorf("adding the feedback recorder: %w", err)
 	}

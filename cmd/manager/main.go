@@ -80,6 +80,8 @@ type healthOptions struct {
 	// Retirement of standalone Proxies and the defaults of pools' spec.bans.
 	BanRetireAfterSites int
 	BanRetireWindow     time.Duration
+	// How long unreachable reports are ignored after a probe passed that answered one.
+	UnreachableHoldoff time.Duration
 	// The retirement budget of pools without spec.bans.maxRetirementsPerHour.
 	BanMaxRetirementsPerHour intstr.IntOrString
 }
@@ -114,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.health.BanMaxCoolingPercent, "ban-max-cooling-percent", bans.DefaultMaxCoolingPercent, "A ?domain= request is answered 503 with Retry-After when more than this percentage of the proxies it matches are cooling for its site. A pool's spec.bans.maxCoolingPercent overrides it for requests naming the pool.")
 	fs.IntVar(&o.health.BanRetireAfterSites, "ban-retire-after-sites", bans.DefaultRetireAfterSites, "A proxy reported banned on at least this many distinct sites within --ban-retire-window is retired: cordoned, with the egress.hrajfrisbee.cz/retired annotation and a Warning event (a pool then replaces it); 0: never. A pool's spec.bans.retireAfterSites overrides it.")
 	fs.DurationVar(&o.health.BanRetireWindow, "ban-retire-window", bans.DefaultRetireWindow, "How far back the bans counted by --ban-retire-after-sites reach. A pool's spec.bans.retireWindowSeconds overrides it.")
+	fs.DurationVar(&o.health.UnreachableHoldoff, "unreachable-report-holdoff", bans.DefaultUnreachableHoldoff, "After a probe passed that answered a crawler's unreachable report of a proxy, further unreachable reports of that proxy are ignored this long: a crawler reporting a healthy proxy unreachable keeps it out of discovery's answers for at most one prompt probe per this time. More than 0.")
 	retireBudget := fs.String("ban-max-retirements-per-hour", bans.DefaultMaxRetirementsPerHour.String(), "A pool retires at most this many of its children within any hour, a number (0 to 1000) or a percentage of its replicas rounded up; children due past it keep serving, cooling for each site they were banned on. Standalone Proxies have no budget. A pool's spec.bans.maxRetirementsPerHour overrides it.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (0 disables it).")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the API server authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview); false: plain HTTP to anyone.")
@@ -142,6 +145,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.health.BanRetireWindow <= 0 {
 		return nil, fmt.Errorf("--ban-retire-window %s: give a positive duration", o.health.BanRetireWindow)
+	}
+	if o.health.UnreachableHoldoff <= 0 {
+		return nil, fmt.Errorf("--unreachable-report-holdoff %s: give a positive duration", o.health.UnreachableHoldoff)
 	}
 	budget, err := bans.ParseRetirementBudget(*retireBudget)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
 )
@@ -112,6 +114,9 @@ type Engine struct {
 	// new one.
 	booting  map[types.NamespacedName]bootEntry
 	bootWake chan struct{}
+	// reported holds the Proxies with an unreachable report no probe has answered
+	// (status.unreachable), by the report's time: the boot loop probes each once, at once.
+	reported map[types.NamespacedName]metav1.MicroTime
 }
 
 // probeRecord is what the engine keeps of one Proxy's probes through one target: the
@@ -165,7 +170,8 @@ func New(c client.Client, apiReader client.Reader, rec events.EventRecorder, opt
 	}
 	return &Engine{client: c, apiReader: apiReader, recorder: rec, log: log, opts: opts, prober: p, now: time.Now,
 		failures: map[types.UID]probeRecord{}, inflight: map[types.UID]bool{},
-		booting: map[types.NamespacedName]bootEntry{}, bootWake: make(chan struct{}, 1)}, nil
+		booting: map[types.NamespacedName]bootEntry{}, bootWake: make(chan struct{}, 1),
+		reported: map[types.NamespacedName]metav1.MicroTime{}}, nil
 }
 
 // NeedLeaderElection is true: only one replica writes health to the status.
@@ -356,6 +362,7 @@ func (e *Engine) layWritten(px *v1alpha1.Proxy) {
 	st.Healthy, st.ProbeTarget, st.LastProbeTime = own.Healthy, own.ProbeTarget, own.LastProbeTime.DeepCopy()
 	st.ProbeLatencyMilliseconds, st.EgressIP = own.ProbeLatencyMilliseconds, own.EgressIP
 	st.ConsecutiveProbeFailures = own.ConsecutiveProbeFailures
+	st.UnreachableProbe = own.UnreachableProbe.DeepCopy()
 	meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionHealthy)
 	for _, c := range own.Conditions {
 		st.Conditions = append(st.Conditions, *c.DeepCopy())
@@ -433,10 +440,18 @@ func (e *Engine) probeOne(ctx context.Context, px *v1alpha1.Proxy) result {
 // the one probed, the result is dropped (a probe of the old VM says nothing of the new
 // one); otherwise it is laid onto the fresh copy. It returns the number of conflicts met
 // and whether the result was written.
+//
+// px is the Proxy as read before the probe: a crawler's unreachable report it shows
+// open (status.unreachable) is answered by r (answerUnreachable); one that came later
+// is not, and waits for another probe.
 func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int, bool, error) {
 	now := e.now()
 	key := client.ObjectKeyFromObject(px)
 	probed := probeTarget(px)
+	var mark *v1alpha1.ProxyUnreachable
+	if bans.UnreachableOpen(&px.Status) {
+		mark = px.Status.Unreachable.DeepCopy()
+	}
 	attempts, wrote := 0, false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if attempts++; attempts > 1 {
@@ -450,7 +465,7 @@ func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int,
 			px = fresh
 		}
 		var err error
-		wrote, err = e.write(ctx, px, r, now)
+		wrote, err = e.write(ctx, px, r, now, mark)
 		return err
 	})
 	switch {
@@ -463,8 +478,11 @@ func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int,
 }
 
 // write lays r onto px and applies the result if writeReason says so, under the
-// proxy-health field manager and px's version.
-func (e *Engine) write(ctx context.Context, px *v1alpha1.Proxy, r result, now time.Time) (bool, error) {
+// proxy-health field manager and px's version. mark, when not nil, is the unreachable
+// report r answers: a failure then takes the proxy out at once, whatever the threshold
+// (the crawler's report was the first failure), and status.unreachableProbe records the
+// answer.
+func (e *Engine) write(ctx context.Context, px *v1alpha1.Proxy, r result, now time.Time, mark *v1alpha1.ProxyUnreachable) (bool, error) {
 	e.layWritten(px)
 	base := px.DeepCopy()
 	px.Status.ConsecutiveProbeFailures = e.failuresOf(px)
@@ -472,7 +490,16 @@ func (e *Engine) write(ctx context.Context, px *v1alpha1.Proxy, r result, now ti
 	if e.opts.Hint != nil {
 		hint = e.opts.Hint(px)
 	}
-	tr := apply(px, r, now, e.opts.FailureThreshold, hint)
+	threshold := e.opts.FailureThreshold
+	if mark != nil {
+		threshold = 1
+		px.Status.UnreachableProbe = &v1alpha1.ProxyUnreachableProbe{ReportedAt: mark.ReportedAt,
+			ProbedAt: metav1.NewTime(now), Passed: r.err == nil}
+	}
+	tr := apply(px, r, now, threshold, hint)
+	if mark != nil && tr != nil && r.err != nil {
+		tr.note = fmt.Sprintf("proxy is unhealthy: a crawler reported it unreachable and a probe confirmed it; last: %v", r.err)
+	}
 	e.setFailures(px, px.Status.ConsecutiveProbeFailures)
 	why := writeReason(&base.Status, &px.Status, now, e.opts.FailureThreshold, e.opts.HeartbeatInterval)
 	if why == "" {
@@ -485,6 +512,13 @@ func (e *Engine) write(ctx context.Context, px *v1alpha1.Proxy, r result, now ti
 	}
 	e.setWritten(px, own)
 	statusWrites.WithLabelValues(why).Inc()
+	if mark != nil {
+		answer := "passed"
+		if r.err != nil {
+			answer = "failed"
+		}
+		unreachableProbes.WithLabelValues(answer).Inc()
+	}
 	if tr != nil && e.recorder != nil {
 		e.recorder.Eventf(px, nil, tr.typ, tr.reason, "Probe", "%s", tr.note)
 	}
@@ -495,6 +529,9 @@ func (e *Engine) write(ctx context.Context, px *v1alpha1.Proxy, r result, now ti
 const (
 	writeTransition = "transition"
 	writeHeartbeat  = "heartbeat"
+	// writeUnreachable: the probe answered a crawler's unreachable report
+	// (status.unreachableProbe), and nothing else a user sees changed.
+	writeUnreachable = "unreachable"
 )
 
 // writeReason says whether the probe result that turned old into cur must be written:
@@ -510,6 +547,9 @@ func writeReason(old, cur *v1alpha1.ProxyStatus, now time.Time, threshold int32,
 	if old.Healthy != cur.Healthy || old.ProbeTarget != cur.ProbeTarget || old.EgressIP != cur.EgressIP || condChanged ||
 		(old.ConsecutiveProbeFailures >= threshold) != (cur.ConsecutiveProbeFailures >= threshold) {
 		return writeTransition
+	}
+	if !equality.Semantic.DeepEqual(old.UnreachableProbe, cur.UnreachableProbe) {
+		return writeUnreachable
 	}
 	if old.LastProbeTime == nil || now.Sub(old.LastProbeTime.Time) >= heartbeat {
 		return writeHeartbeat

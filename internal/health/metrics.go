@@ -17,10 +17,14 @@ var (
 	}, []string{"provider"})
 	statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "proxy_operator_proxy_health_status_writes_total",
-		Help: "Probe results written to a Proxy's status, by why: transition (something a user sees changed) or heartbeat (lastProbeTime refreshed).",
+		Help: "Probe results written to a Proxy's status, by why: transition (something a user sees changed), unreachable (the probe answered a crawler's unreachable report, and nothing else changed) or heartbeat (lastProbeTime refreshed).",
 	}, []string{"why"})
+	unreachableProbes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "proxy_operator_proxy_unreachable_probes_total",
+		Help: "Probes that answered a crawler's unreachable report (status.unreachable), by result: passed (the proxy is handed out again) or failed (it is taken out as unhealthy at once).",
+	}, []string{"result"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(probesTotal, probeDuration, statusWrites)
+	metrics.Registry.MustRegister(probesTotal, probeDuration, statusWrites, unreachableProbes)
 }

@@ -108,13 +108,13 @@ func setHealthy(px *v1alpha1.Proxy, status metav1.ConditionStatus, reason, msg s
 // healthStatusOf is the part of st the health engine owns and applies under the
 // proxy-health field manager (docs/architecture.md, "Who writes which status field"):
 // healthy, the Healthy condition, probeTarget, lastProbeTime, probeLatencyMilliseconds,
-// egressIP and consecutiveProbeFailures. The reconciler's part is proxyStatusOf in
+// egressIP, consecutiveProbeFailures and unreachableProbe. The reconciler's part is proxyStatusOf in
 // internal/controller.
 func healthStatusOf(st *v1alpha1.ProxyStatus) *v1alpha1.ProxyStatus {
 	own := &v1alpha1.ProxyStatus{
 		Healthy: st.Healthy, ProbeTarget: st.ProbeTarget, LastProbeTime: st.LastProbeTime,
 		ProbeLatencyMilliseconds: st.ProbeLatencyMilliseconds, EgressIP: st.EgressIP,
-		ConsecutiveProbeFailures: st.ConsecutiveProbeFailures,
+		ConsecutiveProbeFailures: st.ConsecutiveProbeFailures, UnreachableProbe: st.UnreachableProbe,
 	}
 	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHealthy); c != nil {
 		own.Conditions = []metav1.Condition{*c}
