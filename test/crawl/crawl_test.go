@@ -363,6 +363,8 @@ type site struct {
 	banned, friendly string
 	mu               sync.Mutex
 	seen             map[[2]string]int
+	// onRequest, when set, is called with each request's host once it is counted.
+	onRequest func(host string)
 }
 
 func newSite(t *testing.T, banned, friendly string) *site {
@@ -384,7 +386,11 @@ func (s *site) serve(w http.ResponseWriter, r *http.Request) {
 	host, _, _ := net.SplitHostPort(r.Host)
 	s.mu.Lock()
 	s.seen[[2]string{src, host}]++
+	hook := s.onRequest
 	s.mu.Unlock()
+	if hook != nil {
+		hook(host)
+	}
 	if src == s.banned && host != s.friendly {
 		http.Error(w, "Access denied", http.StatusForbidden)
 		return

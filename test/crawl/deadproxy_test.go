@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,9 +55,11 @@ func TestCrawlersSurviveADeadProxy(t *testing.T) {
 		len(scrapy.Pages), deadProxyPages, elapsed.Round(time.Millisecond), s.count(dead.EgressIP, scrapySite), dead.Ref(),
 		st["egress_proxies/picks"], st["egress_proxies/unreachable"], st["egress_proxies/proxy_retries"],
 		st["egress_proxies/reported"], st["egress_proxies/rejected"], dead.Ref(), took)
-	if st["egress_proxies/unreachable"] < 1 || st["egress_proxies/proxy_retries"] != st["egress_proxies/unreachable"] {
-		t.Errorf("scrapy stats %v: want the dead proxy reported unreachable, each of its failures sent through another proxy", st)
+	if st["egress_proxies/unreachable"] < 1 || st["egress_proxies/proxy_retries"] != st["egress_proxies/unreachable"] ||
+		st["egress_proxies/rejected"] != 0 || st["egress_proxies/feedback_errors"] != 0 {
+		t.Errorf("scrapy stats %v: want the dead proxy reported unreachable, each of its failures sent through another proxy, every report taken", st)
 	}
+	checkExcluded(t, "scrapy", took)
 
 	// The Go crawl, over three proxies of its own (127.0.0.5 to .7).
 	fps = startProxies(t, env, "go", 5, goSite)
@@ -76,18 +79,34 @@ func TestCrawlersSurviveADeadProxy(t *testing.T) {
 	t.Logf("go: %d of %d pages in %s, %d through the dead %s before it died; %d attempts, %d unreachable reported, %d retries through another proxy, %d reports taken, %d refused; discovery stopped handing %s out %s after the kill",
 		gs.OK, deadProxyPages, elapsed.Round(time.Millisecond), s.count(dead.EgressIP, goSite), dead.Ref(),
 		gs.Attempts, gs.Unreachable, gs.ProxyRetries, gs.Reported, gs.Rejected, dead.Ref(), took)
-	if gs.OK != deadProxyPages || gs.Unreachable < 1 || gs.ProxyRetries != gs.Unreachable || gs.Attempts != gs.Requests+gs.ProxyRetries {
-		t.Errorf("go stats %+v: want every page, the dead proxy reported unreachable, each of its failures sent through another proxy", gs)
+	if gs.OK != deadProxyPages || gs.Unreachable < 1 || gs.ProxyRetries != gs.Unreachable || gs.Attempts != gs.Requests+gs.ProxyRetries ||
+		gs.Rejected != 0 || gs.Reported != gs.OK+gs.Unreachable {
+		t.Errorf("go stats %+v: want every page, the dead proxy reported unreachable, each of its failures sent through another proxy, every report taken", gs)
 	}
 	if len(feedbackErrs) > 0 {
-		t.Logf("go feedback errors: %v", feedbackErrs)
+		t.Errorf("go feedback errors: %v", feedbackErrs)
+	}
+	checkExcluded(t, "go", took)
+}
+
+// maxExclusion is the longest discovery may take to stop handing a proxy out after it
+// died: the contract is about a second after the report; this leaves room for a loaded
+// machine, and is well under the probe's own time to find the proxy unhealthy.
+const maxExclusion = 10 * time.Second
+
+// checkExcluded fails the test when took, as exclusion says it, is over maxExclusion.
+func checkExcluded(t *testing.T, crawl, took string) {
+	t.Helper()
+	if d, err := time.ParseDuration(took); err != nil || d > maxExclusion {
+		t.Errorf("%s: discovery stopped handing the dead proxy out after %s, want at most %s", crawl, took, maxExclusion)
 	}
 }
 
-// killHalfway finds the proxy host's pages stick to and, once half of deadProxyPages
-// reached the site, stops it; the channel then gets how long after the kill discovery's
-// list for q stopped holding it (or a note that it did not within a minute). Read it with
-// exclusion.
+// killHalfway finds the proxy host's pages stick to and stops it when the request that
+// makes half of deadProxyPages reaches the site (that request and those after it wait at
+// the site until it is stopped, so the crawl goes on after the kill however fast it is);
+// the channel then gets how long after the kill discovery's list for q stopped holding it
+// (or a note that it did not within a minute). Read it with exclusion.
 func killHalfway(t *testing.T, c *client.Client, s *site, fps map[string]*healthtest.ForwardProxy, host string, q client.Query) (client.Proxy, <-chan string) {
 	t.Helper()
 	q.Domain = host
@@ -95,33 +114,47 @@ func killHalfway(t *testing.T, c *client.Client, s *site, fps map[string]*health
 	if err != nil {
 		t.Fatal(err)
 	}
-	excluded := make(chan string, 1)
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop) })
-	wait := func(d time.Duration) bool {
+	killed := make(chan time.Time, 1)
+	var once sync.Once
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.onRequest = func(h string) {
+		if h != host || s.total(host) < deadProxyPages/2 {
+			return
+		}
+		once.Do(func() {
+			go func() {
+				fps[sticky.Name].Close()
+				killed <- time.Now()
+				close(done)
+			}()
+		})
 		select {
-		case <-stop:
-			return false
-		case <-time.After(d):
-			return true
+		case <-done:
+		case <-time.After(30 * time.Second): // the test's checks say what became of it
 		}
 	}
+	s.mu.Unlock()
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	excluded := make(chan string, 1)
 	go func() {
-		for s.total(host) < deadProxyPages/2 { // the crawl is halfway
-			if !wait(2 * time.Millisecond) {
-				return
-			}
+		var at time.Time
+		select {
+		case at = <-killed:
+		case <-stop:
+			return
 		}
-		fps[sticky.Name].Close()
-		killed := time.Now()
-		for time.Since(killed) < time.Minute { // discovery leaves it out
+		for time.Since(at) < time.Minute { // discovery leaves it out
 			l, err := c.List(context.Background(), q)
 			if err == nil && !slices.ContainsFunc(l, func(p client.Proxy) bool { return p.Ref() == sticky.Ref() }) {
-				excluded <- time.Since(killed).Round(time.Millisecond).String()
+				excluded <- time.Since(at).Round(time.Millisecond).String()
 				return
 			}
-			if !wait(20 * time.Millisecond) {
+			select {
+			case <-stop:
 				return
+			case <-time.After(20 * time.Millisecond):
 			}
 		}
 		excluded <- "not within a minute"
