@@ -2,8 +2,9 @@
 # Installs the host tools the unit tests, `make lint` and the deploy tier need, once. Idempotent: a tool
 # already on PATH is left alone. Today: isoinfo (Debian's genisoimage), an ISO reader
 # independent of the code that writes the kvm2 seed; shellcheck, lint's gate over the
-# shell scripts; and promtool (Debian's prometheus package), which checks and tests the
-# alerting rules, with the prometheus server the deploy tier starts.
+# shell scripts; promtool (Debian's prometheus package), which checks and tests the
+# alerting rules, with the prometheus server the deploy tier starts; and curl, Python
+# requests and tinyproxy, the real clients and exits of internal/gateway's tests.
 set -euo pipefail
 
 missing=()
@@ -11,6 +12,10 @@ command -v isoinfo >/dev/null 2>&1 || missing+=(genisoimage)
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
 # The same package holds the prometheus server the deploy tier runs as a process.
 { command -v promtool && command -v prometheus; } >/dev/null 2>&1 || missing+=(prometheus)
+# Real clients and exits for internal/gateway's tests: curl, Python requests, tinyproxy.
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v tinyproxy >/dev/null 2>&1 || missing+=(tinyproxy)
+python3 -c 'import requests' >/dev/null 2>&1 || missing+=(python3-requests)
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 
@@ -34,4 +39,8 @@ apt=("${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600)
 # tier's own): the system service it enables would scrape nothing and hold port 9090.
 if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1; then
   "${sudo[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi
+# Likewise tinyproxy: the tests run their own; the service would hold port 8888.
+if [[ " ${missing[*]} " == *" tinyproxy "* ]] && command -v systemctl >/dev/null 2>&1; then
+  "${sudo[@]}" systemctl disable --now tinyproxy >/dev/null 2>&1 || true
 fi

@@ -3,10 +3,12 @@ package gateway
 import (
 	"context"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
@@ -14,9 +16,7 @@ import (
 // output.
 func runClient(t *testing.T, name string, args ...string) string {
 	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("%s is not installed here", name)
-	}
+	needTool(t, name, func() error { _, err := exec.LookPath(name); return err })
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
@@ -55,9 +55,7 @@ func TestCurl(t *testing.T) {
 
 // Python requests, which reads the user name out of the proxy URL with its own parser.
 func TestPythonRequests(t *testing.T) {
-	if err := exec.Command("python3", "-c", "import requests").Run(); err != nil {
-		t.Skip("python3 with requests is not installed here")
-	}
+	needTool(t, "python3 with requests", exec.Command("python3", "-c", "import requests").Run)
 	exit := startTestExit(t, "crawlers", "a", "127.0.0.132")
 	s := startSite(t)
 	h := newHarness(t, []*testExit{exit}, nil)
@@ -71,5 +69,18 @@ print(r.status_code, r.headers.get("X-Egress-Proxy"), r.text)`
 	}
 	if n := counterValue(t, h.reg, "proxy_operator_gateway_sessions_live", "", ""); n != 1 {
 		t.Errorf("sessions live = %v, want the session p~1.x_y-z", n)
+	}
+}
+
+// needTool skips the test when a client it drives is missing, or fails it when the run
+// must test everything (make test-unit sets testenv.RequireVar; hack/deps.sh installs
+// curl, tinyproxy and python3-requests for it).
+func needTool(t *testing.T, what string, check func() error) {
+	t.Helper()
+	if err := check(); err != nil {
+		if os.Getenv(testenv.RequireVar) != "" {
+			t.Fatalf("%s is needed (%v): hack/deps.sh installs it", what, err)
+		}
+		t.Skipf("%s is not installed here (%v): hack/deps.sh installs it", what, err)
 	}
 }

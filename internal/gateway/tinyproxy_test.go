@@ -18,9 +18,10 @@ import (
 // an outgoing address (Bind) of its own.
 func startTinyproxy(t *testing.T, name, egressIP string) Exit {
 	t.Helper()
+	needTool(t, "tinyproxy", func() error { _, err := exec.LookPath("tinyproxy"); return err })
 	bin, err := exec.LookPath("tinyproxy")
 	if err != nil {
-		t.Skip("tinyproxy is not installed (apt-get install tinyproxy): the exits here are the Go test proxies only")
+		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
