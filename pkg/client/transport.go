@@ -307,7 +307,10 @@ func (t *Transport) first(ctx context.Context, q Query, host string, avoid []str
 func (t *Transport) next(ctx context.Context, q Query, host string, avoid []string) (Proxy, error) {
 	if !t.noExclude.Load() {
 		q.Exclude = nil
-		for _, ref := range avoid {
+		for _, ref := range avoid { // the proxies tried come first
+			if len(q.Exclude) == maxExclude {
+				break
+			}
 			if !slices.Contains(q.Exclude, ref) {
 				q.Exclude = append(q.Exclude, ref)
 			}
@@ -321,6 +324,10 @@ func (t *Transport) next(ctx context.Context, q Query, host string, avoid []stri
 	}
 	return t.another(ctx, q, host, avoid)
 }
+
+// maxExclude is the most proxies a pick's exclude= takes: the proxies the request tried
+// are sent, then as many of those the Transport avoids for its host as fit.
+const maxExclude = 100
 
 // Why an attempt failed, when the proxy is to blame.
 const (

@@ -1,7 +1,10 @@
 package client
 
 import (
+	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"testing"
@@ -84,5 +87,32 @@ func TestSpreadKeys(t *testing.T) {
 		if got := tc.spread.key("example.com", u); got != tc.key {
 			t.Errorf("%+v: key %q, want %q", tc.spread, got, tc.key)
 		}
+	}
+}
+
+// A pick's exclude= carries at most maxExclude proxies, the request's own first: the API
+// refuses more.
+func TestExcludeIsBounded(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.URL.Query()["exclude"]
+		_, _ = io.WriteString(w, `{"name":"p","namespace":"crawl","url":"http://127.0.0.1:1"}`)
+	}))
+	defer srv.Close()
+	c, err := New(Config{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := c.Transport(TransportConfig{})
+	defer tr.Close()
+	avoid := []string{"crawl/tried", "crawl/tried"}
+	for i := range 150 {
+		avoid = append(avoid, "crawl/avoided-"+strconv.Itoa(i))
+	}
+	if _, err := tr.next(context.Background(), Query{Domain: "shop.example.com"}, "shop.example.com", avoid); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != maxExclude || got[0] != "crawl/tried" || got[1] != "crawl/avoided-0" {
+		t.Errorf("exclude= %d entries, starting %v; want %d, the tried one first, once", len(got), got[:min(3, len(got))], maxExclude)
 	}
 }

@@ -125,6 +125,10 @@ def _proxy_failure(request, exception):
 # dependency of Scrapy), never fetched.
 _split_host = TLDExtract(suffix_list_urls=(), cache_dir=None, include_psl_private_domains=True)
 
+# The most proxies a pick's exclude= takes: those the request tried come first, then as
+# many of those the middleware avoids for its host as fit.
+MAX_EXCLUDE = 100
+
 # The middleware's own ban memory is swept of every host's expired entries once per so
 # many look-ups and additions, or as many as hosts held when more.
 MIN_SWEEP_OPS = 256
@@ -354,7 +358,7 @@ class EgressProxiesMiddleware:
         own (None when none is left)."""
         if not self._no_exclude:
             try:
-                return self.discovery.pick(exclude=avoid, **q)
+                return self.discovery.pick(exclude=avoid[:MAX_EXCLUDE], **q)
             except DiscoveryError as e:
                 if e.status != 400 or e.parameter != "exclude":
                     raise

@@ -438,3 +438,16 @@ def test_with_every_proxy_avoided_a_new_request_still_gets_the_pick(knows_exclud
         mw.discovery.fail_pick = DiscoveryError("GET", "http://h/v1/proxies/pick", 403, "forbidden")
         with pytest.raises(DiscoveryError, match="403 forbidden"):
             assign(mw, retry)
+
+
+def test_exclude_carries_at_most_100_proxies_the_requests_own_first():
+    from twisted.internet import error
+    mw = middleware()
+    for i in range(150):
+        mw._remember("\0any", f"crawl/gone-{i}", 30)
+    req = Request("http://shop.example.com/1")
+    assign(mw, req)
+    retry = mw.process_exception(req, error.ConnectionRefusedError(), None)
+    assign(mw, retry)
+    exclude = mw.discovery.calls[-1][1]["exclude"]
+    assert len(exclude) == 100 and exclude[0] == "crawl/p2" and exclude.count("crawl/p2") == 1
