@@ -41,9 +41,9 @@ func TestDemoExternal(t *testing.T) {
 	}
 	state := t.TempDir()
 	port := func(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
-	disc := testutil.FreeAddr(t)
+	disc, metrics := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	env := append(os.Environ(), "DEMO_STATE="+state, "DEMO_TIMEOUT=120",
-		"DEMO_METRICS_PORT="+port(testutil.FreeAddr(t)), "DEMO_HEALTH_PORT="+port(testutil.FreeAddr(t)),
+		"DEMO_METRICS_PORT="+port(metrics), "DEMO_HEALTH_PORT="+port(testutil.FreeAddr(t)),
 		"DEMO_DISCOVERY_PORT="+port(disc), "DEMO_PROXY_PORT="+freeProxyPort(t))
 	demo := func(ctx context.Context, args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack/demo.sh"), args...)
@@ -111,6 +111,42 @@ func TestDemoExternal(t *testing.T) {
 		}
 		pids[f], _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
+
+	// What make demo met with another program on its metrics port: the manager exits in
+	// its first second, and the wait for /readyz ends then, with the manager's error.
+	t.Run("a manager that exits early", func(t *testing.T) {
+		logFile := filepath.Join(t.TempDir(), "manager.log")
+		f, err := os.Create(logFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		health := testutil.FreeAddr(t)
+		mgr := exec.Command(filepath.Join(root, "bin/manager"), "--providers-config=", "--kubeconfig="+filepath.Join(state, "controlplane/kubeconfig"),
+			"--metrics-bind-address="+metrics, "--metrics-secure=false", "--health-probe-bind-address="+health, "--discovery-bind-address=0")
+		mgr.Stdout, mgr.Stderr = f, f
+		if err := mgr.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = mgr.Wait(); close(exited) }()
+		defer func() { _ = mgr.Process.Kill(); <-exited }()
+		start := time.Now()
+		out, err := exec.Command(filepath.Join(root, "bin/democtl"), "wait-ready", "--url", "http://"+health+"/readyz",
+			"--pid", strconv.Itoa(mgr.Process.Pid), "--log", logFile, "--timeout", "120s").CombinedOutput()
+		took := time.Since(start)
+		if err == nil {
+			t.Fatalf("wait-ready succeeded for a manager whose metrics port %s is held:\n%s", metrics, out)
+		}
+		want := "listen tcp " + metrics + ": bind: address already in use"
+		if !strings.Contains(string(out), "exited before it was ready") || !strings.Contains(string(out), want) {
+			t.Errorf("wait-ready does not say the manager exited, with %q:\n%s", want, out)
+		}
+		if took > time.Minute { // the timeout is 120 s; the manager exits in about a second
+			t.Errorf("wait-ready took %s", took)
+		}
+		t.Logf("wait-ready ended %s after the start: %s", took.Round(10*time.Millisecond), strings.TrimSpace(string(out)))
+	})
 
 	t.Run("docs curl examples", func(t *testing.T) { runDocsExamples(t, root, "http://"+disc, token) })
 
