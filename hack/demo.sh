@@ -149,12 +149,13 @@ start_manager() {
     return 0
   fi
   write_providers_config
+  ensure_token
   # The probe target is the manager's own whoami endpoint on the bridge, the one address
   # guests may reach. The local host is shared with the test tiers, so orphan GC only
   # collects what has been orphaned for a day.
   start manager "$ROOT/bin/manager" --providers-config="$STATE/providers.yaml" --kubeconfig="$KUBECONFIG_PATH" \
     --metrics-bind-address="127.0.0.1:$METRICS_PORT" --health-probe-bind-address="127.0.0.1:$HEALTH_PORT" \
-    --discovery-bind-address="$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT" \
+    --discovery-bind-address="$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT" --discovery-token-file="$STATE/discovery-token" \
     --proxy-probe-url="http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT/v1/whoami" \
     --proxy-check-interval=10s --provider-check-interval=30s --gc-grace=24h
   wait_manager
@@ -167,6 +168,12 @@ wait_manager() {
     --log "$STATE/manager.log" --timeout 120s ||
     die "the manager did not become ready (above); its log is $STATE/manager.log"
   log "manager running (pid $(<"$STATE/manager.pid")), log $STATE/manager.log"
+}
+
+# ensure_token: the discovery API's static bearer token (--discovery-token-file), made once.
+ensure_token() {
+  [[ -s $STATE/discovery-token ]] || head -c 24 /dev/urandom | base64 | tr -d '/+=\n' >"$STATE/discovery-token"
+  chmod 0600 "$STATE/discovery-token"
 }
 
 # check_ports NAME WHAT=HOST:PORT...: fails naming every address in use and what holds it,
@@ -219,9 +226,9 @@ With kubectl (built into the cache, the API server's version):
   $k delete proxy proxy-2
   $k get providerhealths kvm2-home -o yaml
 
-Discovery API:       curl http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT/v1/proxies?format=text
-                     (URLs without credentials: the demo runs it without a token, and
-                     credentials=true is served only with --discovery-token-file)
+Discovery API:       export API=http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT TOKEN=\$(cat $STATE/discovery-token)
+                     curl -s -H "Authorization: Bearer \$TOKEN" "\$API/v1/proxies?format=text"
+                     (docs/discovery.md's examples, with \$API for http://proxy-operator:8082)
 Kubeconfig:          $KUBECONFIG_PATH
 Manager log:         $STATE/manager.log
 Stop it all:         make demo-down   (deletes every Proxy, and so its VM, then stops the
@@ -349,8 +356,7 @@ start_external_manager() {
     log "manager already running (pid $(<"$STATE/manager.pid")); make demo-down first to run a rebuilt one"
     return 0
   fi
-  [[ -s $STATE/discovery-token ]] || head -c 24 /dev/urandom | base64 | tr -d '/+=\n' >"$STATE/discovery-token"
-  chmod 0600 "$STATE/discovery-token"
+  ensure_token
   # --providers-config= : no providers, whatever is at the default path on this machine.
   start manager "$ROOT/bin/manager" --providers-config= --kubeconfig="$KUBECONFIG_PATH" \
     --metrics-bind-address="127.0.0.1:$METRICS_PORT" --health-probe-bind-address="127.0.0.1:$HEALTH_PORT" \
