@@ -85,6 +85,26 @@ stop() { # NAME [seconds before SIGKILL]
   rm -f "$STATE/$name.pid"
 }
 
+# wait_started NAME SECS WHAT CMD...: runs CMD until it succeeds; when the process NAME
+# (started by start) exits first, or SECS pass, it prints the end of NAME's log and dies at
+# once, rather than waiting out SECS for a process that is gone.
+wait_started() {
+  local name=$1 secs=$2 what=$3
+  shift 3
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ! pid_alive "$STATE/$name.pid"; then
+      tail -n 10 "$STATE/$name.log" >&2
+      die "$name exited before $what (above, the end of its log $STATE/$name.log)"
+    fi
+    if ((SECONDS >= deadline)); then
+      tail -n 10 "$STATE/$name.log" >&2
+      die "gave up after ${secs}s waiting for $what (above, the end of $STATE/$name.log)"
+    fi
+    sleep 0.2
+  done
+}
+
 build() {
   log "building bin/manager and bin/democtl"
   (cd "$ROOT" && go build -o bin/manager ./cmd/manager && go build -o bin/democtl ./hack/democtl)
@@ -97,8 +117,7 @@ start_controlplane() {
   fi
   rm -f "$KUBECONFIG_PATH"
   (cd "$ROOT" && KUBEBUILDER_ASSETS=$ASSETS start controlplane "$DEMOCTL" controlplane --dir "$STATE/controlplane" --record "$RECORD")
-  wait_until 300 "the control plane's kubeconfig" test -s "$KUBECONFIG_PATH" ||
-    { tail -n 20 "$STATE/controlplane.log" >&2; die "the control plane did not come up"; }
+  wait_started controlplane 300 "the control plane's kubeconfig" test -s "$KUBECONFIG_PATH"
   log "control plane up (kube-apiserver pid $(<"$STATE/controlplane/kube-apiserver.pid"), etcd pid $(<"$STATE/controlplane/etcd.pid")); kubeconfig $KUBECONFIG_PATH"
 }
 
@@ -108,9 +127,8 @@ start_image_server() {
     return 0
   fi
   start image-server "$DEMOCTL" serve-image --addr "$KVM2_TEST_BRIDGE_IP:$IMAGE_PORT" --file "$IMAGE"
-  wait_until 30 "the image server on $KVM2_TEST_BRIDGE_IP:$IMAGE_PORT" \
-    curl -fsI "http://$KVM2_TEST_BRIDGE_IP:$IMAGE_PORT/guest.qcow2" ||
-    { tail -n 5 "$STATE/image-server.log" >&2; die "the image server did not start"; }
+  wait_started image-server 30 "the image server on $KVM2_TEST_BRIDGE_IP:$IMAGE_PORT" \
+    curl -fsI "http://$KVM2_TEST_BRIDGE_IP:$IMAGE_PORT/guest.qcow2"
   log "serving $IMAGE at http://$KVM2_TEST_BRIDGE_IP:$IMAGE_PORT/guest.qcow2"
 }
 
@@ -302,9 +320,8 @@ EOF
   for i in "${!EXT_NAMES[@]}"; do
     name=tinyproxy-${EXT_NAMES[$i]}
     # Without credentials a tinyproxy that is up answers 407.
-    wait_until 30 "$name on ${EXT_LISTEN[$i]}:$PROXY_PORT" \
-      bash -c "curl -s -o /dev/null -w '%{http_code}' -x http://${EXT_LISTEN[$i]}:$PROXY_PORT http://127.0.0.1:1/ | grep -q 407" ||
-      { tail -n 5 "$STATE/$name.log" >&2; die "$name did not start"; }
+    wait_started "$name" 30 "$name on ${EXT_LISTEN[$i]}:$PROXY_PORT" \
+      bash -c "curl -s -o /dev/null -w '%{http_code}' -x http://${EXT_LISTEN[$i]}:$PROXY_PORT http://127.0.0.1:1/ | grep -q 407"
   done
   log "tinyproxy on ${EXT_LISTEN[*]} port $PROXY_PORT (pids $(cat "$STATE"/tinyproxy-*.pid | tr '\n' ' '))"
 }
