@@ -428,7 +428,8 @@ EOF
 
 cmd_up_external() {
   mkdir -p "$STATE/controlplane"
-  ensure_packages curl tinyproxy # tinyproxy's own service is kept from starting
+  # tinyproxy's own service is kept from starting; jq for the docs' examples.
+  ensure_packages curl tinyproxy jq
   build
   check_mode external
   local ports=() i

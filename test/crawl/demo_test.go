@@ -200,14 +200,15 @@ var docAPIs = []string{"http://egress-proxies-operator-controller-manager.egress
 
 var promptRE = regexp.MustCompile(`^(\s*)\$ (curl\b.*)$`)
 
-// docsExamples extracts every `$ curl` example naming the discovery API from docs/*.md
-// and README.md, in file order: the command with its continuation lines (until it is a
+// docsExamples extracts every `$ curl` example naming the discovery API from docs/*.md,
+// the READMEs of the project and of its clients, in file order: the command with its continuation lines (until it is a
 // complete shell command), and the lines after it in the same indented block, up to the
 // next `$` or `#` line, as the answer shown.
 func docsExamples(t *testing.T, root string) []docExample {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	files = append(files, filepath.Join(root, "README.md"))
+	more, _ := filepath.Glob(filepath.Join(root, "clients", "*", "README.md"))
+	files = append(append(files, more...), filepath.Join(root, "README.md"), filepath.Join(root, "pkg", "client", "README.md"))
 	var out []docExample
 	for _, f := range files {
 		data, err := os.ReadFile(f)
