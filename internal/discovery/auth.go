@@ -107,31 +107,39 @@ func (s *Server) identify(h callerHandler, authRequired bool) http.Handler {
 			writeError(w, &apiError{status: http.StatusUnauthorized, Message: "missing bearer token"})
 			return
 		}
-		tok := access.NewToken(raw)
-		if s.auth != nil {
-			want := s.auth.digest.Load()
-			if tok.Matches(want) {
-				h(w, r, staticCaller)
-				return
-			}
-			if want == nil && s.opts.Access == nil {
-				writeError(w, &apiError{status: http.StatusServiceUnavailable,
-					Message: fmt.Sprintf("no discovery token is configured yet: %s does not exist (create the Secret it is mounted from)", s.auth.path)})
-				return
-			}
-		}
-		if s.opts.Access == nil {
-			w.Header().Set("WWW-Authenticate", authRealm+`, error="invalid_token"`)
-			writeError(w, &apiError{status: http.StatusUnauthorized, Message: "invalid bearer token"})
-			return
-		}
-		c, err := s.opts.Access.Authenticate(r.Context(), tok)
-		if err != nil {
-			authFailure(w, err)
+		c, aerr := s.authenticate(r.Context(), raw)
+		if aerr != nil {
+			writeError(w, aerr)
 			return
 		}
 		h(w, r, c)
 	})
+}
+
+// authenticate is who the bearer token raw belongs to, on a server with authentication
+// configured: the static token (--discovery-token-file) is the cluster-wide crawler; any
+// other token, with Kubernetes authentication on, is whoever a TokenReview says it is.
+// Otherwise the refusal: 401 with its challenge, or 503.
+func (s *Server) authenticate(ctx context.Context, raw string) (*access.Caller, *apiError) {
+	tok := access.NewToken(raw)
+	if s.auth != nil {
+		want := s.auth.digest.Load()
+		if tok.Matches(want) {
+			return staticCaller, nil
+		}
+		if want == nil && s.opts.Access == nil {
+			return nil, &apiError{status: http.StatusServiceUnavailable,
+				Message: fmt.Sprintf("no discovery token is configured yet: %s does not exist (create the Secret it is mounted from)", s.auth.path)}
+		}
+	}
+	if s.opts.Access == nil {
+		return nil, &apiError{status: http.StatusUnauthorized, Message: "invalid bearer token", challenge: authRealm + `, error="invalid_token"`}
+	}
+	c, err := s.opts.Access.Authenticate(ctx, tok)
+	if err != nil {
+		return nil, authFailure(err)
+	}
+	return c, nil
 }
 
 // errNoAuthConfigured refuses feedback on a server without authentication: a report

@@ -187,11 +187,10 @@ func newScopeCache(clk cache.Clock) *cache.LRUExpireCache {
 }
 
 // authFailure is the answer to a token that could not be authenticated.
-func authFailure(w http.ResponseWriter, err error) {
+func authFailure(err error) *apiError {
 	if errors.Is(err, access.ErrUnauthenticated) {
-		w.Header().Set("WWW-Authenticate", authRealm+`, error="invalid_token"`)
-		writeError(w, &apiError{status: http.StatusUnauthorized, Message: "invalid bearer token: " + strings.TrimPrefix(err.Error(), access.ErrUnauthenticated.Error()+": ")})
-		return
+		return &apiError{status: http.StatusUnauthorized, challenge: authRealm + `, error="invalid_token"`,
+			Message: "invalid bearer token: " + strings.TrimPrefix(err.Error(), access.ErrUnauthenticated.Error()+": ")}
 	}
-	writeError(w, unavailable(err))
+	return unavailable(err)
 }

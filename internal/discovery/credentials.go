@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
 
 // errNoTokenForCredentials answers ?credentials=true on a server without
@@ -19,29 +21,45 @@ var errNoTokenForCredentials = &apiError{status: http.StatusForbidden, Parameter
 // a Managed Proxy the snapshot of what its instance was built with), or e as it is when
 // the proxy demands none.
 func (s *Server) withCredentials(ctx context.Context, e Entry) (Entry, *apiError) {
-	if e.auth == nil {
-		return e, nil
+	c, aerr := s.credentialsOf(ctx, e)
+	if aerr != nil {
+		return e, aerr
 	}
-	unavailable := func(why string) *apiError {
-		return &apiError{status: http.StatusServiceUnavailable, Message: fmt.Sprintf("credentials of proxy %s/%s: %s", e.Namespace, e.Name, why)}
-	}
-	if s.opts.Credentials == nil {
-		return e, unavailable("this server cannot read proxy credentials")
-	}
-	c, err := s.opts.Credentials(ctx, e.auth)
-	if err != nil {
-		return e, unavailable(err.Error())
-	}
+	return withUser(e, c)
+}
+
+// withUser is e with c's user:password@ in its URL; e as it is when c is nil.
+func withUser(e Entry, c *proxyconfig.Credentials) (Entry, *apiError) {
 	if c == nil {
 		return e, nil
 	}
 	u, err := url.Parse(e.URL)
 	if err != nil { // EntryFor writes http://host:port, which parses
-		return e, unavailable(fmt.Sprintf("parsing its url: %v", err))
+		return e, credentialsUnavailableError(e, fmt.Sprintf("parsing its url: %v", err))
 	}
 	u.User = url.UserPassword(c.Username, c.Password)
 	e.URL = u.String()
 	return e, nil
+}
+
+// credentialsOf is the user name and password e's proxy demands (for a Managed Proxy the
+// snapshot of what its instance was built with), nil when it demands none.
+func (s *Server) credentialsOf(ctx context.Context, e Entry) (*proxyconfig.Credentials, *apiError) {
+	if e.auth == nil {
+		return nil, nil
+	}
+	if s.opts.Credentials == nil {
+		return nil, credentialsUnavailableError(e, "this server cannot read proxy credentials")
+	}
+	c, err := s.opts.Credentials(ctx, e.auth)
+	if err != nil {
+		return nil, credentialsUnavailableError(e, err.Error())
+	}
+	return c, nil
+}
+
+func credentialsUnavailableError(e Entry, why string) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, Message: fmt.Sprintf("credentials of proxy %s/%s: %s", e.Namespace, e.Name, why)}
 }
 
 // credentialsUnavailableHeader carries, on every ?credentials=true answer, how many
@@ -86,42 +104,4 @@ func (s *Server) credentialed(w http.ResponseWriter, r *http.Request, req *reque
 		b = append(append(b, `,"credentialErrors":`...), errs...)
 	}
 	writeBody(w, "application/json", append(b, "}\n"...))
-}
-
-// pickCredentialed answers a pick with ?credentials=true: the proxy the key picks among
-// those whose credentials can be read. One whose credentials cannot be read is passed
-// over as an unhealthy one would be, and the key goes to the next proxy in its rendezvous
-// order (counted in X-Credentials-Unavailable and the metric); when none is left, the
-// answer is 503 naming the proxies passed over and why.
-func (s *Server) pickCredentialed(w http.ResponseWriter, r *http.Request, req *request, snap *Snapshot) {
-	var failed []string
-	skip := map[*item]bool{}
-	for {
-		it := snap.pick(req.key, &req.filter, skip)
-		if it == nil {
-			credentialsUnavailable.WithLabelValues(endpointPick).Add(float64(len(failed)))
-			msg := "no healthy proxy matches the request"
-			if len(failed) > 0 {
-				msg += fmt.Sprintf(" with readable credentials (%d left out: %s)", len(failed), strings.Join(failed, "; "))
-			}
-			w.Header().Set(credentialsUnavailableHeader, strconv.Itoa(len(failed)))
-			writeError(w, &apiError{status: http.StatusServiceUnavailable, Message: msg})
-			return
-		}
-		e, aerr := s.withCredentials(r.Context(), it.Entry)
-		if aerr != nil {
-			failed = append(failed, aerr.Message)
-			skip[it] = true
-			continue
-		}
-		credentialsUnavailable.WithLabelValues(endpointPick).Add(float64(len(failed)))
-		w.Header().Set(credentialsUnavailableHeader, strconv.Itoa(len(failed)))
-		if req.format == formatText {
-			writeBody(w, "text/plain; charset=utf-8", []byte(e.URL+"\n"))
-			return
-		}
-		b, _ := json.Marshal(e) // strings, bools and a string map cannot fail
-		writeBody(w, "application/json", append(b, '\n'))
-		return
-	}
 }

@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,13 +124,17 @@ func (s *Server) feedback(w http.ResponseWriter, r *http.Request, c *access.Call
 			feedbackReports.WithLabelValues("rejected").Inc()
 			continue
 		}
-		key, br := keys[i], reports[i]
-		s.opts.Feedback.Add(key, br)
-		feedbackReports.WithLabelValues(string(br.Outcome)).Inc()
+		s.take(keys[i], reports[i])
 		ans.Accepted++
 	}
 	b, _ := json.Marshal(ans) // ints and strings cannot fail
 	writeBody(w, "application/json", append(b, '\n'))
+}
+
+// take hands one report to the sink and counts it.
+func (s *Server) take(key types.NamespacedName, br bans.Report) {
+	s.opts.Feedback.Add(key, br)
+	feedbackReports.WithLabelValues(string(br.Outcome)).Inc()
 }
 
 // decodeFeedback reads and checks the body as a whole.
@@ -360,36 +365,34 @@ func (s *Snapshot) siteCooling(site string, now time.Time) *siteCool {
 	return sc
 }
 
-// guardSaturation stamps a ?domain= request's filter with the time its cooldowns are
-// judged at, and answers 503 with Retry-After, reporting true, when more than the allowed
-// share of the proxies matching the request are cooling for its site: handing the crawl
-// to the last few would only get them banned too.
-func (s *Server) guardSaturation(w http.ResponseWriter, r *http.Request, snap *Snapshot, f *filter, endpoint string) bool {
+// saturated stamps a ?domain= request's filter with the time its cooldowns are judged
+// at, and returns the 503 with Retry-After when more than the allowed share of the
+// proxies matching the request are cooling for its site: handing the crawl to the last
+// few would only get them banned too. nil: not saturated.
+func (s *Server) saturated(ctx context.Context, snap *Snapshot, f *filter, endpoint string) *apiError {
 	if f.site == "" {
-		return false
+		return nil
 	}
 	f.now = s.opts.Clock.Now()
 	matched, cooling, soonest := snap.saturation(f)
 	if cooling == 0 {
-		return false
+		return nil
 	}
-	pct := s.maxCoolingPercent(r, snap, f)
+	pct := s.maxCoolingPercent(ctx, snap, f)
 	if !bans.Saturated(cooling, matched, pct) {
-		return false
+		return nil
 	}
 	saturatedAnswers.WithLabelValues(endpoint).Inc()
 	retry := max(1, int(math.Ceil(soonest.Sub(f.now).Seconds())))
-	w.Header().Set("Retry-After", strconv.Itoa(retry))
-	writeError(w, &apiError{status: http.StatusServiceUnavailable, Parameter: paramDomain,
+	return &apiError{status: http.StatusServiceUnavailable, Parameter: paramDomain, retryAfter: retry, site: f.site,
 		Message: fmt.Sprintf("site %s is saturated: %d of the %d proxies matching the request are cooling for it, more than %d%%; retry in %ds, when the first cooldown ends",
-			f.site, cooling, matched, pct, retry)})
-	return true
+			f.site, cooling, matched, pct, retry)}
 }
 
 // maxCoolingPercent is the saturation threshold of a request: that of the pool it names
 // with ?pool= (looked up in ?namespace=, or the namespace of the first proxy it matches),
 // else the server's.
-func (s *Server) maxCoolingPercent(r *http.Request, snap *Snapshot, f *filter) int {
+func (s *Server) maxCoolingPercent(ctx context.Context, snap *Snapshot, f *filter) int {
 	pct := s.opts.MaxCoolingPercent
 	if pct <= 0 {
 		pct = bans.DefaultMaxCoolingPercent
@@ -408,7 +411,7 @@ func (s *Server) maxCoolingPercent(r *http.Request, snap *Snapshot, f *filter) i
 			}
 		}
 	}
-	if b := s.opts.PoolBans(r.Context(), types.NamespacedName{Namespace: ns, Name: f.pool}); b != nil && b.MaxCoolingPercent != nil {
+	if b := s.opts.PoolBans(ctx, types.NamespacedName{Namespace: ns, Name: f.pool}); b != nil && b.MaxCoolingPercent != nil {
 		return int(*b.MaxCoolingPercent)
 	}
 	return pct

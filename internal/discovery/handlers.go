@@ -1,8 +1,10 @@
 package discovery
 
 import (
+	"encoding/json"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -44,7 +46,8 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, c *access.Caller) 
 		writeError(w, aerr)
 		return
 	}
-	if s.guardSaturation(w, r, snap, &req.filter, endpointList) {
+	if aerr := s.saturated(r.Context(), snap, &req.filter, endpointList); aerr != nil {
+		writeError(w, aerr)
 		return
 	}
 	req.filter.exclude = all.excluded(req.exclude, snap)
@@ -99,32 +102,29 @@ func (s *Server) pick(w http.ResponseWriter, r *http.Request, c *access.Caller) 
 	if snap == nil {
 		return
 	}
-	all := snap
-	snap = snap.family(req.ipv6)
-	if aerr := s.authorizeRead(r.Context(), c, snap, req); aerr != nil {
+	ch, aerr := s.choose(r.Context(), snap, req, func(fam *Snapshot) *apiError { return s.authorizeRead(r.Context(), c, fam, req) }, endpointPick)
+	if ch.credentialsRead {
+		credentialsUnavailable.WithLabelValues(endpointPick).Add(float64(len(ch.failed)))
+		w.Header().Set(credentialsUnavailableHeader, strconv.Itoa(len(ch.failed)))
+	}
+	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	if s.guardSaturation(w, r, snap, &req.filter, endpointPick) {
-		return
-	}
-	// Excluded after the guard: a client leaving out the proxies it tried does not make
-	// the site look saturated.
-	req.filter.exclude = all.excluded(req.exclude, snap)
-	if req.credentials {
-		s.pickCredentialed(w, r, req, snap)
-		return
-	}
-	it := snap.pick(req.key, &req.filter, nil)
-	if it == nil {
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, Message: "no healthy proxy matches the request"})
+	if !req.credentials {
+		if req.format == formatText {
+			writeBody(w, "text/plain; charset=utf-8", ch.it.line)
+			return
+		}
+		writeBody(w, "application/json", ch.it.obj)
 		return
 	}
 	if req.format == formatText {
-		writeBody(w, "text/plain; charset=utf-8", it.line)
+		writeBody(w, "text/plain; charset=utf-8", []byte(ch.entry.URL+"\n"))
 		return
 	}
-	writeBody(w, "application/json", it.obj)
+	b, _ := json.Marshal(ch.entry) // strings, bools and a string map cannot fail
+	writeBody(w, "application/json", append(b, '\n'))
 }
 
 func writeBody(w http.ResponseWriter, contentType string, body []byte) {

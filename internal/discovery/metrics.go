@@ -15,7 +15,7 @@ const (
 // their credentials could not be read.
 var credentialsUnavailable = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "proxy_operator_discovery_credentials_unavailable_total",
-	Help: "Proxies left out of ?credentials=true answers because their credentials could not be read, by endpoint (list or pick).",
+	Help: "Proxies left out of ?credentials=true answers because their credentials could not be read, by endpoint (list, pick, or gateway: the gateway's choices).",
 }, []string{"endpoint"})
 
 // feedbackReports counts the reports POST /v1/feedback took, by outcome, and those it
@@ -28,7 +28,7 @@ var feedbackReports = prometheus.NewCounterVec(prometheus.CounterOpts{
 // saturatedAnswers counts the 503 answers to ?domain= requests whose site was saturated.
 var saturatedAnswers = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "proxy_operator_discovery_saturated_total",
-	Help: "Answers 503 to ?domain= requests because more than the allowed share of the matching proxies were cooling for the site, by endpoint (list or pick).",
+	Help: "Answers 503 to ?domain= requests because more than the allowed share of the matching proxies were cooling for the site, by endpoint (list, pick, or gateway: the gateway's choices).",
 }, []string{"endpoint"})
 
 func init() {

@@ -45,9 +45,11 @@ const (
 
 // request is a parsed query.
 type request struct {
-	filter      filter
-	format      string
-	key         string
+	filter filter
+	format string
+	key    string
+	// rotation chooses without a key (Snapshot.rotate): Choose's, never a query's.
+	rotation    uint64
 	credentials bool // each URL with user:password@
 	// distinctEgress: one proxy per egress identity (Snapshot.distinctEgress).
 	distinctEgress bool

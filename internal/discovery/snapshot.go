@@ -303,23 +303,32 @@ func (s *Snapshot) pick(key string, f *filter, skip map[*item]bool) *item {
 // identity itself. The choice stays the same from request to request while the set does,
 // and a proxy joining an address displaces the chosen one only if it outscores it.
 func (s *Snapshot) distinctEgress(f *filter) map[*item]struct{} {
-	type choice struct {
-		it    *item
-		score uint64
-	}
-	best := map[uint64]choice{}
-	for _, it := range s.scan(f) {
-		if !f.match(it) {
-			continue
-		}
-		sc := score(it.egressSeed, it.seed)
-		if c, ok := best[it.egressSeed]; !ok || sc > c.score {
-			best[it.egressSeed] = choice{it, sc}
-		}
-	}
+	best := s.bestPerEgress(f, nil)
 	out := make(map[*item]struct{}, len(best))
 	for _, c := range best {
 		out[c.it] = struct{}{}
 	}
 	return out
+}
+
+// egressChoice is the proxy standing for one egress identity.
+type egressChoice struct {
+	it    *item
+	score uint64
+}
+
+// bestPerEgress is, for each egress identity among the items f matches less skip, the
+// proxy of that identity with the highest score for the identity itself.
+func (s *Snapshot) bestPerEgress(f *filter, skip map[*item]bool) map[uint64]egressChoice {
+	best := map[uint64]egressChoice{}
+	for _, it := range s.scan(f) {
+		if !f.match(it) || skip[it] {
+			continue
+		}
+		sc := score(it.egressSeed, it.seed)
+		if c, ok := best[it.egressSeed]; !ok || sc > c.score {
+			best[it.egressSeed] = egressChoice{it, sc}
+		}
+	}
+	return best
 }
