@@ -14,7 +14,7 @@ var (
 	// ErrQuotaExceeded: capacity is short right now. The reconciler waits QuotaRetry and
 	// tries again, off the error backoff curve.
 	ErrQuotaExceeded = errors.New("quota exceeded")
-	// ErrNotFound: the instance does not exist (Get only).
+	// ErrNotFound: the instance does not exist (Get and Reboot only).
 	ErrNotFound = errors.New("not found")
 	// ErrTransient: anything a retry may fix.
 	ErrTransient = errors.New("transient")

@@ -34,6 +34,7 @@ const (
 	OpGet    = "get"
 	OpDelete = "delete"
 	OpList   = "list"
+	OpReboot = "reboot"
 )
 
 var (
@@ -65,9 +66,9 @@ type observed struct {
 
 var _ Provider = (*observed)(nil)
 
-// Observe wraps p so that Create, Get, Delete and ListByTag each open a span
-// (provider.create, provider.get, provider.delete, provider.list) that the provider's own
-// spans become children of, write one V(1) outcome line to the context's logger, and
+// Observe wraps p so that Create, Get, Delete, ListByTag and Reboot each open a span
+// (provider.create, provider.get, provider.delete, provider.list, provider.reboot) that
+// the provider's own spans become children of, write one V(1) outcome line to the context's logger, and
 // count into proxy_operator_provider_operations_total{provider,op,class} and
 // proxy_operator_provider_operation_duration_seconds{provider,op}. Check is passed
 // through: its caller opens its own span.
@@ -151,6 +152,22 @@ func (o *observed) ListByTag(ctx context.Context) ([]Instance, error) {
 	span.SetAttributes(AttrInstanceSeen.Int(len(list)))
 	o.finish(ctx, span, OpList, began, err, "instances", len(list))
 	return list, err
+}
+
+// Reboot restarts the instance through the decorated provider's Rebooter, observed like
+// the other calls (span provider.reboot, op reboot). RebooterOf hands out this method only
+// when the decorated provider can reboot; called on one that cannot, it is ErrPermanent.
+func (o *observed) Reboot(ctx context.Context, providerID string) error {
+	ctx, span := o.start(ctx, OpReboot, AttrProviderID.String(providerID))
+	began := time.Now()
+	var err error
+	if r, ok := RebooterOf(o.p); ok {
+		err = r.Reboot(ctx, providerID)
+	} else {
+		err = Errorf(ErrPermanent, "provider %s of type %s cannot reboot instances (%s)", o.name, o.typ, providerID)
+	}
+	o.finish(ctx, span, OpReboot, began, err, "providerID", providerID)
+	return err
 }
 
 // Check is passed through unobserved; the health monitor traces and records it.

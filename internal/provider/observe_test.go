@@ -296,3 +296,104 @@ func TestObservePassesTheContract(t *testing.T) {
 		}
 	})
 }
+
+// TestObserveReboot: a Reboot through Observe opens provider.reboot, writes the outcome
+// line and counts op reboot, as the other calls do; RebooterOf finds it through Observe.
+func TestObserveReboot(t *testing.T) {
+	exp, tp := recordSpans(t)
+	fake := providertest.NewFake()
+	name := fmt.Sprintf("obs-reboot-%d", time.Now().UnixNano())
+	p := provider.Observe(name, "fake", fake)
+	r, ok := provider.RebooterOf(p)
+	if !ok {
+		t.Fatal("RebooterOf(Observe(fake)): no Rebooter")
+	}
+	if _, isFake := r.(*providertest.Fake); isFake {
+		t.Fatal("RebooterOf skipped the observing decorator")
+	}
+	ctx, lines := logLines(t.Context(), 1)
+	ctx, root := tp.Tracer("test").Start(ctx, "remediate")
+	inst, _ := p.Create(ctx, provider.CreateRequest{Name: "proxy-1", UID: "u"})
+	if err := r.Reboot(ctx, inst.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	err := r.Reboot(ctx, providertest.ProviderID("proxy-gone"))
+	if !errors.Is(err, provider.ErrNotFound) {
+		t.Fatalf("reboot of a missing instance through Observe: %v, want ErrNotFound kept", err)
+	}
+	root.End()
+	if fake.Reboots(inst.ProviderID) != 1 {
+		t.Fatalf("the fake counted %d reboots, want 1", fake.Reboots(inst.ProviderID))
+	}
+
+	var reboots []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name == "provider.reboot" {
+			reboots = append(reboots, s)
+		}
+	}
+	if len(reboots) != 2 {
+		t.Fatalf("%d provider.reboot spans, want 2", len(reboots))
+	}
+	ok0 := attrs(reboots[0].Snapshot())
+	if reboots[0].Parent.SpanID() != root.SpanContext().SpanID() || reboots[0].SpanKind != trace.SpanKindInternal ||
+		ok0[provider.AttrProviderID].AsString() != inst.ProviderID || ok0[provider.AttrErrorClass].AsString() != "none" ||
+		ok0[provider.AttrProvider].AsString() != name || ok0[provider.AttrType].AsString() != "fake" || reboots[0].Status.Code != codes.Unset {
+		t.Errorf("provider.reboot span %+v attrs %v", reboots[0], ok0)
+	}
+	if a := attrs(reboots[1].Snapshot()); a[provider.AttrErrorClass].AsString() != "notfound" || reboots[1].Status.Code != codes.Error {
+		t.Errorf("failed provider.reboot span status %+v attrs %v", reboots[1].Status, a)
+	}
+
+	got := lines()
+	if len(got) != 3 {
+		t.Fatalf("got %d lines %q, want one per operation", len(got), got)
+	}
+	for _, want := range []string{`"msg"="provider operation finished"`, `"op"="reboot"`, `"class"="none"`,
+		`"providerID"="fake/proxy-1"`, `"traceID"="` + root.SpanContext().TraceID().String() + `"`} {
+		if !strings.Contains(got[1], want) {
+			t.Errorf("reboot line %s lacks %s", got[1], want)
+		}
+	}
+	if !strings.Contains(got[2], `"class"="notfound"`) || !strings.Contains(got[2], `"error"="fake: instance fake/proxy-gone not found"`) {
+		t.Errorf("failed reboot line %s", got[2])
+	}
+
+	const total = "proxy_operator_provider_operations_total"
+	for class, want := range map[string]float64{"none": 1, "notfound": 1} {
+		if got := metricValue(t, total, map[string]string{"provider": name, "op": "reboot", "class": class}); got != want {
+			t.Errorf("%s{op=reboot,class=%s} = %v, want %v", total, class, got, want)
+		}
+	}
+	if got := metricValue(t, "proxy_operator_provider_operation_duration_seconds", map[string]string{"provider": name, "op": "reboot"}); got != 2 {
+		t.Errorf("reboot duration count = %v, want 2", got)
+	}
+}
+
+// TestRebooterOf: found on the provider itself and through Observe; not found for a
+// provider without Reboot, also when a decorator that has the method wraps it.
+func TestRebooterOf(t *testing.T) {
+	fake := providertest.NewFake()
+	if r, ok := provider.RebooterOf(fake); !ok || r != provider.Rebooter(fake) {
+		t.Errorf("RebooterOf(fake) = %v, %v", r, ok)
+	}
+	if _, ok := provider.RebooterOf(provider.Observe("a", "fake", provider.Observe("b", "fake", fake))); !ok {
+		t.Error("RebooterOf through two decorators: not found")
+	}
+	plain := providertest.WithoutReboot(fake)
+	if _, ok := provider.RebooterOf(plain); ok {
+		t.Error("RebooterOf a provider without Reboot: found")
+	}
+	if _, ok := provider.RebooterOf(provider.Observe("c", "fake", plain)); ok {
+		t.Error("RebooterOf(Observe(provider without Reboot)): found the decorator's method")
+	}
+	if _, ok := provider.RebooterOf(nil); ok {
+		t.Error("RebooterOf(nil): found")
+	}
+	// Called anyway, the decorator's Reboot over a provider without one is permanent.
+	o := provider.Observe("d", "fake", plain).(provider.Rebooter)
+	err := o.Reboot(t.Context(), providertest.ProviderID("x"))
+	if !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "provider d of type fake cannot reboot instances") {
+		t.Errorf("Reboot through Observe of a provider without it: %v", err)
+	}
+}

@@ -156,3 +156,49 @@ func NeverAnsweredHint(p Provider) string {
 	}
 	return ""
 }
+
+// Rebooter is implemented by a provider that can restart an instance in place (kvm2 and
+// the kvm type built on its code, gce). Remediation reboots a guest that never came up
+// or stopped answering before it replaces it; a provider without it is only ever
+// replaced. Find it with RebooterOf, which looks through decorators.
+type Rebooter interface {
+	// Reboot restarts the instance providerID names the hard way, in place: the same
+	// instance (name, providerID, disk, addresses) is reset as by a power cycle, without
+	// asking the guest, which boots again from its disk and so runs only cloud-init's
+	// per-boot parts (the instance ID stays the same). A stopped instance is started.
+	// It returns once the provider has done the restart (or start), not when the guest
+	// answers. It is idempotent enough to be retried: a retry after a failure, or after
+	// an answer that was lost, restarts the instance again at worst. It checks the
+	// ownership mark first and never restarts an instance that is not this provider's and
+	// install's.
+	// Errors: ErrNotFound when the instance no longer exists (the caller creates it
+	// again); ErrPermanent for a providerID this provider cannot interpret, an instance
+	// that is not this provider's and install's (left untouched), or one in a state the
+	// operator must not change (kvm2: paused or suspended by someone on the host; gce:
+	// SUSPENDED); ErrTransient otherwise (a host or the API away, an instance busy with
+	// another operation).
+	Reboot(ctx context.Context, providerID string) error
+}
+
+// RebooterOf returns p's Rebooter, looking through decorators that Unwrap to the provider
+// they wrap: the outermost one that implements Reboot (the observing decorator, so that
+// the call is traced and counted), but only when the provider at the bottom of the chain
+// implements it too. ok is false when p cannot reboot.
+func RebooterOf(p Provider) (r Rebooter, ok bool) {
+	var outer Rebooter
+	for p != nil {
+		pr, can := p.(Rebooter)
+		if can && outer == nil {
+			outer = pr
+		}
+		u, wraps := p.(interface{ Unwrap() Provider })
+		if !wraps {
+			if !can {
+				return nil, false
+			}
+			return outer, true
+		}
+		p = u.Unwrap()
+	}
+	return nil, false
+}

@@ -38,6 +38,23 @@ type ContractEnv struct {
 	PendingRequest *provider.CreateRequest
 	// PendingRetry is the wait between two Creates of a pending request (default 10ms).
 	PendingRetry time.Duration
+
+	// The Reboot cases run only for a provider that can reboot (provider.RebooterOf).
+	//
+	// Restarts, when set, reports how many times the backend has restarted (reset, or
+	// started) the instance providerID names; the Reboot cases then check that a reboot
+	// restarted it exactly once and that a refused one did not.
+	Restarts func(providerID string) int
+	// Stop, when set, stops the instance providerID names behind the provider's back (as
+	// someone on the host or in the console would); the case that a Reboot starts a
+	// stopped instance needs it and is skipped without it.
+	Stop func(t *testing.T, providerID string)
+	// ForeignInstance, when set, puts in place an instance of another install of the
+	// operator that the provider under test could reach (same host or project, another
+	// install identity) and returns its providerID and a check that fails t unless that
+	// instance is still there, untouched. The case that Reboot refuses it needs it and is
+	// skipped without it.
+	ForeignInstance func(t *testing.T, ctx context.Context) (providerID string, untouched func(t *testing.T))
 }
 
 // RunContract runs the suite every provider.Provider must pass.
@@ -59,6 +76,11 @@ func RunContract(t *testing.T, newEnv func(t *testing.T) ContractEnv) {
 		{"MalformedIDIsPermanent", contractMalformed},
 		{"ListByTagHoldsCreatedInstances", contractList},
 		{"CheckReturnsOneStatusPerTarget", contractCheck},
+		{"RebootKeepsTheInstance", contractRebootKeeps},
+		{"RebootStartsAStoppedInstance", contractRebootStopped},
+		{"RebootOfDeletedInstanceIsNotFound", contractRebootDeleted},
+		{"RebootOfMalformedIDIsPermanent", contractRebootMalformed},
+		{"RebootOfAnotherInstallsInstanceIsRefused", contractRebootForeign},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -369,4 +391,126 @@ func requireListedOnce(t *testing.T, ctx context.Context, env ContractEnv, name,
 	if n := countName(list, name); n != 1 {
 		t.Fatalf("after %s, ListByTag holds %s %d times, want 1", after, name, n)
 	}
+}
+
+// rebooter returns the provider's Rebooter, skipping the case when it has none.
+func rebooter(t *testing.T, env ContractEnv) provider.Rebooter {
+	t.Helper()
+	r, ok := provider.RebooterOf(env.Provider)
+	if !ok {
+		t.Skip("the provider cannot reboot (no provider.Rebooter)")
+	}
+	return r
+}
+
+// requireRestarts fails t unless env.Restarts (when set) says id was restarted want times.
+func requireRestarts(t *testing.T, env ContractEnv, id string, want int, after string) {
+	t.Helper()
+	if env.Restarts == nil {
+		return
+	}
+	if got := env.Restarts(id); got != want {
+		t.Fatalf("after %s, the backend restarted %s %d times, want %d", after, id, got, want)
+	}
+}
+
+// contractRebootKeeps: a reboot of a running instance restarts it in place: Get answers
+// the same providerID, name, owner and address, and the instance runs; a second reboot
+// (a retry) succeeds too.
+func contractRebootKeeps(t *testing.T, ctx context.Context, env ContractEnv) {
+	r := rebooter(t, env)
+	req := request(env, "reboot")
+	inst := create(t, ctx, env, req)
+	before, err := env.Provider.Get(ctx, inst.ProviderID)
+	noErr(t, "get before the reboot", err)
+	base := 0
+	if env.Restarts != nil {
+		base = env.Restarts(inst.ProviderID)
+	}
+	noErr(t, "reboot "+inst.ProviderID, r.Reboot(ctx, inst.ProviderID))
+	requireRestarts(t, env, inst.ProviderID, base+1, "one reboot")
+	after, err := env.Provider.Get(ctx, inst.ProviderID)
+	noErr(t, "get after the reboot", err)
+	if after.ProviderID != before.ProviderID || after.Name != req.Name || after.UID != req.UID ||
+		!after.CreatedAt.Equal(before.CreatedAt) {
+		t.Fatalf("after the reboot get returned %+v, before it %+v: want the same instance", after, before)
+	}
+	if after.State != provider.StateRunning && after.State != provider.StatePending {
+		t.Fatalf("after the reboot the instance is %s, want Running (or Pending while it comes up)", after.State)
+	}
+	if before.IP != "" && after.IP != "" && after.IP != before.IP {
+		t.Fatalf("the reboot changed the address from %s to %s", before.IP, after.IP)
+	}
+	noErr(t, "second reboot "+inst.ProviderID, r.Reboot(ctx, inst.ProviderID))
+	requireRestarts(t, env, inst.ProviderID, base+2, "two reboots")
+	requireListedOnce(t, ctx, env, req.Name, "two reboots")
+}
+
+// contractRebootStopped: a reboot of an instance stopped behind the provider's back starts
+// it, in place.
+func contractRebootStopped(t *testing.T, ctx context.Context, env ContractEnv) {
+	r := rebooter(t, env)
+	if env.Stop == nil {
+		t.Skip("ContractEnv.Stop not set")
+	}
+	req := request(env, "reboot-stopped")
+	inst := create(t, ctx, env, req)
+	env.Stop(t, inst.ProviderID)
+	stopped, err := env.Provider.Get(ctx, inst.ProviderID)
+	noErr(t, "get of the stopped instance", err)
+	if stopped.State != provider.StateStopped {
+		t.Fatalf("get after Stop: state %s, want Stopped", stopped.State)
+	}
+	noErr(t, "reboot of the stopped "+inst.ProviderID, r.Reboot(ctx, inst.ProviderID))
+	after, err := env.Provider.Get(ctx, inst.ProviderID)
+	noErr(t, "get after the reboot", err)
+	if after.ProviderID != inst.ProviderID || after.UID != req.UID ||
+		(after.State != provider.StateRunning && after.State != provider.StatePending) {
+		t.Fatalf("after rebooting a stopped instance get returned %+v, want it running", after)
+	}
+	requireListedOnce(t, ctx, env, req.Name, "a reboot of a stopped instance")
+}
+
+// contractRebootDeleted: a reboot of an instance that was deleted, or never existed, is
+// ErrNotFound and makes nothing.
+func contractRebootDeleted(t *testing.T, ctx context.Context, env ContractEnv) {
+	r := rebooter(t, env)
+	req := request(env, "reboot-deleted")
+	inst := create(t, ctx, env, req)
+	noErr(t, "delete "+inst.ProviderID, env.Provider.Delete(ctx, inst.ProviderID))
+	requireClass(t, "reboot of the deleted "+inst.ProviderID, r.Reboot(ctx, inst.ProviderID), provider.ErrNotFound)
+	if env.MissingID != "" {
+		requireClass(t, "reboot "+env.MissingID, r.Reboot(ctx, env.MissingID), provider.ErrNotFound)
+	}
+	list, err := env.Provider.ListByTag(ctx)
+	noErr(t, "list", err)
+	if n := countName(list, req.Name); n != 0 {
+		t.Fatalf("after a reboot of the deleted %s, ListByTag holds it %d times, want 0", req.Name, n)
+	}
+}
+
+// contractRebootMalformed: a providerID the provider cannot read is ErrPermanent.
+func contractRebootMalformed(t *testing.T, ctx context.Context, env ContractEnv) {
+	r := rebooter(t, env)
+	if env.MalformedID == "" {
+		t.Skip("ContractEnv.MalformedID not set")
+	}
+	requireClass(t, "reboot "+env.MalformedID, r.Reboot(ctx, env.MalformedID), provider.ErrPermanent)
+}
+
+// contractRebootForeign: an instance another install of the operator made is never
+// rebooted: ErrPermanent, and it stays as it was.
+func contractRebootForeign(t *testing.T, ctx context.Context, env ContractEnv) {
+	r := rebooter(t, env)
+	if env.ForeignInstance == nil {
+		t.Skip("ContractEnv.ForeignInstance not set")
+	}
+	id, untouched := env.ForeignInstance(t, ctx)
+	base := 0
+	if env.Restarts != nil {
+		base = env.Restarts(id)
+	}
+	requireClass(t, "reboot of another install's "+id, r.Reboot(ctx, id), provider.ErrPermanent)
+	requireRestarts(t, env, id, base, "a refused reboot")
+	untouched(t)
 }

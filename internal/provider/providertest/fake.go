@@ -23,10 +23,11 @@ const (
 	OpDelete = "delete"
 	OpList   = "list"
 	OpCheck  = "check"
+	OpReboot = "reboot"
 )
 
 // Call is one recorded provider call. Arg is the provider.CreateRequest of a create, the
-// providerID of a get or delete, and nil for list and check.
+// providerID of a get, delete or reboot, and nil for list and check.
 type Call struct {
 	Op  string
 	Arg any
@@ -37,6 +38,12 @@ type Call struct {
 // provider.ReportProgress, or fail the call by returning an error.
 type CreateHook func(ctx context.Context, req provider.CreateRequest) error
 
+// RebootHook runs inside Reboot after the injected error (if any) and the checks (the
+// instance exists and is this install's), before the instance is restarted. It may
+// block (honouring ctx) or fail the call by returning an error, which leaves the
+// instance as it was.
+type RebootHook func(ctx context.Context, providerID string) error
+
 // Fake is a stateful in-memory provider. Instances are keyed by providerID; Create is
 // idempotent by name. Every method is safe for concurrent use, including the setters, so
 // a test may change the fake while a controller is calling it.
@@ -46,16 +53,25 @@ type Fake struct {
 	calls     []Call
 	nextErr   map[string]error
 	hook      CreateHook
-	check     []provider.TargetStatus
-	ipFor     func(provider.CreateRequest) string
-	now       func() time.Time
-	ipCounter int
+	// foreign are instances of another install, by providerID: Get does not see them,
+	// Create of their name and Reboot are refused, Delete leaves them alone.
+	foreign    map[string]provider.Instance
+	rebootHook RebootHook
+	rebootErr  error          // every Reboot fails with it while set
+	reboots    map[string]int // completed reboots by providerID
+	check      []provider.TargetStatus
+	ipFor      func(provider.CreateRequest) string
+	now        func() time.Time
+	ipCounter  int
 	// pend is how many of the next Creates return the pending result; pended counts
 	// those returned so far.
 	pend, pended int
 }
 
-var _ provider.Provider = (*Fake)(nil)
+var (
+	_ provider.Provider = (*Fake)(nil)
+	_ provider.Rebooter = (*Fake)(nil)
+)
 
 // NewFake returns an empty fake whose Check reports one ready target named "fake".
 func NewFake() *Fake {
@@ -77,6 +93,9 @@ func (f *Fake) Reset() {
 	f.calls = nil
 	f.nextErr = map[string]error{}
 	f.hook = nil
+	f.foreign = map[string]provider.Instance{}
+	f.rebootHook, f.rebootErr = nil, nil
+	f.reboots = map[string]int{}
 	f.check = DefaultCheckResult()
 	f.ipFor = nil
 	f.now = time.Now
@@ -120,6 +139,54 @@ func (f *Fake) NextDeleteErr(err error) { f.setNextErr(OpDelete, err) }
 
 // NextListErr makes the next ListByTag return err (once).
 func (f *Fake) NextListErr(err error) { f.setNextErr(OpList, err) }
+
+// NextRebootErr makes the next Reboot return err (once); the instance is not restarted.
+func (f *Fake) NextRebootErr(err error) { f.setNextErr(OpReboot, err) }
+
+// FailReboots makes every Reboot return err, after it is recorded and before it has any
+// effect, until it is called again; nil clears it. A one-shot NextRebootErr goes first.
+func (f *Fake) FailReboots(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rebootErr = err
+}
+
+// SetRebootHook installs h (nil removes it).
+func (f *Fake) SetRebootHook(h RebootHook) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rebootHook = h
+}
+
+// Reboots returns how many Reboots of providerID have restarted it (refused and failed
+// ones not counted).
+func (f *Fake) Reboots(providerID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reboots[providerID]
+}
+
+// AddForeignInstance puts an instance called name in place that another install of the
+// operator made, and returns its providerID. As the real providers do, Get reports it
+// not found, ListByTag leaves it out, Delete leaves it alone (success), and Create of its
+// name and Reboot of it are ErrPermanent. ForeignInstance tells whether it is still
+// there, unchanged.
+func (f *Fake) AddForeignInstance(name string) string {
+	id := ProviderID(name)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.foreign[id] = provider.Instance{ProviderID: id, Name: name, UID: "uid-of-another-install",
+		State: provider.StateRunning, IP: "10.255.0.1", CreatedAt: f.now()}
+	return id
+}
+
+// ForeignInstance returns the instance of another install stored under providerID.
+func (f *Fake) ForeignInstance(providerID string) (provider.Instance, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	inst, ok := f.foreign[providerID]
+	return inst, ok
+}
 
 func (f *Fake) setNextErr(op string, err error) {
 	f.mu.Lock()
@@ -252,6 +319,10 @@ func (f *Fake) Create(ctx context.Context, req provider.CreateRequest) (provider
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	id := ProviderID(req.Name)
+	if _, ok := f.foreign[id]; ok {
+		return provider.Instance{}, provider.Errorf(provider.ErrPermanent,
+			"fake: instance %s belongs to another install of the operator", req.Name)
+	}
 	if inst, ok := f.instances[id]; ok {
 		if inst.UID != req.UID {
 			return provider.Instance{}, provider.OwnedByOther(fmt.Errorf(
@@ -318,6 +389,57 @@ func (f *Fake) Delete(_ context.Context, providerID string) error {
 	delete(f.instances, providerID)
 	return nil
 }
+
+// Reboot implements provider.Rebooter: a stored instance is restarted in place, keeping its
+// providerID, name, UID, IP and creation time, and runs afterwards (a stopped one is
+// started); Reboots counts it. A missing one is ErrNotFound, an instance of another
+// install (AddForeignInstance) ErrPermanent and untouched.
+func (f *Fake) Reboot(ctx context.Context, providerID string) error {
+	if err := f.record(OpReboot, providerID); err != nil {
+		return err
+	}
+	if _, err := parseID(providerID); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	hook, failing := f.rebootHook, f.rebootErr
+	_, foreign := f.foreign[providerID]
+	_, exists := f.instances[providerID]
+	f.mu.Unlock()
+	switch {
+	case failing != nil:
+		return failing
+	case foreign:
+		return provider.Errorf(provider.ErrPermanent,
+			"fake: instance %s belongs to another install of the operator; not rebooted", providerID)
+	case !exists:
+		return provider.Errorf(provider.ErrNotFound, "fake: instance %s not found", providerID)
+	}
+	if hook != nil {
+		if err := hook(ctx, providerID); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return provider.Transient(fmt.Errorf("fake: reboot %s: %w", providerID, err))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	inst, ok := f.instances[providerID]
+	if !ok {
+		return provider.Errorf(provider.ErrNotFound, "fake: instance %s not found", providerID)
+	}
+	inst.State = provider.StateRunning
+	f.instances[providerID] = inst
+	f.reboots[providerID]++
+	return nil
+}
+
+// WithoutReboot hides the Rebooter of p: the result is p's plain provider.Provider, for
+// tests of callers facing a provider that cannot reboot.
+func WithoutReboot(p provider.Provider) provider.Provider { return noReboot{p} }
+
+type noReboot struct{ provider.Provider }
 
 // ListByTag implements provider.Provider: every stored instance, sorted by providerID.
 func (f *Fake) ListByTag(_ context.Context) ([]provider.Instance, error) {

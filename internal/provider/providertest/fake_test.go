@@ -15,12 +15,17 @@ import (
 
 func TestFakePassesContract(t *testing.T) {
 	RunContract(t, func(t *testing.T) ContractEnv {
+		f := NewFake()
 		return ContractEnv{
-			Provider:    NewFake(),
+			Provider:    f,
 			Request:     provider.CreateRequest{Name: "proxy-0000000000000000", UID: "u", CloudInit: []byte("#cloud-config\n"), Port: 3128},
 			MissingID:   ProviderID("proxy-ffffffffffffffff"),
 			MalformedID: "gce/zone/x",
 			Targets:     []string{"fake"},
+
+			Restarts:        f.Reboots,
+			Stop:            func(t *testing.T, id string) { fakeStop(t, f, id) },
+			ForeignInstance: func(t *testing.T, _ context.Context) (string, func(*testing.T)) { return fakeForeign(f) },
 		}
 	})
 }
@@ -265,5 +270,141 @@ func TestFakeConcurrentUse(t *testing.T) {
 	}
 	if n := f.CountOf(OpCreate); n != 8 {
 		t.Fatalf("recorded %d creates, want 8", n)
+	}
+}
+
+// fakeStop stops instance id behind the fake's back.
+func fakeStop(t *testing.T, f *Fake, id string) {
+	t.Helper()
+	inst, ok := f.Instance(id)
+	if !ok {
+		t.Fatalf("no instance %s to stop", id)
+	}
+	inst.State, inst.IP = provider.StateStopped, ""
+	f.SetInstance(inst)
+}
+
+// fakeForeign adds an instance of another install and returns the check that it is as added.
+func fakeForeign(f *Fake) (string, func(*testing.T)) {
+	id := f.AddForeignInstance("proxy-f0f0f0f0f0f0f0f0")
+	want, _ := f.ForeignInstance(id)
+	return id, func(t *testing.T) {
+		t.Helper()
+		got, ok := f.ForeignInstance(id)
+		if !ok || got != want || f.Reboots(id) != 0 {
+			t.Fatalf("another install's instance %s is %+v (there: %v, reboots %d), want it untouched: %+v", id, got, ok, f.Reboots(id), want)
+		}
+	}
+}
+
+func TestFakeReboot(t *testing.T) {
+	ctx := t.Context()
+	f := NewFake()
+	inst, err := f.Create(ctx, provider.CreateRequest{Name: "a", UID: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Reboot(ctx, inst.ProviderID); err != nil {
+		t.Fatalf("reboot: %v", err)
+	}
+
+	// A one-shot error is returned once and restarts nothing.
+	f.NextRebootErr(provider.Transient(errors.New("host away")))
+	if err := f.Reboot(ctx, inst.ProviderID); !errors.Is(err, provider.ErrTransient) || err.Error() != "host away" {
+		t.Fatalf("reboot with an injected error: %v", err)
+	}
+	// A standing error holds until cleared.
+	f.FailReboots(provider.Permanent(errors.New("cannot reset")))
+	for range 2 {
+		if err := f.Reboot(ctx, inst.ProviderID); !errors.Is(err, provider.ErrPermanent) {
+			t.Fatalf("reboot while failing: %v", err)
+		}
+	}
+	f.FailReboots(nil)
+	// The hook sees the call and can fail it.
+	var hooked []string
+	f.SetRebootHook(func(_ context.Context, id string) error {
+		hooked = append(hooked, id)
+		if len(hooked) == 1 {
+			return provider.Transient(errors.New("hook says no"))
+		}
+		return nil
+	})
+	if err := f.Reboot(ctx, inst.ProviderID); !errors.Is(err, provider.ErrTransient) {
+		t.Fatalf("reboot failed by the hook: %v", err)
+	}
+	if err := f.Reboot(ctx, inst.ProviderID); err != nil {
+		t.Fatalf("reboot through the hook: %v", err)
+	}
+	if diff := cmp.Diff([]string{inst.ProviderID, inst.ProviderID}, hooked); diff != "" {
+		t.Errorf("hook calls (-want +got):\n%s", diff)
+	}
+	if got := f.Reboots(inst.ProviderID); got != 2 {
+		t.Errorf("Reboots = %d, want 2 (failed and refused reboots not counted)", got)
+	}
+	if got := f.CountOf(OpReboot); got != 6 {
+		t.Errorf("%d reboot calls recorded, want 6 (every call, failed ones too)", got)
+	}
+	if c := f.CallsOf(OpReboot)[0]; c.Arg != inst.ProviderID {
+		t.Errorf("reboot call recorded with arg %v, want the providerID", c.Arg)
+	}
+	got, _ := f.Instance(inst.ProviderID)
+	if got != inst {
+		t.Errorf("after reboots the instance is %+v, want it unchanged %+v", got, inst)
+	}
+
+	// A stopped instance runs after a reboot; a cancelled context restarts nothing.
+	fakeStop(t, f, inst.ProviderID)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := f.Reboot(cancelled, inst.ProviderID); !errors.Is(err, provider.ErrTransient) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("reboot on a cancelled context: %v", err)
+	}
+	if err := f.Reboot(ctx, inst.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := f.Instance(inst.ProviderID); got.State != provider.StateRunning {
+		t.Errorf("a rebooted stopped instance is %s, want Running", got.State)
+	}
+}
+
+func TestFakeForeignInstance(t *testing.T) {
+	ctx := t.Context()
+	f := NewFake()
+	id := f.AddForeignInstance("theirs")
+	if _, err := f.Get(ctx, id); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("get of another install's instance: %v, want ErrNotFound", err)
+	}
+	if _, err := f.Create(ctx, provider.CreateRequest{Name: "theirs", UID: "u"}); !errors.Is(err, provider.ErrPermanent) {
+		t.Errorf("create over another install's instance: %v, want ErrPermanent", err)
+	}
+	if err := f.Reboot(ctx, id); !errors.Is(err, provider.ErrPermanent) {
+		t.Errorf("reboot of another install's instance: %v, want ErrPermanent", err)
+	}
+	if err := f.Delete(ctx, id); err != nil {
+		t.Errorf("delete of another install's instance: %v, want success (left alone)", err)
+	}
+	if list, _ := f.ListByTag(ctx); len(list) != 0 {
+		t.Errorf("ListByTag lists %+v, want nothing of another install", list)
+	}
+	if _, ok := f.ForeignInstance(id); !ok || f.Reboots(id) != 0 {
+		t.Error("another install's instance was touched")
+	}
+}
+
+func TestWithoutReboot(t *testing.T) {
+	f := NewFake()
+	if _, ok := provider.RebooterOf(f); !ok {
+		t.Fatal("the fake is not a Rebooter")
+	}
+	hidden := WithoutReboot(f)
+	if _, ok := provider.RebooterOf(hidden); ok {
+		t.Fatal("WithoutReboot still reboots")
+	}
+	if _, ok := provider.RebooterOf(provider.Observe("x", "fake", hidden)); ok {
+		t.Fatal("Observe over WithoutReboot reboots")
+	}
+	if _, err := hidden.Create(t.Context(), provider.CreateRequest{Name: "a", UID: "u"}); err != nil || f.CountOf(OpCreate) != 1 {
+		t.Fatalf("WithoutReboot does not pass Create through: %v", err)
 	}
 }
