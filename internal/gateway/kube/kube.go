@@ -1,0 +1,107 @@
+// Package kube wires the gateway (package gateway) to discovery: its Chooser is
+// discovery's own choice (Server.Choose, the code GET /v1/proxies/pick runs), its
+// Authenticator discovery's token check (Server.AuthenticateToken), its Reporter the ban
+// recorder POST /v1/feedback hands reports to (Server.Report). Nothing of the choice is
+// copied here; this package only translates requests, answers and errors.
+package kube
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/gateway"
+)
+
+// Adapter is a discovery server as the gateway's Chooser, Authenticator and Reporter.
+type Adapter struct {
+	Server *discovery.Server
+	Log    logr.Logger
+}
+
+var (
+	_ gateway.Chooser       = (*Adapter)(nil)
+	_ gateway.Authenticator = (*Adapter)(nil)
+	_ gateway.Reporter      = (*Adapter)(nil)
+)
+
+// classed is discovery's error as it is, matching the gateway's error class too.
+type classed struct {
+	class error
+	err   error
+}
+
+func (e *classed) Error() string        { return e.err.Error() }
+func (e *classed) Unwrap() error        { return e.err }
+func (e *classed) Is(target error) bool { return target == e.class }
+
+// Choose asks discovery for the exit: the session is pick's key, the target host its
+// domain, the identity's namespaces its caller's.
+func (a *Adapter) Choose(ctx context.Context, req gateway.ChoiceRequest) (gateway.Exit, error) {
+	ch, err := a.Server.Choose(ctx, discovery.Choice{
+		AllNamespaces: req.Identity.AllNamespaces,
+		Namespaces:    req.Identity.Namespaces,
+		Namespace:     req.Namespace,
+		Pool:          req.Pool,
+		Key:           req.Session,
+		Rotation:      req.Rotation,
+		Strict:        req.Strict,
+		Domain:        req.Site,
+		Exclude:       req.Exclude,
+		IPv6:          req.Family == gateway.FamilyIPv6,
+	})
+	var sat *discovery.SaturatedError
+	var strict *discovery.StrictSessionError
+	switch {
+	case err == nil:
+	case errors.As(err, &sat):
+		return gateway.Exit{}, &gateway.SaturatedError{Site: sat.Site, RetryAfter: sat.RetryAfter}
+	case errors.As(err, &strict):
+		return gateway.Exit{}, &gateway.UnavailableError{Exit: strict.Proxy, Reason: strict.Reason}
+	case errors.Is(err, discovery.ErrUnknownPool):
+		return gateway.Exit{}, &classed{gateway.ErrUnknownPool, err}
+	case errors.Is(err, discovery.ErrNoProxy):
+		return gateway.Exit{}, &classed{gateway.ErrNoExit, err}
+	default:
+		return gateway.Exit{}, err
+	}
+	return gateway.Exit{Namespace: ch.Namespace, Name: ch.Name, Address: ch.Address, EgressIP: ch.EgressIP,
+		User: ch.Username, Password: ch.Password}, nil
+}
+
+// Authenticate checks the proxy password as a discovery bearer token.
+func (a *Adapter) Authenticate(ctx context.Context, _, password string) (gateway.Identity, error) {
+	sc, err := a.Server.AuthenticateToken(ctx, password)
+	if errors.Is(err, discovery.ErrInvalidToken) {
+		return gateway.Identity{}, &classed{gateway.ErrBadCredentials, err}
+	}
+	if err != nil {
+		return gateway.Identity{}, err
+	}
+	return gateway.Identity{Name: sc.Name, AllNamespaces: sc.AllNamespaces, Namespaces: sc.Namespaces}, nil
+}
+
+// Unreachable reports the exit as POST /v1/feedback's outcome unreachable does.
+func (a *Adapter) Unreachable(exit gateway.Exit, cause error) {
+	if err := a.Server.Report(types.NamespacedName{Namespace: exit.Namespace, Name: exit.Name}, "", bans.Unreachable, 0); err != nil {
+		a.Log.V(1).Info("unreachable report not taken", "exit", exit.ID(), "cause", cause.Error(), "reason", err.Error())
+	}
+}
+
+// Banned reports a site's ban (throttled for 429) of the exit as POST /v1/feedback does;
+// the recorder coalesces the reports of one exit and site until it writes them.
+func (a *Adapter) Banned(exit gateway.Exit, site string, status int, retryAfter time.Duration) {
+	outcome := bans.Banned
+	if status == http.StatusTooManyRequests {
+		outcome = bans.Throttled
+	}
+	if err := a.Server.Report(types.NamespacedName{Namespace: exit.Namespace, Name: exit.Name}, site, outcome, retryAfter); err != nil {
+		a.Log.V(1).Info("ban report not taken", "exit", exit.ID(), "site", site, "status", status, "reason", err.Error())
+	}
+}
