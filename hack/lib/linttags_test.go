@@ -41,7 +41,13 @@ func TestLintTagsCoverEveryFile(t *testing.T) {
 		if expr == nil {
 			continue
 		}
-		if !expr.Eval(func(tag string) bool { return set[tag] || strings.HasPrefix(tag, "go1.") }) {
+		onLinux := expr.Eval(func(tag string) bool { return set[tag] || strings.HasPrefix(tag, "go1.") })
+		// The other operating systems' side of a split by GOOS (pump_other.go beside
+		// pump_linux.go): no lint on this machine reads it, and no tag would make it.
+		otherOS := expr.Eval(func(tag string) bool {
+			return tag != "linux" && (set[tag] || tag == "darwin" || strings.HasPrefix(tag, "go1."))
+		})
+		if !onLinux && !otherOS {
 			t.Errorf("%s: //go:build %s is false with BUILD_TAGS (%s): lint would never read it; add its tag to BUILD_TAGS", f, expr, m[1])
 		}
 	}
