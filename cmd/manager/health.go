@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,6 +39,7 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	engine, err := health.New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("proxy-health"),
 		health.Options{ProbeURL: h.ProxyProbeURL, Interval: h.ProxyCheckInterval, HeartbeatInterval: h.StatusHeartbeat,
 			Credentials: creds, Informers: mgr.GetCache(), BootProbeInterval: h.BootPollInterval,
+			SkipTargetCheck: !h.ProbeTargetCheck, TargetCheckTimeout: health.DefaultTargetCheckTimeout,
 			WireGuard: proxyconfig.SecretWireGuard{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.WireGuard,
 			Hint:      func(px *v1alpha1.Proxy) string { return provider.NeverAnsweredHint(providers[px.Spec.Provider]) }},
 		ctrl.Log.WithName("health"))
@@ -91,7 +91,7 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 		TLS:               tlsConfig,
 		Feedback:          feedback,
 		MaxCoolingPercent: h.BanMaxCoolingPercent,
-		PoolBans:          poolBans(mgr.GetClient()),
+		PoolBans:          discovery.PoolBansFrom(mgr.GetClient()),
 		Log:               ctrl.Log.WithName("discovery"),
 	})
 	if err != nil {
@@ -135,16 +135,4 @@ func discoveryTLS(mgr ctrl.Manager, dir string) (*tls.Config, error) {
 func banPolicy(h healthOptions) bans.Policy {
 	return bans.Policy{Cooldown: h.BanCooldown, MaxCooldown: h.BanMaxCooldown,
 		RetireAfterSites: h.BanRetireAfterSites, RetireWindow: h.BanRetireWindow}
-}
-
-// poolBans reads a pool's spec.bans from the cache; nil when the pool or its spec.bans
-// does not exist.
-func poolBans(c client.Reader) func(context.Context, types.NamespacedName) *v1alpha1.PoolBans {
-	return func(ctx context.Context, key types.NamespacedName) *v1alpha1.PoolBans {
-		pool := &v1alpha1.ProxyPool{}
-		if err := c.Get(ctx, key, pool); err != nil {
-			return nil
-		}
-		return pool.Spec.Bans
-	}
 }

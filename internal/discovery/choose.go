@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/access"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
@@ -364,6 +367,18 @@ func (s *Server) Report(proxy types.NamespacedName, domain string, outcome bans.
 	}
 	s.take(proxy, br)
 	return nil
+}
+
+// PoolBansFrom is Options.PoolBans reading a pool's spec.bans through c (a cache); nil
+// when the pool or its spec.bans does not exist.
+func PoolBansFrom(c client.Reader) func(context.Context, types.NamespacedName) *v1alpha1.PoolBans {
+	return func(ctx context.Context, key types.NamespacedName) *v1alpha1.PoolBans {
+		pool := &v1alpha1.ProxyPool{}
+		if err := c.Get(ctx, key, pool); err != nil {
+			return nil
+		}
+		return pool.Spec.Bans
+	}
 }
 
 // WatchTokenFile re-reads the static token file every Options.TokenReload until ctx

@@ -1,0 +1,249 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/gateway"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
+)
+
+var shared = testenv.NewShared()
+
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(shared.Run(m))
+}
+
+// exitHeader names, on every answer an exit relays, the exit that carried it: what the
+// site really saw.
+const exitHeader = "X-Test-Exit"
+
+// startExit is a forward proxy on loopback, named name, that sends every absolute-URI
+// request to site whatever its host (the test's only site), as an exit would.
+func startExit(t *testing.T, name, site string) *httptest.Server {
+	t.Helper()
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", site)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	rp := &httputil.ReverseProxy{
+		Rewrite:   func(r *httputil.ProxyRequest) { r.Out.URL = r.In.URL; r.Out.Host = r.In.Host },
+		Transport: tr,
+		ModifyResponse: func(res *http.Response) error {
+			res.Header.Set(exitHeader, name)
+			return nil
+		},
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// crawlerToken is a ServiceAccount token of ns, with the shipped crawler role bound in ns.
+func crawlerToken(t *testing.T, ctx context.Context, env *testenv.Env, ns string) string {
+	t.Helper()
+	_, here, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(here), "..", "..", "..", "config", "rbac", "crawler_role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(b, role); err != nil {
+		t.Fatal(err)
+	}
+	role.Name = ns + "-crawler"
+	c := env.Client
+	if err := c.Create(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), role) })
+	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "crawler"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "crawler"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "crawler"}}}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "crawler", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// createExit creates an External Proxy for the exit at addr, Ready and healthy as the
+// health engine would leave it, with egress address egress.
+func createExit(t *testing.T, ctx context.Context, env *testenv.Env, ns, name, addr, egress string) {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	var p int32
+	fmt.Sscan(port, &p)
+	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: host, Port: p}}
+	if err := env.Client.Create(ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	px.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, IP: host, Healthy: true, EgressIP: egress}
+	if err := env.Client.Status().Update(ctx, px); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A real request through the gateway, wired to discovery over a real API server: a
+// session leaves through the exit discovery's pick answers for its key; an exit cooling
+// for a site is left out for that site alone; a namespace the token may not use and an
+// unknown pool are refused, naming them.
+func TestGatewayOverDiscovery(t *testing.T) {
+	env := shared.Env(t)
+	ctx := testenv.Context(t)
+	nsA, nsB := env.Namespace(t, ctx, "gw"), env.Namespace(t, ctx, "gw")
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello %s", r.Host) }))
+	t.Cleanup(site.Close)
+	siteAddr := strings.TrimPrefix(site.URL, "http://")
+	for i := range 3 {
+		name := fmt.Sprintf("exit%d", i)
+		createExit(t, ctx, env, nsA, name, strings.TrimPrefix(startExit(t, name, siteAddr).URL, "http://"), fmt.Sprintf("198.51.100.%d", i+1))
+	}
+	createExit(t, ctx, env, nsB, "foreign", strings.TrimPrefix(startExit(t, "foreign", siteAddr).URL, "http://"), "198.51.100.9")
+	token := crawlerToken(t, ctx, env, nsA)
+
+	mgr := env.NewManager(t, nsA, func(o *ctrl.Options) {
+		o.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{nsA: {}, nsB: {}}, ByObject: CacheByObject()}
+	})
+	a, err := Setup(ctx, mgr, Options{KubernetesAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartManager(t, ctx, mgr)
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	g, err := gateway.New(gateway.Config{Chooser: a, Authenticator: a, Reporter: a, Log: logr.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Shutdown(sctx)
+	})
+
+	// get sends GET target through the gateway with user name user and the token.
+	get := func(user, target string) (int, string, string) {
+		t.Helper()
+		pu := &url.URL{Scheme: "http", Host: ln.Addr().String(), User: url.UserPassword(user, token)}
+		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 30 * time.Second}
+		defer c.CloseIdleConnections()
+		res, err := c.Get(target)
+		if err != nil {
+			t.Fatalf("GET %s as %s: %v", target, user, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode == http.StatusOK && res.Header.Get("X-Egress-Proxy") != nsA+"/"+res.Header.Get(exitHeader) {
+			t.Errorf("X-Egress-Proxy %q, but the site saw exit %q", res.Header.Get("X-Egress-Proxy"), res.Header.Get(exitHeader))
+		}
+		return res.StatusCode, res.Header.Get(exitHeader), string(b)
+	}
+	// pick is discovery's own answer for the query, with the same token.
+	pick := func(q string) string {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodGet, "/v1/proxies/pick?"+q, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		a.Server.Handler().ServeHTTP(rec, req)
+		var e struct{ Namespace, Name string }
+		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != http.StatusOK {
+			t.Fatalf("pick?%s: %d %s", q, rec.Code, rec.Body)
+		}
+		return e.Name
+	}
+	testutil.WaitFor(t, testutil.WaitLong, "the gateway to carry a request", func() (bool, error) {
+		code, _, body := get("me", "http://www.example.com/")
+		return code == http.StatusOK, fmt.Errorf("%d %s", code, body)
+	})
+
+	home := pick("key=s1")
+	for i := range 10 {
+		code, exit, body := get("me+session=s1", "http://www.example.com/")
+		if code != http.StatusOK || exit != home {
+			t.Fatalf("request %d of session s1: %d through %q (%s), want 200 through %s, discovery's pick for key s1", i, code, exit, body, home)
+		}
+	}
+
+	// The session's exit cools for example.com: the session moves for that site alone,
+	// where pick?domain= moves it.
+	px := &v1alpha1.Proxy{}
+	if err := env.Client.Get(ctx, keyOf(nsA, home), px); err != nil {
+		t.Fatal(err)
+	}
+	px.Status.Cooldowns = []v1alpha1.ProxyCooldown{{Site: "example.com", Until: metav1.NewTime(time.Now().Add(time.Hour)), Bans: 1, LastOutcome: v1alpha1.CooldownBanned}}
+	if err := env.Client.Status().Update(ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, testutil.WaitLong, "session s1 to leave "+home+" for example.com", func() (bool, error) {
+		_, exit, _ := get("me+session=s1", "http://shop.example.com/")
+		return exit != home, fmt.Errorf("still through %s", exit)
+	})
+	moved := pick("key=s1&domain=example.com")
+	if _, exit, _ := get("me+session=s1", "http://shop.example.com/"); exit != moved || exit == home {
+		t.Errorf("session s1 for example.com through %s, want %s as pick?domain=example.com", exit, moved)
+	}
+	if _, exit, _ := get("me+session=s1", "http://www.example.org/"); exit != home {
+		t.Errorf("session s1 for example.org through %s, want its own exit %s (cooling for example.com only)", exit, home)
+	}
+	for n := range 6 {
+		if _, exit, _ := get("me", fmt.Sprintf("http://www.example.com/%d", n)); exit == home {
+			t.Errorf("request %d without a session for example.com through %s, which cools for it", n, exit)
+		}
+	}
+
+	code, _, body := get("me+ns="+nsB, "http://www.example.com/")
+	if code != http.StatusProxyAuthRequired || !strings.Contains(body, nsB) {
+		t.Errorf("namespace %s, foreign to the token: %d %s, want 407 naming it", nsB, code, body)
+	}
+	code, _, body = get("me+pool=nosuch", "http://www.example.com/")
+	if code != http.StatusProxyAuthRequired || !strings.Contains(body, "nosuch") {
+		t.Errorf("pool nosuch: %d %s, want 407 naming it", code, body)
+	}
+}
+
+func keyOf(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
