@@ -39,6 +39,7 @@ type backend interface {
 	DomainGetMetadata(dom libvirt.Domain, typ int32, uri libvirt.OptString, flags libvirt.DomainModificationImpact) (string, error)
 	DomainInterfaceAddresses(dom libvirt.Domain, source uint32, flags uint32) ([]libvirt.DomainInterface, error)
 	DomainDestroyFlags(dom libvirt.Domain, flags libvirt.DomainDestroyFlagsValues) error
+	DomainReset(dom libvirt.Domain, flags uint32) error
 	DomainUndefineFlags(dom libvirt.Domain, flags libvirt.DomainUndefineFlagsValues) error
 }
 
@@ -267,6 +268,12 @@ func (x *bound) DomainInterfaceAddresses(dom libvirt.Domain, source, flags uint3
 func (x *bound) DomainDestroyFlags(dom libvirt.Domain, flags libvirt.DomainDestroyFlagsValues) error {
 	return call0(x.ctx, x.c, "DomainDestroyFlags", x.b.rpc, func() error {
 		return x.c.be.DomainDestroyFlags(dom, flags)
+	})
+}
+
+func (x *bound) DomainReset(dom libvirt.Domain, flags uint32) error {
+	return call0(x.ctx, x.c, "DomainReset", x.b.rpc, func() error {
+		return x.c.be.DomainReset(dom, flags)
 	})
 }
 

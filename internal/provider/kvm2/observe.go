@@ -285,6 +285,14 @@ func (o *observed) DomainDestroyFlags(dom libvirt.Domain, flags libvirt.DomainDe
 	return err
 }
 
+func (o *observed) DomainReset(dom libvirt.Domain, flags uint32) (err error) {
+	o.do("DomainReset", domainIDs(dom), func() ([]any, error) {
+		err = o.inner.DomainReset(dom, flags)
+		return nil, err
+	})
+	return err
+}
+
 func (o *observed) DomainUndefineFlags(dom libvirt.Domain, flags libvirt.DomainUndefineFlagsValues) (err error) {
 	o.do("DomainUndefineFlags", domainIDs(dom), func() ([]any, error) {
 		err = o.inner.DomainUndefineFlags(dom, flags)

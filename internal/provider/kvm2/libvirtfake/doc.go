@@ -64,7 +64,10 @@
 //     its uuid fails with ErrOperationFailed. A new domain is shut off.
 //   - States and reasons: DomainCreate runs a domain (ErrOperationInvalid
 //     when already active); DomainDestroyFlags stops it (ErrOperationInvalid
-//     when inactive); paused, pmsuspended and crashed domains count as
+//     when inactive); DomainReset resets an active domain in place, keeping
+//     its id and addresses (a crashed one runs again, a paused one stays
+//     paused; ErrOperationInvalid when inactive); DomainInfo counts starts
+//     and resets; paused, pmsuspended and crashed domains count as
 //     active. Undefining an active domain leaves it running as a transient
 //     domain that disappears when it stops.
 //   - UEFI (<os firmware="efi">, a pflash loader or an <nvram> element): the

@@ -23,6 +23,8 @@ type domain struct {
 	reason     int32
 	persistent bool
 	nvram      bool // the NVRAM file exists: created on the first start of a UEFI domain
+	starts     int  // successful DomainCreate calls
+	resets     int  // successful DomainReset calls
 	addrs      map[libvirt.DomainInterfaceAddressesSource]addrSource
 }
 
@@ -131,6 +133,7 @@ func (f *Fake) DomainCreate(h libvirt.Domain) error {
 	}
 	f.nextID++
 	d.id, d.state, d.reason = f.nextID, libvirt.DomainRunning, reasonRunningBooted
+	d.starts++
 	if d.def.uefi {
 		d.nvram = true
 	}
@@ -288,6 +291,36 @@ func (f *Fake) DomainDestroyFlags(h libvirt.Domain, flags libvirt.DomainDestroyF
 		return errDomainInactive()
 	}
 	f.stop(d, reasonShutoffDestroyed)
+	return nil
+}
+
+// DomainReset implements the backend method, as QEMU's system_reset through libvirt: an
+// active domain is reset in place (same id, UUID and interface addresses; the reset is
+// counted in DomainInfo.Resets). A running one keeps running, a paused one stays paused,
+// and a crashed or shutting-down one runs again (reason booted). An inactive domain
+// fails with ErrOperationInvalid, "domain is not running", as in libvirt.
+func (f *Fake) DomainReset(h libvirt.Domain, flags uint32) error {
+	const m = "DomainReset"
+	if err := f.enter(m); err != nil {
+		return err
+	}
+	defer f.leave(m)
+	if flags != 0 {
+		return Errorf(libvirt.ErrInvalidArg, "unsupported flags (0x%x) in function qemuDomainReset", flags)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, err := f.domByHandle(h)
+	if err != nil {
+		return err
+	}
+	if !d.active() {
+		return errDomainInactive()
+	}
+	d.resets++
+	if d.state == libvirt.DomainCrashed || d.state == libvirt.DomainShutdown {
+		d.state, d.reason = libvirt.DomainRunning, reasonRunningBooted
+	}
 	return nil
 }
 

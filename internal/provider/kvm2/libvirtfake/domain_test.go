@@ -237,3 +237,48 @@ func TestInterfaceAddressSources(t *testing.T) {
 		t.Fatalf("arp: %v", err)
 	}
 }
+
+// TestDomainReset: a reset keeps an active domain in place (id, addresses) and counts;
+// a crashed one runs again, a paused one stays paused; an inactive one is refused.
+func TestDomainReset(t *testing.T) {
+	f := New()
+	d := mustDefine(t, f, domXML("vm1", ""))
+	wantCode(t, f.DomainReset(d, 0), libvirt.ErrOperationInvalid, "Requested operation is not valid: domain is not running")
+	if err := f.DomainCreate(d); err != nil {
+		t.Fatal(err)
+	}
+	d, _ = f.DomainLookupByName("vm1")
+	iface := Interface("vnet0", "52:54:00:00:00:01", "10.0.0.5/24")
+	if err := f.SetInterfaceAddresses("vm1", libvirt.DomainInterfaceAddressesSrcArp, []libvirt.DomainInterface{iface}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.DomainReset(d, 0); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := f.Domain("vm1")
+	if got.ID != d.ID || got.State != libvirt.DomainRunning || got.Resets != 1 || got.Starts != 1 {
+		t.Fatalf("after a reset: %+v, want running with id %d, one reset, one start", got, d.ID)
+	}
+	if ifaces, err := f.DomainInterfaceAddresses(d, uint32(libvirt.DomainInterfaceAddressesSrcArp), 0); err != nil ||
+		len(ifaces) != 1 || ifaces[0].Addrs[0].Addr != "10.0.0.5" {
+		t.Fatalf("addresses after a reset: %+v, %v", ifaces, err)
+	}
+	wantCode(t, f.DomainReset(d, 1), libvirt.ErrInvalidArg, "invalid argument: unsupported flags (0x1) in function qemuDomainReset")
+
+	for _, c := range []struct {
+		from, want libvirt.DomainState
+	}{{libvirt.DomainCrashed, libvirt.DomainRunning}, {libvirt.DomainPaused, libvirt.DomainPaused}} {
+		if err := f.SetDomainState("vm1", c.from); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.DomainReset(d, 0); err != nil {
+			t.Fatalf("reset of a %v domain: %v", c.from, err)
+		}
+		if got, _ := f.Domain("vm1"); got.State != c.want || got.ID != d.ID {
+			t.Fatalf("reset of a %v domain left it %v (id %d), want %v in place", c.from, got.State, got.ID, c.want)
+		}
+	}
+	if got, _ := f.Domain("vm1"); got.Resets != 3 {
+		t.Fatalf("resets counted %d, want 3", got.Resets)
+	}
+}

@@ -29,7 +29,7 @@ var methods = map[string]bool{
 	"StorageVolDownload": true,
 	"DomainLookupByName": true, "DomainDefineXMLFlags": true, "DomainCreate": true,
 	"DomainGetState": true, "DomainGetMetadata": true, "DomainInterfaceAddresses": true,
-	"DomainDestroyFlags": true, "DomainUndefineFlags": true,
+	"DomainDestroyFlags": true, "DomainReset": true, "DomainUndefineFlags": true,
 }
 
 // Fake is a stateful in-memory libvirt daemon. The zero value is not usable;

@@ -164,6 +164,9 @@ type DomainInfo struct {
 	Persistent bool
 	UEFI       bool
 	NVRAM      bool // its NVRAM file exists
+	// Starts and Resets count the DomainCreate and DomainReset calls that started or
+	// reset it.
+	Starts, Resets int
 	// Metadata maps each namespace URI under <metadata> to the element
 	// DomainGetMetadata returns for it.
 	Metadata map[string]string
@@ -197,7 +200,8 @@ func (d *domain) info() DomainInfo {
 		meta[e.uri] = e.xml
 	}
 	return DomainInfo{Name: d.def.name, UUID: d.uuid, ID: d.id, XML: d.xml, State: d.state, Reason: d.reason,
-		Persistent: d.persistent, UEFI: d.def.uefi, NVRAM: d.nvram, Metadata: meta}
+		Persistent: d.persistent, UEFI: d.def.uefi, NVRAM: d.nvram, Metadata: meta,
+		Starts: d.starts, Resets: d.resets}
 }
 
 // SetDomainState moves a domain to state as if it happened on the host:

@@ -202,6 +202,13 @@ var procedures = map[uint32]procedure{
 		}
 		return nil, sc.f.DomainDestroyFlags(a.Dom, a.Flags)
 	}},
+	245: {name: "DomainReset", fn: func(sc *serverConn, p []byte) (any, error) {
+		var a libvirt.DomainResetArgs
+		if err := decodeArgs(p, &a); err != nil {
+			return nil, err
+		}
+		return nil, sc.f.DomainReset(a.Dom, a.Flags)
+	}},
 	231: {name: "DomainUndefineFlags", fn: func(sc *serverConn, p []byte) (any, error) {
 		var a libvirt.DomainUndefineFlagsArgs
 		if err := decodeArgs(p, &a); err != nil {

@@ -173,6 +173,12 @@ func TestEveryBackendMethodOverTheWire(t *testing.T) {
 	}
 	_, _ = l.DomainGetMetadata(d, int32(libvirt.DomainMetadataElement), libvirt.OptString{testNS}, 0)
 	_, _, _ = l.DomainGetState(d, 0)
+	if err := l.DomainReset(d, 0); err != nil {
+		t.Fatalf("reset over the wire: %v", err)
+	}
+	if got, _ := f.Domain("vm1"); got.Resets != 1 || got.ID != d.ID {
+		t.Fatalf("after a reset over the wire: %+v, want one reset with id %d", got, d.ID)
+	}
 	_ = l.DomainDestroyFlags(d, 0)
 	if err := l.DomainUndefineFlags(d, libvirt.DomainUndefineNvram); err != nil {
 		t.Fatal(err)
