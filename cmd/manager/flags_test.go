@@ -42,6 +42,7 @@ func TestFlagDefaults(t *testing.T) {
 		{"ban-retire-after-sites", o.health.BanRetireAfterSites, 5},
 		{"ban-retire-window", o.health.BanRetireWindow, time.Hour},
 		{"unreachable-report-holdoff", o.health.UnreachableHoldoff, time.Minute},
+		{"probe-target-direct-check", o.health.ProbeTargetCheck, true},
 		{"ban-max-retirements-per-hour", o.health.BanMaxRetirementsPerHour, intstr.FromString("10%")},
 		{"leader-elect", o.leaderElect, false},
 		{"metrics-bind-address", o.metricsAddr, ":8443"},

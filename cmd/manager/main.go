@@ -65,6 +65,7 @@ type healthOptions struct {
 	ProviderCheckTimeout  time.Duration
 	ProxyCheckInterval    time.Duration
 	ProxyProbeURL         string
+	ProbeTargetCheck      bool // fetch the probe URL from the manager itself when probes fail
 	StatusHeartbeat       time.Duration
 	GCInterval            time.Duration
 	GCGrace               time.Duration
@@ -104,6 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.health.ProviderCheckTimeout, "provider-check-timeout", 15*time.Second, "Time limit of one round of provider checks.")
 	fs.DurationVar(&o.health.ProxyCheckInterval, "proxy-check-interval", 30*time.Second, "How often every running proxy is probed.")
 	fs.StringVar(&o.health.ProxyProbeURL, "proxy-probe-url", "http://checkip.amazonaws.com/", "URL fetched through each proxy to probe it; an answer holding the caller's address is recorded as the egress IP.")
+	fs.BoolVar(&o.health.ProbeTargetCheck, "probe-target-direct-check", true, "When probes fail and none in the round reached --proxy-probe-url, fetch it from the manager itself (5s limit): if it does not answer either, the probe target is down and the failures are not counted against the proxies (see docs/health.md). false: every failed probe counts; for a manager that cannot reach the probe target itself.")
 	fs.DurationVar(&o.health.GCInterval, "gc-interval", 10*time.Minute, "How often orphaned instances are collected.")
 	fs.DurationVar(&o.health.GCGrace, "gc-grace", 10*time.Minute, "An instance younger than this (by its creation time) is never collected.")
 	fs.StringVar(&o.health.DiscoveryBindAddress, "discovery-bind-address", ":8082", "Address of the discovery API (0 disables it).")

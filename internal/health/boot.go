@@ -126,8 +126,8 @@ func (e *Engine) probeReported(ctx context.Context, wg *sync.WaitGroup, sem chan
 		}
 		if e.goProbe(wg, sem, px.UID, func() {
 			r := e.probeOne(ctx, px)
-			if ctx.Err() != nil {
-				return
+			if ctx.Err() != nil || e.targetIsDown(ctx, px, r) {
+				return // the report waits for a probe while the target answers
 			}
 			if _, _, err := e.record(ctx, px, r); err != nil {
 				e.log.Error(err, "recording the probe of a proxy reported unreachable", "proxy", key)
@@ -182,7 +182,7 @@ func (e *Engine) probeBooting(ctx context.Context, wg *sync.WaitGroup, sem chan 
 		// When a round is probing it, that probe's result will do.
 		e.goProbe(wg, sem, px.UID, func() {
 			r := e.probeOne(ctx, px)
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || e.targetIsDown(ctx, px, r) {
 				return
 			}
 			if r.err == nil {

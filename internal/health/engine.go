@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -89,6 +90,16 @@ type Options struct {
 	// (spec.proxy.egress.wireguard): when it states the exit's address (egressIP), a probe
 	// whose target saw another one fails with reason EgressMismatch (egress.go).
 	WireGuard proxyconfig.WireGuardFunc
+	// SkipTargetCheck turns off the direct check of the probe target (target.go): when
+	// probes fail and none reached the target, the engine fetches ProbeURL from the
+	// manager itself, and if that fails too it holds the target down and counts none of
+	// the failures against the proxies (ProbeTargetDown). Turn it off
+	// (--probe-target-direct-check=false) where the manager cannot reach the target
+	// itself; then every failed probe counts.
+	SkipTargetCheck bool
+	// TargetCheckTimeout bounds the direct check (DefaultTargetCheckTimeout, at most
+	// Timeout).
+	TargetCheckTimeout time.Duration
 }
 
 // Engine probes every Running or Ready Proxy once per interval. It is a manager
@@ -117,6 +128,11 @@ type Engine struct {
 	// reported holds the Proxies with an unreachable report no probe has answered
 	// (status.unreachable), by the report's time: the boot loop probes each once, at once.
 	reported map[types.NamespacedName]metav1.MicroTime
+
+	// target is what the engine knows of the probe target itself (target.go); direct
+	// is the client of its direct check.
+	target targetWatch
+	direct *http.Client
 }
 
 // probeRecord is what the engine keeps of one Proxy's probes through one target: the
@@ -165,10 +181,15 @@ func New(c client.Client, apiReader client.Reader, rec events.EventRecorder, opt
 	if opts.BootProbeWindow <= 0 {
 		opts.BootProbeWindow = DefaultBootProbeWindow
 	}
+	if opts.TargetCheckTimeout <= 0 {
+		opts.TargetCheckTimeout = DefaultTargetCheckTimeout
+	}
+	opts.TargetCheckTimeout = min(opts.TargetCheckTimeout, opts.Timeout)
 	if apiReader == nil {
 		apiReader = c
 	}
 	return &Engine{client: c, apiReader: apiReader, recorder: rec, log: log, opts: opts, prober: p, now: time.Now,
+		direct:   newDirectClient(),
 		failures: map[types.UID]probeRecord{}, inflight: map[types.UID]bool{},
 		booting: map[types.NamespacedName]bootEntry{}, bootWake: make(chan struct{}, 1),
 		reported: map[types.NamespacedName]metav1.MicroTime{}}, nil
@@ -184,7 +205,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.log.Info("proxy health engine started", "probeURL", e.opts.ProbeURL, "interval", e.opts.Interval,
 		"timeout", e.opts.Timeout, "concurrency", e.opts.Concurrency, "failureThreshold", e.opts.FailureThreshold,
 		"heartbeatInterval", e.opts.HeartbeatInterval, "bootProbeInterval", e.opts.BootProbeInterval,
-		"bootProbeWindow", e.opts.BootProbeWindow, "probeOnRunning", e.opts.Informers != nil)
+		"bootProbeWindow", e.opts.BootProbeWindow, "probeOnRunning", e.opts.Informers != nil,
+		"probeTargetDirectCheck", !e.opts.SkipTargetCheck, "probeTargetCheckTimeout", e.opts.TargetCheckTimeout)
+	if down, _ := e.ProbeTargetDown(); !down {
+		targetUp.Set(1)
+	}
 	if e.opts.Informers != nil {
 		stop, err := e.watchRunning(ctx)
 		if err != nil {
@@ -214,10 +239,25 @@ type RoundStats struct {
 	// Conflicts counts status writes refused because the Proxy changed after it was read
 	// (then read again, and the result dropped or laid onto the fresh copy).
 	Conflicts int
+	// TargetDown: the probe target itself did not answer (ProbeTargetDown), so the
+	// round's Uncounted failed probes were not counted against their proxies.
+	TargetDown bool
+	Uncounted  int
 }
 
-// Round probes every eligible Proxy once and records the results.
+// heldProbe is a failed probe of a round, kept until the round has judged the probe
+// target; the Proxy stays claimed meanwhile.
+type heldProbe struct {
+	px *v1alpha1.Proxy
+	r  result
+}
+
+// Round probes every eligible Proxy once and records the results. A success is
+// recorded at once; a failure waits for the end of the round: when no probe of the
+// round reached the probe target and the manager cannot reach it directly either, the
+// target is down and no failure of the round is counted (target.go).
 func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
+	start := e.now()
 	var list v1alpha1.ProxyList
 	if err := e.client.List(ctx, &list); err != nil {
 		return RoundStats{}, fmt.Errorf("listing proxies: %w", err)
@@ -227,8 +267,27 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 		sem                    = make(chan struct{}, e.opts.Concurrency)
 		probed, ok, bad, wfail atomic.Int64
 		conflicts, writes      atomic.Int64
+		reached                atomic.Bool
 		probing                = make(map[types.UID]bool, len(list.Items))
+		heldMu                 sync.Mutex
+		held                   []heldProbe
 	)
+	recordOne := func(px *v1alpha1.Proxy, r result) {
+		n, wrote, err := e.record(ctx, px, r)
+		conflicts.Add(int64(n))
+		if wrote {
+			writes.Add(1)
+		}
+		if err != nil {
+			wfail.Add(1)
+			e.log.Error(err, "recording probe result", "proxy", client.ObjectKeyFromObject(px))
+		}
+	}
+	releaseHeld := func() {
+		for _, h := range held {
+			e.release(h.px.UID)
+		}
+	}
 	for i := range list.Items {
 		px := &list.Items[i]
 		if !eligible(px) {
@@ -240,13 +299,14 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 			wg.Wait()
+			releaseHeld()
 			return RoundStats{}, ctx.Err()
 		}
 		// When a boot probe of it is in flight, its result stands for this round.
-		e.goProbe(&wg, sem, px.UID, func() {
+		e.goProbeKeep(&wg, sem, px.UID, func() bool {
 			r := e.probeOne(ctx, px)
 			if ctx.Err() != nil {
-				return // shutting down or lost the lease: not the proxy's failure
+				return false // shutting down or lost the lease: not the proxy's failure
 			}
 			probed.Add(1)
 			if r.err == nil {
@@ -254,35 +314,81 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 			} else {
 				bad.Add(1)
 			}
-			n, wrote, err := e.record(ctx, px, r)
-			conflicts.Add(int64(n))
-			if wrote {
-				writes.Add(1)
+			if reachedTarget(r) {
+				reached.Store(true)
+				e.noteReached(r)
+			} else if !e.opts.SkipTargetCheck {
+				heldMu.Lock()
+				held = append(held, heldProbe{px, r})
+				heldMu.Unlock()
+				return true // claimed until recorded or dropped
 			}
-			if err != nil {
-				wfail.Add(1)
-				e.log.Error(err, "recording probe result", "proxy", client.ObjectKeyFromObject(px))
-			}
+			recordOne(px, r)
+			return false
 		})
 	}
 	wg.Wait()
 	e.forget(probing)
-	return RoundStats{Probed: int(probed.Load()), Succeeded: int(ok.Load()), Failed: int(bad.Load()),
-		WriteErrors: int(wfail.Load()), Conflicts: int(conflicts.Load()), Writes: int(writes.Load())}, ctx.Err()
+	stats := RoundStats{Probed: int(probed.Load()), Succeeded: int(ok.Load()), Failed: int(bad.Load())}
+	if ctx.Err() != nil {
+		releaseHeld()
+		return stats, ctx.Err()
+	}
+	var down error
+	if len(held) > 0 && !reached.Load() {
+		down = e.targetAnswers(ctx, start)
+	}
+	if ctx.Err() != nil {
+		releaseHeld()
+		return stats, ctx.Err()
+	}
+	if down != nil {
+		stats.TargetDown, stats.Uncounted = true, len(held)
+		uncountedRounds.Inc()
+		releaseHeld()
+	} else {
+		for _, h := range held {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { e.release(h.px.UID); <-sem; wg.Done() }()
+				recordOne(h.px, h.r)
+			}()
+		}
+		wg.Wait()
+	}
+	if stats.Probed > 0 {
+		e.judgeTarget(ctx, down, stats.Failed)
+	}
+	stats.WriteErrors, stats.Conflicts, stats.Writes = int(wfail.Load()), int(conflicts.Load()), int(writes.Load())
+	return stats, ctx.Err()
 }
 
 // goProbe runs probe in a goroutine of wg that holds a slot of sem (taken by the
 // caller) and the claim on uid, and gives both back when probe returns. When uid is
 // being probed already it runs nothing, gives the slot back and returns false.
 func (e *Engine) goProbe(wg *sync.WaitGroup, sem chan struct{}, uid types.UID, probe func()) bool {
+	return e.goProbeKeep(wg, sem, uid, func() bool { probe(); return false })
+}
+
+// goProbeKeep is goProbe whose probe may keep the claim on uid by returning true: the
+// slot goes back, the claim stays until the caller releases it.
+func (e *Engine) goProbeKeep(wg *sync.WaitGroup, sem chan struct{}, uid types.UID, probe func() (keep bool)) bool {
 	if !e.claim(uid) {
 		<-sem
 		return false
 	}
 	wg.Add(1)
 	go func() {
-		defer func() { e.release(uid); <-sem; wg.Done() }()
-		probe()
+		keep := false
+		defer func() {
+			if !keep {
+				e.release(uid)
+			}
+			<-sem
+			wg.Done()
+		}()
+		keep = probe()
 	}()
 	return true
 }

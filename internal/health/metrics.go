@@ -23,8 +23,20 @@ var (
 		Name: "proxy_operator_proxy_unreachable_probes_total",
 		Help: "Probes that answered a crawler's unreachable report (status.unreachable), by result: passed (the proxy is handed out again) or failed (it is taken out as unhealthy at once).",
 	}, []string{"result"})
+	targetUp = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "proxy_operator_probe_target_up",
+		Help: "1 while the health engine holds the probe target up, 0 while it holds it down: probes failed, none reached it through any proxy and the manager could not reach it directly either (failed probes are then not counted against the proxies).",
+	})
+	uncountedRounds = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "proxy_operator_probe_target_down_rounds_total",
+		Help: "Probe rounds whose failed probes were not counted against the proxies because the probe target itself was down.",
+	})
+	targetChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "proxy_operator_probe_target_checks_total",
+		Help: "Direct checks of the probe target from the manager (made when probes fail and none reached the target), by result: up or down.",
+	}, []string{"result"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(probesTotal, probeDuration, statusWrites, unreachableProbes)
+	metrics.Registry.MustRegister(probesTotal, probeDuration, statusWrites, unreachableProbes, targetUp, uncountedRounds, targetChecks)
 }
