@@ -1,0 +1,111 @@
+package remediation
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+)
+
+// State is what remediation needs to know of one proxy. FromProxy fills it from a
+// Proxy; the caller adds what the Proxy does not say (CanReboot, the probe target, the
+// timeouts of a pool template).
+type State struct {
+	// Key names the proxy (namespace/name) in messages and results.
+	Key string
+	// Group is the group whose brake applies: PoolGroup or HostGroup.
+	Group string
+	// NotRemediable, when set, says why the proxy is never remediated (an External
+	// proxy, one being deleted, one leaving from the wrong address); it still counts in
+	// its group.
+	NotRemediable string
+	// Started is when its instance last started running (the Provisioned condition's
+	// transition to True with reason InstanceRunning); zero while it does not run.
+	Started time.Time
+	// Answered: a probe went through the proxy since Started.
+	Answered bool
+	// Healthy: the proxy passes its probes now (v1alpha1.Proxy.ProbedHealthy), since
+	// HealthySince.
+	Healthy      bool
+	HealthySince time.Time
+	// FailingSince is when the proxy, Answered, last went out of rotation (the Healthy
+	// condition's transition to False); zero while Healthy or never Answered.
+	FailingSince time.Time
+	// Record is the last attempt for the fault under way, nil if none.
+	Record *Record
+	// CanReboot: the proxy's provider can restart its instance in place.
+	CanReboot bool
+	// TargetDown: the probe target itself is known to be down; TargetUpSince: when it
+	// was last seen coming back (zero: not known to have been down). A fault's clock
+	// starts no earlier than TargetUpSince.
+	TargetDown    bool
+	TargetUpSince time.Time
+	// BootTimeout and UnhealthyTimeout override the Policy's for this proxy (a field of
+	// the Proxy or its pool's template); zero takes the Policy's.
+	BootTimeout, UnhealthyTimeout time.Duration
+}
+
+// PoolGroup is the group of a pool's children.
+func PoolGroup(namespace, name string) string { return "pool/" + namespace + "/" + name }
+
+// HostGroup is the group of the standalone Proxies of a provider's host or zone
+// (placement.zone; "" for a provider without zones).
+func HostGroup(provider, zone string) string {
+	if zone == "" {
+		return "provider/" + provider
+	}
+	return "provider/" + provider + "/" + zone
+}
+
+// ExternalGroup is the group FromProxy gives an External proxy, which has no host and
+// is never remediated.
+const ExternalGroup = "external"
+
+// NotRemediable reasons FromProxy gives.
+const (
+	notRemediableExternal = "an External proxy has no instance to reboot or replace"
+	notRemediableDeleting = "the Proxy is being deleted"
+	notRemediableEgress   = "the proxy answers but leaves from the wrong address (EgressMismatch): a new VM would leave from the same exit; fix its WireGuard Secret"
+)
+
+// FromProxy is px's State: its group (its pool's if a ProxyPool controls it, else its
+// provider's zone), its instance's start, whether it answered since, its health and
+// its Record (RecordAnnotation). A Record that does not parse is left out and its error
+// returned beside the State, which is complete otherwise.
+func FromProxy(px *v1alpha1.Proxy) (State, error) {
+	st := State{Key: px.Namespace + "/" + px.Name, Group: HostGroup(px.Spec.Provider, px.Spec.Placement.Zone)}
+	if ref := metav1.GetControllerOfNoCopy(px); ref != nil && ref.Kind == "ProxyPool" {
+		st.Group = PoolGroup(px.Namespace, ref.Name)
+	}
+	conds := px.Status.Conditions
+	if c := meta.FindStatusCondition(conds, v1alpha1.ConditionProvisioned); c != nil &&
+		c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonInstanceRunning {
+		st.Started = c.LastTransitionTime.Time
+	}
+	hc := meta.FindStatusCondition(conds, v1alpha1.ConditionHealthy)
+	st.Healthy = px.ProbedHealthy()
+	switch {
+	case st.Healthy:
+		st.Answered, st.HealthySince = true, hc.LastTransitionTime.Time
+	case hc != nil && hc.Status == metav1.ConditionFalse && !st.Started.IsZero() &&
+		!hc.LastTransitionTime.Time.Before(st.Started) && px.Status.ProbeLatencyMilliseconds > 0 &&
+		px.Status.ProbeTarget == px.CurrentProbeTarget():
+		// It went False after the instance started, and a probe once passed: it was True
+		// in between (a proxy that never passed goes False at its first failure, with
+		// no latency recorded; a replaced instance's health is cleared before it runs).
+		st.Answered, st.FailingSince = true, hc.LastTransitionTime.Time
+	}
+	switch {
+	case px.Spec.Mode == v1alpha1.ProxyModeExternal:
+		st.Group, st.NotRemediable = ExternalGroup, notRemediableExternal
+	case px.DeletionTimestamp != nil:
+		st.NotRemediable = notRemediableDeleting
+	case hc != nil && hc.Reason == v1alpha1.ReasonEgressMismatch:
+		st.NotRemediable = notRemediableEgress
+	}
+	rec, err := ParseRecord(px.Annotations[RecordAnnotation])
+	st.Record = rec
+	return st, err
+}
