@@ -37,6 +37,7 @@ type targetWatch struct {
 	mu        sync.Mutex
 	down      bool
 	since     time.Time
+	upSince   time.Time // the end of the last outage; zero before any
 	checkedAt time.Time // zero: never checked
 	checkErr  error     // the last direct check's error, nil when it passed
 	reached   time.Time // the last probe through a proxy that got the target's answer
@@ -70,6 +71,16 @@ func (e *Engine) noteReached(r result) {
 	if now.After(e.target.reached) {
 		e.target.reached = now
 	}
+}
+
+// ProbeTargetUpSince is when the engine last found the probe target answering again after
+// an outage (ProbeTargetDown), zero when it has not held it down since it started. A
+// proxy's fault clock (boot or unhealthy timeout) should start no earlier: failures
+// before it were not counted. Safe for concurrent use.
+func (e *Engine) ProbeTargetUpSince() time.Time {
+	e.target.mu.Lock()
+	defer e.target.mu.Unlock()
+	return e.target.upSince
 }
 
 // reachedTarget says whether r got the target's answer: a success, or an answer that
@@ -191,6 +202,9 @@ func (e *Engine) judgeTarget(ctx context.Context, err error, failed int) {
 	}
 	if err == nil {
 		e.target.since = time.Time{}
+		if was {
+			e.target.upSince = now
+		}
 	}
 	e.target.mu.Unlock()
 	if err != nil {

@@ -126,6 +126,9 @@ func TestProbeTargetOutageCountsNothingAgainstTheProxies(t *testing.T) {
 	if st := e.round(); st.Succeeded != 3 || st.TargetDown {
 		t.Fatalf("first round: %+v", st)
 	}
+	if down, _ := e.engine.ProbeTargetDown(); down || !e.engine.ProbeTargetUpSince().IsZero() {
+		t.Fatalf("before any outage: ProbeTargetDown() %v, ProbeTargetUpSince() %v", down, e.engine.ProbeTargetUpSince())
+	}
 	// "broken" loses one probe while the target answers: that one counts.
 	fps["broken"].SetMode(healthtest.Fail)
 	if st := e.round(); st.Failed != 1 || st.TargetDown || st.Uncounted != 0 {
@@ -181,6 +184,9 @@ func TestProbeTargetOutageCountsNothingAgainstTheProxies(t *testing.T) {
 	}
 	if down, at := e.engine.ProbeTargetDown(); down || !at.IsZero() {
 		t.Errorf("target back: ProbeTargetDown() = %v, %v", down, at)
+	}
+	if up := e.engine.ProbeTargetUpSince(); !up.After(since) {
+		t.Errorf("target back: ProbeTargetUpSince() = %v, want after the outage's start %v", up, since)
 	}
 	if g := testutil.ToFloat64(targetUp); g != 1 {
 		t.Errorf("target back: proxy_operator_probe_target_up %v, want 1", g)
