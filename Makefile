@@ -41,8 +41,9 @@ all: build
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager binary into bin/manager.
+build: ## Build the manager and gateway binaries into bin/manager and bin/gateway.
 	$(GO_BUILD_ENV) go build -o bin/manager ./cmd/manager
+	$(GO_BUILD_ENV) go build -o bin/gateway ./cmd/gateway
 
 # The image config/manager/manager.yaml runs; override both for a registry of your own
 # (kustomize edit set image, or edit the Deployment).
