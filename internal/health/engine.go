@@ -358,7 +358,7 @@ func (e *Engine) Round(ctx context.Context) (RoundStats, error) {
 		wg.Wait()
 	}
 	if stats.Probed > 0 {
-		e.judgeTarget(ctx, down, stats.Failed)
+		e.judgeTarget(ctx, start, down, stats.Failed)
 	}
 	stats.WriteErrors, stats.Conflicts, stats.Writes = int(wfail.Load()), int(conflicts.Load()), int(writes.Load())
 	return stats, ctx.Err()

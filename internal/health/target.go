@@ -38,6 +38,7 @@ type targetWatch struct {
 	down      bool
 	since     time.Time
 	upSince   time.Time // the end of the last outage; zero before any
+	judged    time.Time // the start of the round whose verdict holds
 	checkedAt time.Time // zero: never checked
 	checkErr  error     // the last direct check's error, nil when it passed
 	reached   time.Time // the last probe through a proxy that got the target's answer
@@ -189,12 +190,18 @@ func (e *Engine) uncounted(ctx context.Context, r result) bool {
 	return e.targetAnswers(ctx, e.now().Add(-min(targetFreshness, e.opts.Interval))) != nil
 }
 
-// judgeTarget takes the verdict of a round that probed: up (err nil) or down (err is
-// why), and reports a change: a log line, the gauge, and an Event on every
-// ProviderHealth.
-func (e *Engine) judgeTarget(ctx context.Context, err error, failed int) {
+// judgeTarget takes the verdict of a round that started at start and probed: up (err
+// nil) or down (err is why), and reports a change: a log line, the gauge, and an Event
+// on every ProviderHealth. The verdict of a round that started before the one whose
+// verdict holds is dropped.
+func (e *Engine) judgeTarget(ctx context.Context, start time.Time, err error, failed int) {
 	now := e.now()
 	e.target.mu.Lock()
+	if start.Before(e.target.judged) {
+		e.target.mu.Unlock()
+		return
+	}
+	e.target.judged = start
 	was, since := e.target.down, e.target.since
 	e.target.down = err != nil
 	if err != nil && !was {
