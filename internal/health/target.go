@@ -44,6 +44,16 @@ type targetWatch struct {
 	reached   time.Time // the last probe through a proxy that got the target's answer
 }
 
+// ProbeTargetWatch is what the health engine tells of the probe target itself, for
+// whatever acts on failed probes (remediation): *Engine implements it. While down, do
+// not act on failed probes; start a fault's clock no earlier than ProbeTargetUpSince.
+type ProbeTargetWatch interface {
+	ProbeTargetDown() (down bool, since time.Time)
+	ProbeTargetUpSince() time.Time
+}
+
+var _ ProbeTargetWatch = (*Engine)(nil)
+
 // ProbeTargetDown says whether the engine holds the probe target itself down, and since
 // when: the last round's probes failed, none reached the target through any proxy, and
 // the manager could not reach it directly either (Options.SkipTargetCheck off). While it
