@@ -27,6 +27,7 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/gateway"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/gateway/kube"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/watchns"
 )
 
 // options are the gateway's flags.
@@ -39,6 +40,7 @@ type options struct {
 	maxAttempts         int
 	headerTimeout       time.Duration
 	shutdownGrace       time.Duration
+	watchNamespaces     []string // nil: every namespace
 	zap                 zap.Options
 }
 
@@ -55,6 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxAttempts, "max-attempts", gateway.DefaultMaxAttempts, "Exits one request or tunnel tries at most (the first and the retries), 1 to 10.")
 	fs.DurationVar(&o.headerTimeout, "header-timeout", gateway.DefaultHeaderTimeout, "Time a request header (or a SOCKS5 handshake) must arrive in, from the connection or its first byte.")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "After SIGTERM the gateway stops accepting and lets open requests and tunnels finish this long, then closes what is left.")
+	watchNamespaces := fs.String("watch-namespaces", "", "Comma-separated namespaces whose Proxies, ProxyPools and credential Secrets the gateway watches; exits elsewhere are never chosen. Empty: every namespace (needs cluster-wide read access; with a list, Roles in those namespaces suffice).")
 	if f := flag.CommandLine.Lookup("kubeconfig"); f != nil { // registered by controller-runtime
 		fs.Var(f.Value, f.Name, f.Usage)
 	}
@@ -62,6 +65,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	ns, err := watchns.Parse(*watchNamespaces)
+	if err != nil {
+		return nil, err
+	}
+	o.watchNamespaces = ns
 	switch {
 	case o.maxAttempts < 1 || o.maxAttempts > 10:
 		return nil, fmt.Errorf("--max-attempts %d: give 1 to 10", o.maxAttempts)
@@ -125,7 +133,7 @@ func run(args []string, stderr io.Writer) int {
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:  o.probeAddr,
-		Cache:                   cache.Options{ByObject: kube.CacheByObject()},
+		Cache:                   cache.Options{ByObject: kube.CacheByObject(), DefaultNamespaces: watchns.Cache(o.watchNamespaces)},
 		GracefulShutdownTimeout: ptrTo(o.shutdownGrace + 10*time.Second),
 	})
 	if err != nil {
@@ -159,7 +167,7 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	log.Info("starting gateway", "listen", httpLn.Addr().String(), "socks", o.socksListen,
-		"tokenFile", o.tokenFile != "", "kubernetesAuth", o.kubeAuth, "maxAttempts", o.maxAttempts)
+		"tokenFile", o.tokenFile != "", "kubernetesAuth", o.kubeAuth, "maxAttempts", o.maxAttempts, "watchNamespaces", o.watchNamespaces)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "gateway stopped")
 		return 1

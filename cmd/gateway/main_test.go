@@ -38,6 +38,7 @@ func TestFlagsRefused(t *testing.T) {
 		{[]string{"--shutdown-grace", "-1s"}, "--shutdown-grace -1s"},
 		{[]string{"--discovery-kubernetes-auth=false"}, "--discovery-token-file"},
 		{[]string{"--listen-address", "0"}, "--listen-address"},
+		{[]string{"--watch-namespaces", "a,Bad"}, `--watch-namespaces "a,Bad": namespace "Bad"`},
 	} {
 		var stderr bytes.Buffer
 		if code := run(c.args, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
@@ -89,7 +90,7 @@ func TestGatewayBinaryCarriesCurl(t *testing.T) {
 	listen, probe := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--listen-address", listen, "--socks-listen-address", "0",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", probe,
-		"--discovery-token-file", token, "--discovery-kubernetes-auth=false", "--shutdown-grace", "5s")
+		"--discovery-token-file", token, "--discovery-kubernetes-auth=false", "--shutdown-grace", "5s", "--watch-namespaces", ns)
 	var stderr testutil.SyncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
