@@ -1,9 +1,9 @@
 package remediation
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -42,7 +42,10 @@ type Decision struct {
 	// only a change of the proxy (or its group) can change the decision.
 	Next time.Time
 	// Record is the record to keep after this pass (with Action: the new attempt's),
-	// nil to keep none (remove a stored one).
+	// nil to keep none (remove a stored one). With an Action, persist it once the action
+	// is carried out (or taken on by the pool); an action that cannot be made now (a
+	// pool's maxSurge spent, a provider error) keeps the old record, and the next pass
+	// decides again.
 	Record *Record
 	// Held: the proxy is due, but its group's brake or a probe-target outage holds it.
 	Held bool
@@ -119,8 +122,9 @@ func Plan(in Input) (Result, error) {
 			g.Unhealthy++
 		}
 	}
-	for _, g := range byName {
-		spec, ok := in.Groups[g.Name]
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		g := byName[name]
+		spec, ok := in.Groups[name]
 		if !ok {
 			spec = GroupSpec{MaxUnhealthy: pol.MaxUnhealthy, Field: "default maxUnhealthy"}
 		}
@@ -130,7 +134,6 @@ func Plan(in Input) (Result, error) {
 		}
 		res.Groups = append(res.Groups, *g)
 	}
-	slices.SortFunc(res.Groups, func(a, b GroupState) int { return cmp.Compare(a.Name, b.Name) })
 	for _, st := range in.Proxies {
 		d := decide(st, pol, byName[st.Group], in.Now)
 		if !d.Next.IsZero() && (res.Next.IsZero() || d.Next.Before(res.Next)) {

@@ -39,7 +39,8 @@ type State struct {
 	CanReboot bool
 	// TargetDown: the probe target itself is known to be down; TargetUpSince: when it
 	// was last seen coming back (zero: not known to have been down). A fault's clock
-	// starts no earlier than TargetUpSince.
+	// starts no earlier than TargetUpSince. The health engine's ProbeTargetDown and
+	// ProbeTargetUpSince give both.
 	TargetDown    bool
 	TargetUpSince time.Time
 	// BootTimeout and UnhealthyTimeout override the Policy's for this proxy (a field of
