@@ -14,9 +14,10 @@
 //     for UnhealthyTimeout (default 5m).
 //
 // A proxy whose instance does not run (being built or replaced) has no clock; that is the
-// reconciler's business. An External proxy, one being deleted, and one whose probes
-// show it leaving from the wrong address (EgressMismatch: a new VM would leave from the
-// same exit) are never remediated.
+// reconciler's business. An External proxy, one being deleted, a Failed one (it waits
+// for the user), a cordoned one (out of service on purpose; a pool replaces it anyway),
+// and one whose probes show it leaving from the wrong address (EgressMismatch: a new VM
+// would leave from the same exit) are never remediated.
 //
 // # What is done
 //

@@ -18,8 +18,8 @@ type State struct {
 	// Group is the group whose brake applies: PoolGroup or HostGroup.
 	Group string
 	// NotRemediable, when set, says why the proxy is never remediated (an External
-	// proxy, one being deleted, one leaving from the wrong address); it still counts in
-	// its group.
+	// proxy, one being deleted, Failed, cordoned, or leaving from the wrong address); it
+	// still counts in its group.
 	NotRemediable string
 	// Started is when its instance last started running (the Provisioned condition's
 	// transition to True with reason InstanceRunning); zero while it does not run.
@@ -69,6 +69,8 @@ const (
 	notRemediableExternal = "an External proxy has no instance to reboot or replace"
 	notRemediableDeleting = "the Proxy is being deleted"
 	notRemediableEgress   = "the proxy answers but leaves from the wrong address (EgressMismatch): a new VM would leave from the same exit; fix its WireGuard Secret"
+	notRemediableFailed   = "phase Failed: the reconciler waits for a change by the user"
+	notRemediableCordoned = "cordoned: out of service on purpose (a pool replaces a cordoned child)"
 )
 
 // FromProxy is px's State: its group (its pool's if a ProxyPool controls it, else its
@@ -103,6 +105,10 @@ func FromProxy(px *v1alpha1.Proxy) (State, error) {
 		st.Group, st.NotRemediable = ExternalGroup, notRemediableExternal
 	case px.DeletionTimestamp != nil:
 		st.NotRemediable = notRemediableDeleting
+	case px.Status.Phase == v1alpha1.PhaseFailed:
+		st.NotRemediable = notRemediableFailed
+	case px.Annotations[v1alpha1.CordonAnnotation] == "true":
+		st.NotRemediable = notRemediableCordoned
 	case hc != nil && hc.Reason == v1alpha1.ReasonEgressMismatch:
 		st.NotRemediable = notRemediableEgress
 	}

@@ -81,6 +81,16 @@ func TestFromProxy(t *testing.T) {
 			px.DeletionTimestamp = &metav1.Time{Time: started}
 			return px
 		}(), want: State{Started: started, NotRemediable: notRemediableDeleting}},
+		{name: "failed", px: func() *v1alpha1.Proxy {
+			px := proxy(started, nil, 0)
+			px.Status.Phase = v1alpha1.PhaseFailed
+			return px
+		}(), want: State{Started: started, NotRemediable: notRemediableFailed}},
+		{name: "cordoned", px: func() *v1alpha1.Proxy {
+			px := proxy(started, nil, 0)
+			px.Annotations = map[string]string{v1alpha1.CordonAnnotation: "true"}
+			return px
+		}(), want: State{Started: started, NotRemediable: notRemediableCordoned}},
 		{name: "leaving from the wrong address",
 			px:   proxy(started, cond(metav1.ConditionFalse, v1alpha1.ReasonEgressMismatch, started.Add(time.Minute)), 40),
 			want: State{Started: started, Answered: true, FailingSince: started.Add(time.Minute), NotRemediable: notRemediableEgress}},
