@@ -41,7 +41,7 @@ func newDualEnv(t *testing.T, dual bool, opts ...envOption) *env {
 func TestContractDualStack(t *testing.T) {
 	providertest.RunContract(t, func(t *testing.T) providertest.ContractEnv {
 		e := newDualEnv(t, true, withDualFirewall)
-		return providertest.ContractEnv{
+		return e.withReboots(providertest.ContractEnv{
 			Provider: e.p,
 			Request: provider.CreateRequest{
 				Placement: provider.Placement{Zone: testZone, MachineType: "small", Image: "ubuntu-2404"},
@@ -51,7 +51,7 @@ func TestContractDualStack(t *testing.T) {
 			MalformedID: "gce://" + testProject + "/proxy-0000000000000000",
 			Targets:     []string{testZone},
 			Timeout:     30 * time.Second,
-		}
+		})
 	})
 }
 

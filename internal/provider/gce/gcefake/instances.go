@@ -212,7 +212,7 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 	}))
 }
 
-// instanceCall is the common front of a call on one existing instance (delete, start):
+// instanceCall is the common front of a call on one existing instance (delete, start, reset):
 // it records the call, answers injected, invalid and replayed requests and a missing
 // instance, under s.mu. ok is false when it has answered.
 func (s *Server) instanceCall(w http.ResponseWriter, r *http.Request, method string) (inst *computepb.Instance, zone, rid string, fail *Failure, ok bool) {
@@ -263,6 +263,7 @@ func (s *Server) startInstance(w http.ResponseWriter, r *http.Request) {
 		inst.Status = proto.String("STAGING")
 		done = func() {
 			inst.Status = proto.String("RUNNING")
+			s.restarts[zone+"/"+inst.GetName()]++
 			nat, _ := s.addresses()
 			for _, ni := range inst.NetworkInterfaces {
 				for _, ac := range ni.AccessConfigs {
@@ -273,6 +274,39 @@ func (s *Server) startInstance(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeProto(w, s.newOperation("start", zone, inst.GetSelfLink(), rid, fail, done))
+}
+
+// resetInstance is instances.reset: a RUNNING instance is reset in place, as by the power
+// button; it stays RUNNING with its addresses, and Restarts counts it once the operation
+// is done. Any other status is 400 resourceNotReady, as GCE answers for a stopped VM.
+func (s *Server) resetInstance(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inst, zone, rid, fail, ok := s.instanceCall(w, r, InstancesReset)
+	if !ok {
+		return
+	}
+	if inst.GetStatus() != "RUNNING" {
+		writeError(w, http.StatusBadRequest, "resourceNotReady",
+			fmt.Sprintf("The resource 'projects/%s/zones/%s/instances/%s' is not ready", s.project, zone, inst.GetName()))
+		return
+	}
+	var done func()
+	if fail == nil {
+		done = func() {
+			if cur, ok := s.instances[zone][inst.GetName()]; ok && cur == inst {
+				s.restarts[zone+"/"+inst.GetName()]++
+			}
+		}
+	}
+	writeProto(w, s.newOperation("reset", zone, inst.GetSelfLink(), rid, fail, done))
+}
+
+// Restarts is how many resets and starts of the named instance have completed.
+func (s *Server) Restarts(zone, name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.restarts[zone+"/"+name]
 }
 
 // addresses hands out the next external and internal address: from 203.0.113.0/24 and

@@ -27,6 +27,7 @@ const (
 	InstancesInsert         = "instances.insert"
 	InstancesDelete         = "instances.delete"
 	InstancesStart          = "instances.start"
+	InstancesReset          = "instances.reset"
 	InstancesAggregatedList = "instances.aggregatedList"
 	ZoneOperationsGet       = "zoneOperations.get"
 	ZoneOperationsList      = "zoneOperations.list"
@@ -95,6 +96,8 @@ type Server struct {
 	nextID        uint64
 	nextIP        int
 	natAddress    string
+	// restarts counts, by "zone/name", the resets and starts that completed.
+	restarts map[string]int
 	opPolls       int
 	tokens        int
 	pageSize      int
@@ -114,6 +117,7 @@ func New(project string, zones ...string) *Server {
 		zones:         map[string]*computepb.Zone{},
 		quotas:        map[string][]*computepb.Quota{},
 		failures:      map[string][]Failure{},
+		restarts:      map[string]int{},
 		opPolls:       2,
 		projectQuotas: []*computepb.Quota{{Metric: proto.String("FIREWALLS"), Limit: proto.Float64(200), Usage: proto.Float64(0)}},
 		nextID:        1000,
@@ -135,6 +139,7 @@ func New(project string, zones ...string) *Server {
 	mux.HandleFunc("POST "+p+"zones/{zone}/instances", s.insertInstance)
 	mux.HandleFunc("DELETE "+p+"zones/{zone}/instances/{name}", s.deleteInstance)
 	mux.HandleFunc("POST "+p+"zones/{zone}/instances/{name}/start", s.startInstance)
+	mux.HandleFunc("POST "+p+"zones/{zone}/instances/{name}/reset", s.resetInstance)
 	mux.HandleFunc("GET "+p+"aggregated/instances", s.aggregatedList)
 	mux.HandleFunc("GET "+p+"zones/{zone}/operations/{op}", s.getOperation(ZoneOperationsGet))
 	mux.HandleFunc("GET "+p+"zones/{zone}/operations", s.listZoneOperations)

@@ -255,6 +255,50 @@ func TestPreemptAndStart(t *testing.T) {
 	}
 }
 
+// TestReset: instances.reset of a RUNNING instance keeps it RUNNING with its addresses and
+// counts once its operation is done; a stopped one is 400 resourceNotReady, a missing one
+// 404; an injected operation failure resets nothing.
+func TestReset(t *testing.T) {
+	s, ic, _ := clients(t)
+	s.SetOperationPolls(0)
+	if _, err := insert(t, ic, "vm", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Instance(zone, "vm")
+	op, err := ic.Reset(t.Context(), &computepb.ResetInstanceRequest{Project: project, Zone: zone, Instance: "vm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !op.Done() || op.Proto().GetOperationType() != "reset" {
+		t.Fatalf("reset operation %v", op.Proto())
+	}
+	after := s.Instance(zone, "vm")
+	if after.GetStatus() != "RUNNING" || after.GetId() != before.GetId() ||
+		after.GetNetworkInterfaces()[0].GetAccessConfigs()[0].GetNatIP() != before.GetNetworkInterfaces()[0].GetAccessConfigs()[0].GetNatIP() {
+		t.Errorf("after a reset %v, before %v", after, before)
+	}
+	if n := s.Restarts(zone, "vm"); n != 1 {
+		t.Errorf("Restarts = %d after one reset, want 1", n)
+	}
+	s.Fail(InstancesReset, Failure{OpCode: "INTERNAL_ERROR"})
+	if op, err := ic.Reset(t.Context(), &computepb.ResetInstanceRequest{Project: project, Zone: zone, Instance: "vm"}); err != nil || op.Proto().GetError() == nil {
+		t.Errorf("reset with an injected operation failure: %v, %v", op, err)
+	}
+	if n := s.Restarts(zone, "vm"); n != 1 {
+		t.Errorf("Restarts = %d after a failed reset, want still 1", n)
+	}
+	s.SetInstanceStatus(zone, "vm", "TERMINATED")
+	_, err = ic.Reset(t.Context(), &computepb.ResetInstanceRequest{Project: project, Zone: zone, Instance: "vm"})
+	if ae := apiErr(t, err); ae.Code != 400 || len(ae.Errors) != 1 || ae.Errors[0].Reason != "resourceNotReady" ||
+		!strings.Contains(ae.Message, "instances/vm' is not ready") {
+		t.Errorf("reset of a stopped instance: %v, want 400 resourceNotReady", err)
+	}
+	_, err = ic.Reset(t.Context(), &computepb.ResetInstanceRequest{Project: project, Zone: zone, Instance: "none"})
+	if ae := apiErr(t, err); ae.Code != 404 {
+		t.Errorf("reset of a missing instance: %v, want 404", err)
+	}
+}
+
 // TestFirewallsZonesRegions: firewall rules go through global operations; zones and
 // regions answer with status and quotas.
 func TestFirewallsZonesRegions(t *testing.T) {
