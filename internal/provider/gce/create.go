@@ -269,10 +269,18 @@ func (p *Provider) awaitRunning(ctx context.Context, c *clients, zone string, in
 
 // start starts a stopped instance of this provider and waits for the operation.
 func (p *Provider) start(ctx context.Context, c *clients, zone, name string) error {
-	what := fmt.Sprintf("starting instance %s in zone %s", name, zone)
+	return p.instanceOp(ctx, "instances.start", fmt.Sprintf("starting instance %s in zone %s", name, zone), zone, name,
+		func(ctx context.Context) (*compute.Operation, error) {
+			return c.instances.Start(ctx, &computepb.StartInstanceRequest{Project: p.cfg.Project, Zone: zone, Instance: name})
+		})
+}
+
+// instanceOp makes one call (method) on instance name in zone that answers with a zone
+// operation, and waits for the operation; what names the call in errors.
+func (p *Provider) instanceOp(ctx context.Context, method, what, zone, name string, fn func(context.Context) (*compute.Operation, error)) error {
 	var op *compute.Operation
-	err := p.call(ctx, "instances.start", target{zone: zone, instance: name}, func(ctx context.Context) (err error) {
-		op, err = c.instances.Start(ctx, &computepb.StartInstanceRequest{Project: p.cfg.Project, Zone: zone, Instance: name})
+	err := p.call(ctx, method, target{zone: zone, instance: name}, func(ctx context.Context) (err error) {
+		op, err = fn(ctx)
 		return err
 	})
 	if err != nil {

@@ -76,14 +76,8 @@ func (p *Provider) Reboot(ctx context.Context, id string) error {
 
 // reset resets a running instance of this provider and waits for the operation.
 func (p *Provider) reset(ctx context.Context, c *clients, zone, name string) error {
-	what := fmt.Sprintf("resetting instance %s in zone %s", name, zone)
-	var op *compute.Operation
-	err := p.call(ctx, "instances.reset", target{zone: zone, instance: name}, func(ctx context.Context) (err error) {
-		op, err = c.instances.Reset(ctx, &computepb.ResetInstanceRequest{Project: p.cfg.Project, Zone: zone, Instance: name})
-		return err
-	})
-	if err != nil {
-		return classify(err, what)
-	}
-	return p.wait(ctx, op, "zoneOperations.get", target{zone: zone, instance: name}, what)
+	return p.instanceOp(ctx, "instances.reset", fmt.Sprintf("resetting instance %s in zone %s", name, zone), zone, name,
+		func(ctx context.Context) (*compute.Operation, error) {
+			return c.instances.Reset(ctx, &computepb.ResetInstanceRequest{Project: p.cfg.Project, Zone: zone, Instance: name})
+		})
 }

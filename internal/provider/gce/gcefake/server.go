@@ -96,11 +96,11 @@ type Server struct {
 	nextID        uint64
 	nextIP        int
 	natAddress    string
-	// restarts counts, by "zone/name", the resets and starts that completed.
-	restarts map[string]int
 	opPolls       int
 	tokens        int
 	pageSize      int
+	// restarts counts, by "zone/name", the resets and starts that completed.
+	restarts map[string]int
 }
 
 // New starts a fake of project with the given zones (status UP), each region with a
