@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -100,18 +99,46 @@ func (s *Server) choose(ctx context.Context, all *Snapshot, req *request, author
 // items f matches less skip, in the order of their egress addresses (as strings; a proxy
 // whose address is unknown is an identity of its own, ordered by namespace/name), each
 // identity standing for the proxy distinctEgress chooses for it. Consecutive n leave from
-// distinct addresses, and the order stays the same while the set does.
+// distinct addresses, and the order stays the same while the set does. It walks
+// Snapshot.egressOrder twice and allocates nothing.
 func (s *Snapshot) rotate(n uint64, f *filter, skip map[*item]bool) *item {
-	best := s.bestPerEgress(f, skip)
-	if len(best) == 0 {
+	var count uint64
+	s.eachEgress(f, skip, func(*item) bool { count++; return true })
+	if count == 0 {
 		return nil
 	}
-	ids := make([]*item, 0, len(best))
-	for _, c := range best {
-		ids = append(ids, c.it)
+	want := n % count
+	var got *item
+	s.eachEgress(f, skip, func(it *item) bool {
+		if want == 0 {
+			got = it
+			return false
+		}
+		want--
+		return true
+	})
+	return got
+}
+
+// eachEgress calls fn, in egressOrder, with the proxy standing for each egress identity
+// among the items f matches less skip (the first of its identity there, which is the one
+// with the highest score for the identity), until fn returns false.
+func (s *Snapshot) eachEgress(f *filter, skip map[*item]bool, fn func(*item) bool) {
+	var last uint64
+	have := false
+	for _, it := range s.egressOrder {
+		if have && it.egressSeed == last {
+			continue
+		}
+		// Once the site's candidates are worked out, match no longer asks about the site.
+		if !f.match(it) || skip[it] || (f.candsSet && f.site != "" && it.coolingFor(f.site, f.now)) {
+			continue
+		}
+		last, have = it.egressSeed, true
+		if !fn(it) {
+			return
+		}
 	}
-	sort.Slice(ids, func(i, j int) bool { return egressKey(ids[i]) < egressKey(ids[j]) })
-	return ids[n%uint64(len(ids))]
 }
 
 // egressKey orders egress identities: the address, or namespace/name without one (an

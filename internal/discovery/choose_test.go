@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -272,5 +273,84 @@ func TestReport(t *testing.T) {
 	want := "a/p00  unreachable 0s|a/p00 example.com throttled 30s"
 	if got := strings.Join(sk.got, "|"); got != want {
 		t.Errorf("the sink took %q, want %q", got, want)
+	}
+}
+
+// BenchmarkChoose is the cost of one Choose (the gateway's choice) as the exits grow from
+// 100 to 10,000, with a session key and by rotation, for a caller of one namespace of
+// ten, a site that one exit in seven cools for:
+//
+//	go test -run '^$' -bench Choose ./internal/discovery/
+func BenchmarkChoose(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		t0 := time.Now()
+		es := make([]Entry, n)
+		for i := range es {
+			es[i] = Entry{Namespace: fmt.Sprintf("ns%d", i%10), Name: fmt.Sprintf("p%05d", i),
+				URL: fmt.Sprintf("http://10.%d.%d.%d:3128", i>>16, (i>>8)&255, i&255), Healthy: true,
+				EgressIP: fmt.Sprintf("203.%d.%d.%d", i>>16, (i>>8)&255, i&255)}
+			if i%7 == 3 {
+				es[i] = cool(es[i], "example.com", t0.Add(time.Hour))
+			}
+		}
+		s := newTestServer(b, newStaticSource(es...), Options{})
+		for _, mode := range []string{"key", "rotation"} {
+			b.Run(fmt.Sprintf("%s/%d", mode, n), func(b *testing.B) {
+				c := Choice{Namespaces: []string{"ns3", "ns4"}, Domain: "www.example.com"}
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					if mode == "key" {
+						c.Key = fmt.Sprint(i)
+					} else {
+						c.Rotation = uint64(i)
+					}
+					if _, err := s.Choose(context.Background(), c); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// rotate's walk over egressOrder answers what sorting bestPerEgress's representatives
+// answers, for filters, exclusions and a site's cooldowns alike.
+func TestRotateIsTheSortedDistinctEgress(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var es []Entry
+	for i := range 60 {
+		e := Entry{Namespace: fmt.Sprintf("ns%d", i%3), Name: fmt.Sprintf("p%02d", i), URL: fmt.Sprintf("http://10.4.0.%d:3128", i), Healthy: i%11 != 0}
+		if i%4 != 0 {
+			e.EgressIP = fmt.Sprintf("198.51.100.%d", i%9) // several proxies per address
+		}
+		if i%5 == 0 {
+			e = cool(e, "example.com", t0.Add(time.Minute))
+		}
+		es = append(es, e)
+	}
+	snap := NewSnapshot(es)
+	for _, f := range []filter{{}, {namespace: "ns1"}, {site: "example.com", now: t0}, {anyHealth: true}} {
+		for _, skipEvery := range []int{0, 3, 7} {
+			f := f
+			if f.site != "" {
+				f.cands, f.candsSet = snap.siteCooling(f.site, f.now).cands, true
+			}
+			skip := map[*item]bool{}
+			for i := range snap.items {
+				if skipEvery > 0 && i%skipEvery == 0 {
+					skip[&snap.items[i]] = true
+				}
+			}
+			var want []*item
+			for _, c := range snap.bestPerEgress(&f, skip) {
+				want = append(want, c.it)
+			}
+			slices.SortFunc(want, func(a, b *item) int { return strings.Compare(egressKey(a), egressKey(b)) })
+			for n := range uint64(len(want) + 2) {
+				if got := snap.rotate(n, &f, skip); got != want[n%uint64(len(want))] {
+					t.Fatalf("filter %+v, skip every %d, rotation %d: %s, want %s", f, skipEvery, n, got.Name, want[n%uint64(len(want))].Name)
+				}
+			}
+		}
 	}
 }

@@ -1,7 +1,9 @@
 package discovery
 
 import (
+	"cmp"
 	"encoding/json"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,6 +74,9 @@ type Snapshot struct {
 	// is siteCooling's answer for a site no item has a cooldown for: all are candidates.
 	all         []*item
 	noneCooling *siteCool
+	// egressOrder is every item by egressKey, then by its score for its egress identity
+	// (highest first), then in order: what rotate walks.
+	egressOrder []*item
 	healthy     int
 	// ipv6 is the snapshot ?ipFamily=6 answers from: the proxies with an IPv6 address,
 	// each with its IPv6 URL as url.
@@ -135,6 +140,17 @@ func newSnapshot(entries []Entry) *Snapshot {
 	s.healthyJSON = s.appendJSON(nil, f)
 	s.healthyText = s.appendText(nil, f)
 	s.noneCooling = &siteCool{cands: s.all}
+	s.egressOrder = slices.Clone(s.all)
+	keys := make([]string, len(s.items)) // by item index
+	for i := range s.items {
+		keys[i] = egressKey(&s.items[i])
+	}
+	slices.SortStableFunc(s.egressOrder, func(a, b *item) int {
+		if c := strings.Compare(keys[a.idx], keys[b.idx]); c != 0 {
+			return c
+		}
+		return cmp.Compare(score(b.egressSeed, b.seed), score(a.egressSeed, a.seed))
+	})
 	s.indexFeedback()
 	return s
 }
