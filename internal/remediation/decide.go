@@ -72,7 +72,7 @@ func decide(st State, pol Policy, g *GroupState, now time.Time) Decision {
 	}
 	switch {
 	case st.TargetDown:
-		return hold(d, now, ReasonProbeTargetDown, "the probe target itself is down, so failed probes say nothing about the proxy: nothing is remediated until it answers again")
+		return hold(d, now, ReasonProbeTargetDown, "remediation held: the probe target itself is down, so failed probes say nothing about the proxy: nothing is remediated until it answers again")
 	case g.Held:
 		return hold(d, now, ReasonTooManyUnhealthy, fmt.Sprintf("group %s: %s", g.Name, g.Message))
 	}
@@ -114,11 +114,10 @@ func healthy(d Decision, st State, pol Policy, now time.Time) Decision {
 	return d
 }
 
-// hold is d held by reason: the condition says why, and the proxy is looked at again
-// after HeldRecheck.
-func hold(d Decision, now time.Time, reason, why string) Decision {
+// hold is d held by reason: the condition says so in msg, and the proxy is looked at
+// again after HeldRecheck.
+func hold(d Decision, now time.Time, reason, msg string) Decision {
 	d.Held, d.Next = true, now.Add(HeldRecheck)
-	msg := "remediation held: " + why
 	if d.Record != nil {
 		msg += fmt.Sprintf(" (after attempt %d, %s at %s)", d.Record.Attempt, d.Record.Action, d.Record.At.Format(time.RFC3339))
 	}

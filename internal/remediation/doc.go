@@ -48,4 +48,15 @@
 // ProbeTargetDown), and those proxies are not counted by the brake. When it answers
 // again, every fault's clock starts no earlier than its return (State.TargetUpSince), so
 // an outage of any length replaces nothing.
+//
+// # For the controller
+//
+// Gather the States of a whole group at once (FromProxy, then CanReboot from the
+// provider, TargetDown and TargetUpSince from the health engine, the timeouts of the
+// Proxy or its pool's template), Plan, carry out each Action, then SetRecord and
+// SetCondition on the Proxy, record a Warning Event with the condition's reason and
+// message for each action, count Concluded outcomes (ObserveConcluded) and the groups'
+// brakes (ObserveGroup), and requeue at Result.Next. A pool replaces a child by a new
+// Proxy: copying the Record to its successor keeps the attempt count and the growing
+// waits; without it the successor starts over from a reboot and the first wait.
 package remediation

@@ -150,7 +150,7 @@ func (g *GroupState) evaluate(spec GroupSpec) {
 	if err != nil {
 		g.Err = fmt.Errorf("remediation group %s: %s: %w", g.Name, spec.Field, err)
 		g.Held = true
-		g.Message = fmt.Sprintf("%d of %d unhealthy; remediation held: %v", g.Unhealthy, g.Size, g.Err)
+		g.Message = fmt.Sprintf("%d of %d unhealthy; remediation held: %s: %v", g.Unhealthy, g.Size, spec.Field, err)
 		return
 	}
 	g.MaxUnhealthy = n

@@ -174,7 +174,7 @@ func TestBrake(t *testing.T) {
 	}
 	for _, d := range res.Decisions[:3] {
 		if d.Action != "" || !d.Held || d.Condition == nil || d.Condition.Status != metav1.ConditionFalse ||
-			d.Condition.Reason != ReasonTooManyUnhealthy || !strings.Contains(d.Condition.Message, "group pool/default/news: "+wantMsg) ||
+			d.Condition.Reason != ReasonTooManyUnhealthy || d.Condition.Message != "group pool/default/news: "+wantMsg ||
 			!d.Next.Equal(at(time.Hour+5*time.Minute+HeldRecheck)) {
 			t.Errorf("%s: %+v %+v; want held by the brake, looked at again in %v", d.Key, d, d.Condition, HeldRecheck)
 		}

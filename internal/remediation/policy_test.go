@@ -71,8 +71,9 @@ func TestBadMaxUnhealthy(t *testing.T) {
 			t.Errorf("maxUnhealthy %s: error %v, want %q", tc.v.String(), err, tc.msg)
 		}
 		news, shop := res.Decisions[0], res.Decisions[1]
-		if news.Action != "" || !news.Held || !strings.Contains(news.Condition.Message, tc.msg) || res.Groups[0].Err == nil {
-			t.Errorf("maxUnhealthy %s: the news child %+v, want held naming the field", tc.v.String(), news)
+		wantCond := "group pool/default/news: 1 of 1 unhealthy; remediation held: " + strings.TrimPrefix(tc.msg, "remediation group pool/default/news: ")
+		if news.Action != "" || !news.Held || news.Condition.Message != wantCond || res.Groups[0].Err == nil {
+			t.Errorf("maxUnhealthy %s: the news child %+v, want held, saying %q", tc.v.String(), news, wantCond)
 		}
 		if shop.Action != ActionReboot {
 			t.Errorf("maxUnhealthy %s on news: the shop child %+v, want rebooted", tc.v.String(), shop)
