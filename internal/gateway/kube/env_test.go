@@ -55,7 +55,10 @@ func startExit(t *testing.T, name, site string) *httptest.Server {
 	}}
 	t.Cleanup(tr.CloseIdleConnections)
 	rp := &httputil.ReverseProxy{
-		Rewrite:   func(r *httputil.ProxyRequest) { r.Out.URL = r.In.URL; r.Out.Host = r.In.Host },
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.Out.URL, r.Out.Host = r.In.URL, r.In.Host
+			r.Out.Header.Set(exitHeader, name)
+		},
 		Transport: tr,
 		ModifyResponse: func(res *http.Response) error {
 			res.Header.Set(exitHeader, name)
@@ -122,31 +125,49 @@ func createExit(t *testing.T, ctx context.Context, env *testenv.Env, ns, name, a
 	}
 }
 
-// A real request through the gateway, wired to discovery over a real API server: a
-// session leaves through the exit discovery's pick answers for its key; an exit cooling
-// for a site is left out for that site alone; a namespace the token may not use and an
-// unknown pool are refused, naming them.
-func TestGatewayOverDiscovery(t *testing.T) {
-	env := shared.Env(t)
-	ctx := testenv.Context(t)
-	nsA, nsB := env.Namespace(t, ctx, "gw"), env.Namespace(t, ctx, "gw")
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello %s", r.Host) }))
-	t.Cleanup(site.Close)
-	siteAddr := strings.TrimPrefix(site.URL, "http://")
+// gwEnv is a gateway wired to discovery over a real API server: three exits in nsA
+// (exit0..exit2, each a forward proxy on loopback with an egress address of its own), one
+// in nsB, and a ServiceAccount token that may use nsA alone.
+type gwEnv struct {
+	t        *testing.T
+	ctx      context.Context
+	env      *testenv.Env
+	nsA, nsB string
+	token    string
+	a        *Adapter
+	addr     string
+	exits    map[string]*httptest.Server
+}
+
+// startGateway sets up a gwEnv whose site answers what site says (nil: 200 "hello
+// <host>").
+func startGateway(t *testing.T, site http.HandlerFunc) *gwEnv {
+	t.Helper()
+	e := &gwEnv{t: t, env: shared.Env(t), ctx: testenv.Context(t), exits: map[string]*httptest.Server{}}
+	ctx, env := e.ctx, e.env
+	e.nsA, e.nsB = env.Namespace(t, ctx, "gw"), env.Namespace(t, ctx, "gw")
+	if site == nil {
+		site = func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello %s", r.Host) }
+	}
+	srv := httptest.NewServer(site)
+	t.Cleanup(srv.Close)
+	siteAddr := strings.TrimPrefix(srv.URL, "http://")
 	for i := range 3 {
 		name := fmt.Sprintf("exit%d", i)
-		createExit(t, ctx, env, nsA, name, strings.TrimPrefix(startExit(t, name, siteAddr).URL, "http://"), fmt.Sprintf("198.51.100.%d", i+1))
+		e.exits[name] = startExit(t, name, siteAddr)
+		createExit(t, ctx, env, e.nsA, name, strings.TrimPrefix(e.exits[name].URL, "http://"), fmt.Sprintf("198.51.100.%d", i+1))
 	}
-	createExit(t, ctx, env, nsB, "foreign", strings.TrimPrefix(startExit(t, "foreign", siteAddr).URL, "http://"), "198.51.100.9")
-	token := crawlerToken(t, ctx, env, nsA)
+	createExit(t, ctx, env, e.nsB, "foreign", strings.TrimPrefix(startExit(t, "foreign", siteAddr).URL, "http://"), "198.51.100.9")
+	e.token = crawlerToken(t, ctx, env, e.nsA)
 
-	mgr := env.NewManager(t, nsA, func(o *ctrl.Options) {
-		o.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{nsA: {}, nsB: {}}, ByObject: CacheByObject()}
+	mgr := env.NewManager(t, e.nsA, func(o *ctrl.Options) {
+		o.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{e.nsA: {}, e.nsB: {}}, ByObject: CacheByObject()}
 	})
 	a, err := Setup(ctx, mgr, Options{KubernetesAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.a = a
 	testenv.StartManager(t, ctx, mgr)
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		t.Fatal("cache did not sync")
@@ -159,47 +180,62 @@ func TestGatewayOverDiscovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.addr = ln.Addr().String()
 	go func() { _ = g.Serve(ln) }()
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = g.Shutdown(sctx)
 	})
-
-	// get sends GET target through the gateway with user name user and the token.
-	get := func(user, target string) (int, string, string) {
-		t.Helper()
-		pu := &url.URL{Scheme: "http", Host: ln.Addr().String(), User: url.UserPassword(user, token)}
-		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 30 * time.Second}
-		defer c.CloseIdleConnections()
-		res, err := c.Get(target)
-		if err != nil {
-			t.Fatalf("GET %s as %s: %v", target, user, err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		if res.StatusCode == http.StatusOK && res.Header.Get("X-Egress-Proxy") != nsA+"/"+res.Header.Get(exitHeader) {
-			t.Errorf("X-Egress-Proxy %q, but the site saw exit %q", res.Header.Get("X-Egress-Proxy"), res.Header.Get(exitHeader))
-		}
-		return res.StatusCode, res.Header.Get(exitHeader), string(b)
-	}
-	// pick is discovery's own answer for the query, with the same token.
-	pick := func(q string) string {
-		t.Helper()
-		req := httptest.NewRequest(http.MethodGet, "/v1/proxies/pick?"+q, nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		rec := httptest.NewRecorder()
-		a.Server.Handler().ServeHTTP(rec, req)
-		var e struct{ Namespace, Name string }
-		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != http.StatusOK {
-			t.Fatalf("pick?%s: %d %s", q, rec.Code, rec.Body)
-		}
-		return e.Name
-	}
 	testutil.WaitFor(t, testutil.WaitLong, "the gateway to carry a request", func() (bool, error) {
-		code, _, body := get("me", "http://www.example.com/")
+		code, _, body := e.get("me", "http://www.example.com/")
 		return code == http.StatusOK, fmt.Errorf("%d %s", code, body)
 	})
+	return e
+}
+
+// get sends GET target through the gateway with user name user and the token; it
+// returns the status, the exit the site saw and the body.
+func (e *gwEnv) get(user, target string) (int, string, string) {
+	t := e.t
+	t.Helper()
+	pu := &url.URL{Scheme: "http", Host: e.addr, User: url.UserPassword(user, e.token)}
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 30 * time.Second}
+	defer c.CloseIdleConnections()
+	res, err := c.Get(target)
+	if err != nil {
+		t.Fatalf("GET %s as %s: %v", target, user, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if exit := res.Header.Get(exitHeader); exit != "" && res.Header.Get("X-Egress-Proxy") != e.nsA+"/"+exit {
+		t.Errorf("X-Egress-Proxy %q, but the site saw exit %q", res.Header.Get("X-Egress-Proxy"), exit)
+	}
+	return res.StatusCode, res.Header.Get(exitHeader), string(b)
+}
+
+// pick is discovery's own answer for the query, with the same token.
+func (e *gwEnv) pick(q string) string {
+	t := e.t
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/v1/proxies/pick?"+q, nil)
+	req.Header.Set("Authorization", "Bearer "+e.token)
+	rec := httptest.NewRecorder()
+	e.a.Server.Handler().ServeHTTP(rec, req)
+	var p struct{ Namespace, Name string }
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("pick?%s: %d %s", q, rec.Code, rec.Body)
+	}
+	return p.Name
+}
+
+// A real request through the gateway, wired to discovery over a real API server: a
+// session leaves through the exit discovery's pick answers for its key; an exit cooling
+// for a site is left out for that site alone; a namespace the token may not use and an
+// unknown pool are refused, naming them.
+func TestGatewayOverDiscovery(t *testing.T) {
+	e := startGateway(t, nil)
+	ctx, env, nsA, nsB, get, pick := e.ctx, e.env, e.nsA, e.nsB, e.get, e.pick
 
 	home := pick("key=s1")
 	for i := range 10 {
@@ -247,3 +283,65 @@ func TestGatewayOverDiscovery(t *testing.T) {
 }
 
 func keyOf(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+// keyFor is a session key that discovery's pick maps to exit.
+func (e *gwEnv) keyFor(exit string) string {
+	e.t.Helper()
+	for k := range 200 {
+		if key := fmt.Sprintf("k%d", k); e.pick("key="+key) == exit {
+			return key
+		}
+	}
+	e.t.Fatalf("no key of 200 maps to %s", exit)
+	return ""
+}
+
+// What the gateway learns reaches the Proxies' status through discovery's recorder: a
+// site's plain-HTTP 403 is a ban of the exit for that site (status.cooldowns), and the
+// session then leaves through another exit for that site; an exit that stops answering
+// is reported unreachable (status.unreachable) while the request is retried through
+// another exit, so the crawler sees no failure.
+func TestGatewayReportsToTheRecorder(t *testing.T) {
+	e := startGateway(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Host == "shop.example.net" && r.Header.Get(exitHeader) == "exit1" {
+			http.Error(w, "go away", http.StatusForbidden)
+			return
+		}
+		fmt.Fprintf(w, "hello %s", r.Host)
+	})
+	status := func(name string) *v1alpha1.Proxy {
+		px := &v1alpha1.Proxy{}
+		if err := e.env.Client.Get(e.ctx, keyOf(e.nsA, name), px); err != nil {
+			t.Fatal(err)
+		}
+		return px
+	}
+
+	banned := e.keyFor("exit1")
+	if code, exit, _ := e.get("me+session="+banned, "http://shop.example.net/"); code != http.StatusForbidden || exit != "exit1" {
+		t.Fatalf("session %s: %d through %s, want the site's 403 through exit1", banned, code, exit)
+	}
+	testutil.WaitFor(t, testutil.WaitLong, "exit1's status.cooldowns to hold example.net", func() (bool, error) {
+		cds := status("exit1").Status.Cooldowns
+		return len(cds) == 1 && cds[0].Site == "example.net", fmt.Errorf("cooldowns %+v", cds)
+	})
+	testutil.WaitFor(t, testutil.WaitLong, "session "+banned+" to leave exit1 for example.net", func() (bool, error) {
+		code, exit, _ := e.get("me+session="+banned, "http://shop.example.net/")
+		return code == http.StatusOK && exit != "exit1", fmt.Errorf("%d through %s", code, exit)
+	})
+
+	dead := e.keyFor("exit2")
+	e.exits["exit2"].Close()
+	code, exit, body := e.get("me+session="+dead, "http://www.example.com/")
+	if code != http.StatusOK || exit == "exit2" || exit == "" {
+		t.Fatalf("session %s with exit2 closed: %d through %q (%s), want 200 through another exit", dead, code, exit, body)
+	}
+	testutil.WaitFor(t, testutil.WaitLong, "exit2's status.unreachable to count the gateway's report", func() (bool, error) {
+		u := status("exit2").Status.Unreachable
+		return u != nil && u.Reports >= 1, fmt.Errorf("status.unreachable %+v", u)
+	})
+	testutil.WaitFor(t, testutil.WaitLong, "discovery's pick to leave exit2 out", func() (bool, error) {
+		got := e.pick("key=" + dead)
+		return got != "exit2", fmt.Errorf("pick %s", got)
+	})
+}
