@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -48,8 +49,9 @@ func TestFlagsRefused(t *testing.T) {
 }
 
 // The gateway binary, against a real API server, serves /readyz once its cache has
-// synced, carries curl's request through the one External exit (naming it in
-// X-Egress-Proxy), and on SIGTERM drains and exits 0.
+// synced, carries curl's requests through the one External exit, as an HTTP proxy
+// (naming the exit in X-Egress-Proxy) and as a SOCKS5 proxy, refuses a wrong token with
+// 407, and on SIGTERM drains and exits 0.
 func TestGatewayBinaryCarriesCurl(t *testing.T) {
 	env := shared.Env(t)
 	ctx := testenv.Context(t)
@@ -60,12 +62,34 @@ func TestGatewayBinaryCarriesCurl(t *testing.T) {
 	}
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello %s\n", r.Host) }))
 	t.Cleanup(site.Close)
-	exit := httptest.NewServer(&httputil.ReverseProxy{ // sends every request to the site
+	siteAddr := strings.TrimPrefix(site.URL, "http://")
+	forward := &httputil.ReverseProxy{ // sends every request to the site
 		Rewrite: func(r *httputil.ProxyRequest) { r.Out.URL = r.In.URL; r.Out.Host = r.In.Host },
 		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "tcp", strings.TrimPrefix(site.URL, "http://"))
+			return (&net.Dialer{}).DialContext(ctx, "tcp", siteAddr)
 		}},
-	})
+	}
+	exit := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			forward.ServeHTTP(w, r)
+			return
+		}
+		// CONNECT to any target: a tunnel to the site.
+		up, err := net.Dial("tcp", siteAddr)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			up.Close()
+			return
+		}
+		_, _ = c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n"))
+		go func() { _, _ = io.Copy(up, c); up.Close() }()
+		_, _ = io.Copy(c, up)
+		c.Close()
+	}))
 	t.Cleanup(exit.Close)
 	ns := env.Namespace(t, ctx, "gwbin")
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(exit.URL, "http://"))
@@ -87,8 +111,8 @@ func TestGatewayBinaryCarriesCurl(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	listen, probe := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--listen-address", listen, "--socks-listen-address", "0",
+	listen, socks, probe := testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t)
+	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--listen-address", listen, "--socks-listen-address", socks,
 		"--metrics-bind-address", "0", "--health-probe-bind-address", probe,
 		"--discovery-token-file", token, "--discovery-kubernetes-auth=false", "--shutdown-grace", "5s", "--watch-namespaces", ns)
 	var stderr testutil.SyncBuffer
@@ -127,6 +151,9 @@ func TestGatewayBinaryCarriesCurl(t *testing.T) {
 	})
 	if !strings.Contains(out, "X-Egress-Proxy: "+ns+"/exit") {
 		t.Errorf("curl's answer names no exit %s/exit:\n%s", ns, out)
+	}
+	if b, err := exec.Command("curl", "-sS", "--max-time", "10", "--socks5-hostname", socks, "-U", "me+ns="+ns+":t0ken", "http://www.example.com/").CombinedOutput(); err != nil || !strings.Contains(string(b), "hello www.example.com") {
+		t.Errorf("curl --socks5-hostname through the gateway: %v: %s", err, b)
 	}
 	if b, _ := exec.Command("curl", "-sS", "-i", "--max-time", "10", "-x", "http://me:wrong@"+listen, "http://www.example.com/").CombinedOutput(); !strings.Contains(string(b), "407") {
 		t.Errorf("a wrong token: %s, want 407", b)

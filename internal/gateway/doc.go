@@ -5,8 +5,8 @@
 // It never intercepts TLS: an HTTPS request is a CONNECT tunnel whose bytes it only pumps.
 //
 // The package holds no selection logic and no Kubernetes client. It reaches the rest of
-// the operator through three interfaces, so that the binary wires them to discovery's
-// selection code and caches:
+// the operator through three interfaces, so that the binary (cmd/gateway) wires them to
+// discovery's selection code and caches (package gateway/kube does):
 //
 //   - Chooser chooses one exit for a ChoiceRequest (the caller's Identity, namespace,
 //     pool, session key, strictness, rotation counter, target site, exits to exclude, IP
