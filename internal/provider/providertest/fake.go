@@ -392,7 +392,8 @@ func (f *Fake) Delete(_ context.Context, providerID string) error {
 
 // Reboot implements provider.Rebooter: a stored instance is restarted in place, keeping its
 // providerID, name, UID, IP and creation time, and runs afterwards (a stopped one is
-// started); Reboots counts it. A missing one is ErrNotFound, an instance of another
+// started, and given an address when it has none, as SetIPFunc or the 10.0.x.y sequence
+// says); Reboots counts it. A missing one is ErrNotFound, an instance of another
 // install (AddForeignInstance) ErrPermanent and untouched.
 func (f *Fake) Reboot(ctx context.Context, providerID string) error {
 	if err := f.record(OpReboot, providerID); err != nil {
@@ -430,6 +431,9 @@ func (f *Fake) Reboot(ctx context.Context, providerID string) error {
 		return provider.Errorf(provider.ErrNotFound, "fake: instance %s not found", providerID)
 	}
 	inst.State = provider.StateRunning
+	if inst.IP == "" {
+		inst.IP = f.nextIPLocked(provider.CreateRequest{Name: inst.Name, UID: inst.UID})
+	}
 	f.instances[providerID] = inst
 	f.reboots[providerID]++
 	return nil

@@ -363,8 +363,8 @@ func TestFakeReboot(t *testing.T) {
 	if err := f.Reboot(ctx, inst.ProviderID); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := f.Instance(inst.ProviderID); got.State != provider.StateRunning {
-		t.Errorf("a rebooted stopped instance is %s, want Running", got.State)
+	if got, _ := f.Instance(inst.ProviderID); got.State != provider.StateRunning || got.IP == "" || got.IP == inst.IP {
+		t.Errorf("a rebooted stopped instance is %s on %q, want Running on a new address (it had %s before it stopped)", got.State, got.IP, inst.IP)
 	}
 }
 
