@@ -89,12 +89,21 @@ func itDomainMAC(t *testing.T, name string) string {
 // the guest's reboot; the QEMU process, its domain id, UUID, MAC and disks stay); of a
 // shut-off domain a start; of another install's domain a permanent refusal that leaves
 // it alone; of a deleted domain ErrNotFound. The domain runs the tiny image, so no guest
-// boots: the firmware finding nothing to boot is all a reset needs.
+// boots: the firmware finding nothing to boot is all a reset needs. It runs for both
+// types on this code, kvm2 and kvm.
 func TestRebootKVM2_realHost(t *testing.T) {
 	e := itNewRealEnv(t, "reboot")
 	t.Cleanup(e.removeImage)
-	p := e.newProvider(itEnvOptions{diskSizeGb: 1, installID: "install-reboot"})
-	req := e.request(e.names.vm(1), "uid-reboot-1")
+	for i, typ := range []string{provider.TypeKVM2, provider.TypeKVM} {
+		t.Run(typ, func(t *testing.T) { itRebootOfType(t, e, typ, 2*i+1) })
+	}
+}
+
+// itRebootOfType runs the reboot cases with a provider of type typ on domains vm(n) and
+// vm(n+1).
+func itRebootOfType(t *testing.T, e *itRealEnv, typ string, n int) {
+	p := e.newProvider(itEnvOptions{typ: typ, diskSizeGb: 1, installID: "install-reboot"})
+	req := e.request(e.names.vm(n), "uid-reboot-1")
 	inst, err := createSettled(itCtxFor(t), p, req)
 	if err != nil {
 		t.Fatalf("create: %v", err)
@@ -146,8 +155,8 @@ func TestRebootKVM2_realHost(t *testing.T) {
 	})
 
 	t.Run("another install", func(t *testing.T) {
-		name := e.names.vm(2)
-		m, err := ident.MarshalMark(MetadataURI(provider.TypeKVM2), ident.Mark{UID: "uid-theirs", CreatedAt: time.Now(), Install: "install-other"})
+		name := e.names.vm(n + 1)
+		m, err := ident.MarshalMark(MetadataURI(typ), ident.Mark{UID: "uid-theirs", CreatedAt: time.Now(), Install: "install-other"})
 		if err != nil {
 			t.Fatal(err)
 		}
