@@ -170,6 +170,9 @@ func TestGatewayBinaryCarriesCurl(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("gateway still running a minute after SIGTERM; stderr:\n%s", stderr.String())
 	}
+	if strings.Contains(stderr.String(), "over plain HTTP") {
+		t.Errorf("the gateway warns of an HTTP API it does not serve:\n%s", stderr.String())
+	}
 	if !strings.Contains(stderr.String(), "gateway drained") {
 		t.Errorf("the log does not say the gateway drained:\n%s", stderr.String())
 	}

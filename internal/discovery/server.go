@@ -32,7 +32,8 @@ type Source interface {
 
 // Options configure a Server.
 type Options struct {
-	// Addr is the listen address, for example ":8082".
+	// Addr is the listen address, for example ":8082"; empty for a server whose API is
+	// not served, only called in process (the gateway's): it warns of nothing about HTTP.
 	Addr string
 	// TokenFile, when set, holds the static bearer token: the one cluster-wide crawler,
 	// allowed every namespace, credentials and feedback.
@@ -108,7 +109,7 @@ func New(src Source, opts Options) (*Server, error) {
 		}
 		s.auth = a
 	}
-	if (s.auth != nil || opts.Access != nil) && opts.TLS == nil && opts.Credentials != nil {
+	if opts.Addr != "" && (s.auth != nil || opts.Access != nil) && opts.TLS == nil && opts.Credentials != nil {
 		opts.Log.Info("WARNING: the discovery API serves ?credentials=true, proxy passwords, and takes bearer tokens over plain HTTP: anyone on the path can read both; serve it over TLS (--discovery-cert-dir)")
 	}
 	s.mux.Handle("/v1/proxies", s.identify(onlyGet(s.list), false))
