@@ -39,7 +39,7 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	engine, err := health.New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("proxy-health"),
 		health.Options{ProbeURL: h.ProxyProbeURL, Interval: h.ProxyCheckInterval, HeartbeatInterval: h.StatusHeartbeat,
 			Credentials: creds, Informers: mgr.GetCache(), BootProbeInterval: h.BootPollInterval,
-			SkipTargetCheck: !h.ProbeTargetCheck, TargetCheckTimeout: health.DefaultTargetCheckTimeout,
+			SkipTargetCheck: !h.ProbeTargetCheck, TargetCheckTimeout: health.DefaultTargetCheckTimeout, NoTargetEvents: h.NoTargetEvents,
 			WireGuard: proxyconfig.SecretWireGuard{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.WireGuard,
 			Hint:      func(px *v1alpha1.Proxy) string { return provider.NeverAnsweredHint(providers[px.Spec.Provider]) }},
 		ctrl.Log.WithName("health"))

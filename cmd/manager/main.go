@@ -66,15 +66,18 @@ type healthOptions struct {
 	ProxyCheckInterval    time.Duration
 	ProxyProbeURL         string
 	ProbeTargetCheck      bool // fetch the probe URL from the manager itself when probes fail
-	StatusHeartbeat       time.Duration
-	GCInterval            time.Duration
-	GCGrace               time.Duration
-	DiscoveryBindAddress  string
-	DiscoveryTokenFile    string
-	DiscoveryKubeAuth     bool // Kubernetes bearer tokens, by TokenReview and SubjectAccessReview
-	DiscoveryCertDir      string
-	DiscoveryDrainDelay   time.Duration // discovery goes on answering this long after SIGTERM
-	BootPollInterval      time.Duration // the reconciler's Get of a booting instance, the engine's probes until Ready
+	// NoTargetEvents: the manager watches only some namespaces (--watch-namespaces), so
+	// it may not create Events in default, where the ProviderHealths' Events go.
+	NoTargetEvents       bool
+	StatusHeartbeat      time.Duration
+	GCInterval           time.Duration
+	GCGrace              time.Duration
+	DiscoveryBindAddress string
+	DiscoveryTokenFile   string
+	DiscoveryKubeAuth    bool // Kubernetes bearer tokens, by TokenReview and SubjectAccessReview
+	DiscoveryCertDir     string
+	DiscoveryDrainDelay  time.Duration // discovery goes on answering this long after SIGTERM
+	BootPollInterval     time.Duration // the reconciler's Get of a booting instance, the engine's probes until Ready
 	// The cooldowns of standalone Proxies and the defaults of pools' spec.bans.
 	BanCooldown, BanMaxCooldown time.Duration
 	BanMaxCoolingPercent        int
@@ -167,6 +170,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return o, errWatchNamespacesNeedInstallID
 	}
 	o.watchNamespaces = ns
+	o.health.NoTargetEvents = ns != nil
 	return o, nil
 }
 

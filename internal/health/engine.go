@@ -53,6 +53,10 @@ const (
 
 // Options configure an Engine.
 type Options struct {
+	// NoTargetEvents records no ProbeTargetDown/ProbeTargetUp Events (the log line and
+	// the metrics still say it): a manager limited to some namespaces may not create
+	// Events in default, where the ProviderHealths' go.
+	NoTargetEvents bool
 	// ProbeURL is fetched through every proxy (--proxy-probe-url). Pointed at the
 	// operator's own /v1/whoami, the answer also yields the proxy's egress IP.
 	ProbeURL string

@@ -249,7 +249,7 @@ func (e *Engine) judgeTarget(ctx context.Context, start time.Time, err error, fa
 // stand for the places proxies run. Without a recorder, or without any ProviderHealth
 // (no providers configured), the log line and the metrics say it alone.
 func (e *Engine) targetEvent(ctx context.Context, typ, reason, note string) {
-	if e.recorder == nil {
+	if e.recorder == nil || e.opts.NoTargetEvents {
 		return
 	}
 	var list v1alpha1.ProviderHealthList
