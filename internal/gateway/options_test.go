@@ -86,6 +86,7 @@ func TestFormatIsCanonical(t *testing.T) {
 
 // FuzzOptionsRoundTrip: every namespace Kubernetes accepts (a DNS-1123 label), every pool
 // name (a DNS-1123 subdomain) and every valid session id survive Format then ParseOptions.
+//
 //fuzzsmoke:count 10000
 func FuzzOptionsRoundTrip(f *testing.F) {
 	f.Add("u", "crawlers", "news", "abc123", uint32(600), true, uint8(4))
@@ -131,6 +132,7 @@ func validSession(s string) bool {
 
 // FuzzParseOptions: any user name either fails with ErrBadOptions or reads back to the
 // same options after Format.
+//
 //fuzzsmoke:count 10000
 func FuzzParseOptions(f *testing.F) {
 	for _, s := range []string{"", "u+pool=a", "u+session=s+sesstime=10m+strict", "u+ip=6+soft", "++", "u+a=b=c", "u+sesstime=1h1m"} {

@@ -120,6 +120,7 @@ var lineNumber = regexp.MustCompile(`line \d+: `)
 // FuzzParseWireGuardNeverQuotesAKey: whatever the damage, no error shows any part of the
 // private or preshared key. The seeds, run by every go test, are 2,000 damaged copies of
 // a real configuration; "KEY" in a fuzzed input stands for a secret key.
+//
 //fuzzsmoke:count 10000
 func FuzzParseWireGuardNeverQuotesAKey(f *testing.F) {
 	failed := map[string]bool{}
