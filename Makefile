@@ -51,17 +51,18 @@ IMG ?= egress-proxies-operator:latest
 CONTAINER_TOOL ?= docker
 
 .PHONY: docker-build
-docker-build: ## Build the manager image IMG (egress-proxies-operator:latest) from the Dockerfile.
+docker-build: ## Build the operator image IMG (egress-proxies-operator:latest: /manager and /gateway) from the Dockerfile.
 	$(CONTAINER_TOOL) build -t $(IMG) .
 
 .PHONY: image-tar
-image-tar: ## Build the manager image IMG as a tarball, without a daemon or a registry (bin/image/manager.tar).
+image-tar: ## Build the operator image IMG (manager and gateway) as a tarball, without a daemon or a registry (bin/image/manager.tar).
 	@# The same image as docker-build: hack/imagebuild reads the Dockerfile's final stage for
-	@# the binary's path, the entrypoint and the user. Load it with ctr images import,
-	@# podman load or docker load, or push it with crane push.
+	@# the binaries' paths (one -bin per COPY, in order), the entrypoint and the user. Load
+	@# it with ctr images import, podman load or docker load, or push it with crane push.
 	mkdir -p bin/image
 	$(GO_BUILD_ENV) go build -ldflags="-s -w" -o bin/image/manager ./cmd/manager
-	$(GO_BUILD_ENV) go run ./hack/imagebuild -dockerfile Dockerfile -bin bin/image/manager -tag $(IMG) -o bin/image/manager.tar
+	$(GO_BUILD_ENV) go build -ldflags="-s -w" -o bin/image/gateway ./cmd/gateway
+	$(GO_BUILD_ENV) go run ./hack/imagebuild -dockerfile Dockerfile -bin bin/image/manager -bin bin/image/gateway -tag $(IMG) -o bin/image/manager.tar
 	@echo "bin/image/manager.tar ($(IMG))"
 
 .PHONY: docker-push

@@ -8,10 +8,12 @@
 //	imagebuild -dockerfile Dockerfile -bin bin/image/manager -tag egress-proxies-operator:latest -o bin/image/manager.tar
 //	imagebuild -bin bin/image/pause -path /pause -user 65535:65535 -tag localhost/epo-pause:1 -o bin/image/pause.tar
 //
-// With -dockerfile the binary's path in the image, the entrypoint and the user are read
+// With -dockerfile the binaries' paths in the image, the entrypoint and the user are read
 // from the Dockerfile's final stage, so both builds give the same image: that stage may
-// hold only FROM, one COPY --from=<stage> of the binary, USER and an exec-form ENTRYPOINT
-// of the binary; anything else is refused rather than silently left out.
+// hold only FROM, one or more COPY --from=<stage> SRC DEST of a binary each, USER and an
+// exec-form ENTRYPOINT of one of the copied binaries; anything else is refused rather
+// than silently left out. -bin is then given once per COPY, in the COPYs' order (the
+// operator's image: -bin bin/image/manager -bin bin/image/gateway).
 //
 // The output is reproducible: every file carries the time of SOURCE_DATE_EPOCH (default
 // 0), and so does the config.
@@ -27,6 +29,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,13 +43,14 @@ import (
 
 // spec is what goes into one image.
 type spec struct {
-	Binary string // the file on this machine
-	Path   string // where it lands in the image; also the entrypoint
-	User   string // uid:gid
-	CA     string // CA bundle on this machine; empty: none
-	Tag    string
-	Out    string
-	Epoch  time.Time
+	Binaries []string // the files on this machine
+	Paths    []string // where each lands in the image
+	Path     string   // the entrypoint, one of Paths
+	User     string   // uid:gid
+	CA       string   // CA bundle on this machine; empty: none
+	Tag      string
+	Out      string
+	Epoch    time.Time
 }
 
 func main() {
@@ -61,8 +65,11 @@ func run(args []string, stderr io.Writer) error {
 	var dockerfile string
 	fs := flag.NewFlagSet("imagebuild", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&dockerfile, "dockerfile", "", "Dockerfile whose final stage gives the binary's path, the entrypoint and the user.")
-	fs.StringVar(&s.Binary, "bin", "", "The static binary to put in the image.")
+	fs.StringVar(&dockerfile, "dockerfile", "", "Dockerfile whose final stage gives the binaries' paths, the entrypoint and the user.")
+	fs.Func("bin", "A static binary to put in the image; with -dockerfile once per COPY of its final stage, in their order.", func(v string) error {
+		s.Binaries = append(s.Binaries, v)
+		return nil
+	})
 	fs.StringVar(&s.Path, "path", "", "The binary's path in the image, also the entrypoint (without -dockerfile).")
 	fs.StringVar(&s.User, "user", "", "uid:gid the image runs as (without -dockerfile).")
 	fs.StringVar(&s.CA, "ca", "/etc/ssl/certs/ca-certificates.crt", "CA bundle to put at /etc/ssl/certs/ca-certificates.crt; empty: none.")
@@ -79,9 +86,22 @@ func run(args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		s.Path, s.User = f.Path, f.User
+		s.Path, s.Paths, s.User = f.Entrypoint, f.Paths, f.User
+		if len(s.Binaries) != len(s.Paths) {
+			return fmt.Errorf("dockerfile %s: the final stage copies %d binaries (%s), -bin gives %d: give -bin once per COPY, in their order",
+				dockerfile, len(s.Paths), strings.Join(s.Paths, ", "), len(s.Binaries))
+		}
+	} else {
+		if len(s.Binaries) > 1 {
+			return errors.New("-bin given more than once: several binaries need -dockerfile, whose COPYs place them")
+		}
+		s.Paths = []string{s.Path}
 	}
-	for flagName, v := range map[string]string{"-bin": s.Binary, "-path": s.Path, "-user": s.User, "-tag": s.Tag, "-o": s.Out} {
+	var bin string
+	if len(s.Binaries) > 0 {
+		bin = s.Binaries[0]
+	}
+	for flagName, v := range map[string]string{"-bin": bin, "-path": s.Path, "-user": s.User, "-tag": s.Tag, "-o": s.Out} {
 		if v == "" {
 			return fmt.Errorf("%s is required", flagName)
 		}
@@ -107,8 +127,9 @@ func sourceDateEpoch(v string) (time.Time, error) {
 
 // stage is what imagebuild takes from a Dockerfile's final stage.
 type stage struct {
-	Path string
-	User string
+	Paths      []string // each COPY's destination, in order
+	Entrypoint string   // one of Paths
+	User       string
 }
 
 // finalStage reads the final stage of a Dockerfile; see the package comment for what it
@@ -147,10 +168,13 @@ func finalStage(file string) (stage, error) {
 		f := strings.Fields(l)
 		switch strings.ToUpper(f[0]) {
 		case "COPY":
-			if len(f) != 4 || !strings.HasPrefix(f[1], "--from=") || st.Path != "" {
-				return stage{}, fmt.Errorf("dockerfile %s: the final stage's %q: only one COPY --from=<stage> SRC DEST is supported", file, l)
+			if len(f) != 4 || !strings.HasPrefix(f[1], "--from=") {
+				return stage{}, fmt.Errorf("dockerfile %s: the final stage's %q: only COPY --from=<stage> SRC DEST, one binary each, is supported", file, l)
 			}
-			st.Path = f[3]
+			if slices.Contains(st.Paths, f[3]) {
+				return stage{}, fmt.Errorf("dockerfile %s: the final stage's %q: a second COPY to %s", file, l, f[3])
+			}
+			st.Paths = append(st.Paths, f[3])
 		case "USER":
 			if len(f) != 2 || !strings.Contains(f[1], ":") {
 				return stage{}, fmt.Errorf("dockerfile %s: %q: USER uid:gid is supported", file, l)
@@ -167,13 +191,14 @@ func finalStage(file string) (stage, error) {
 		}
 	}
 	switch {
-	case st.Path == "":
+	case len(st.Paths) == 0:
 		return stage{}, fmt.Errorf("dockerfile %s: the final stage copies no binary", file)
 	case st.User == "":
 		return stage{}, fmt.Errorf("dockerfile %s: the final stage has no USER", file)
-	case entrypoint != st.Path:
-		return stage{}, fmt.Errorf("dockerfile %s: the ENTRYPOINT %q is not the copied binary %s", file, entrypoint, st.Path)
+	case !slices.Contains(st.Paths, entrypoint):
+		return stage{}, fmt.Errorf("dockerfile %s: the ENTRYPOINT %q is not a copied binary (%s)", file, entrypoint, strings.Join(st.Paths, ", "))
 	}
+	st.Entrypoint = entrypoint
 	return st, nil
 }
 
@@ -184,19 +209,25 @@ const (
 )
 
 func build(s spec) error {
-	if !path.IsAbs(s.Path) {
-		return fmt.Errorf("-path %q: not absolute", s.Path)
+	for _, p := range s.Paths {
+		if !path.IsAbs(p) {
+			return fmt.Errorf("-path %q: not absolute", p)
+		}
 	}
 	uid, err := parseUser(s.User)
 	if err != nil {
 		return err
 	}
-	bin, err := os.ReadFile(s.Binary)
-	if err != nil {
-		return fmt.Errorf("reading the binary: %w", err)
-	}
-	if !isStaticELF(bin) {
-		return fmt.Errorf("binary %s: not a statically linked ELF executable (build it with CGO_ENABLED=0)", s.Binary)
+	bins := make([][]byte, len(s.Binaries))
+	for i, file := range s.Binaries {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("reading the binary: %w", err)
+		}
+		if !isStaticELF(b) {
+			return fmt.Errorf("binary %s: not a statically linked ELF executable (build it with CGO_ENABLED=0)", file)
+		}
+		bins[i] = b
 	}
 	var ca []byte
 	if s.CA != "" {
@@ -204,7 +235,7 @@ func build(s spec) error {
 			return fmt.Errorf("reading the CA bundle: %w", err)
 		}
 	}
-	layerTar, err := rootfs(s, bin, ca)
+	layerTar, err := rootfs(s, bins, ca)
 	if err != nil {
 		return err
 	}
@@ -290,7 +321,7 @@ func isStaticELF(b []byte) bool {
 }
 
 // rootfs is the image's one layer, as an uncompressed tar.
-func rootfs(s spec, bin, ca []byte) ([]byte, error) {
+func rootfs(s spec, bins [][]byte, ca []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{}
@@ -341,7 +372,9 @@ func rootfs(s spec, bin, ca []byte) ([]byte, error) {
 	if ca != nil {
 		steps = append(steps, func() error { return file("/etc/ssl/certs/ca-certificates.crt", 0o644, ca) })
 	}
-	steps = append(steps, func() error { return file(s.Path, 0o755, bin) })
+	for i, p := range s.Paths {
+		steps = append(steps, func() error { return file(p, 0o755, bins[i]) })
+	}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return nil, fmt.Errorf("the image layer: %w", err)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,7 +75,7 @@ func load(t *testing.T, file string) (*v1.ConfigFile, map[string]entry) {
 }
 
 // The Dockerfile's final stage, read here independently of finalStage.
-func dockerfileFinal(t *testing.T) (entrypoint []string, user, dest string) {
+func dockerfileFinal(t *testing.T) (entrypoint []string, user string, dests []string) {
 	t.Helper()
 	b, err := os.ReadFile("../../Dockerfile")
 	if err != nil {
@@ -90,26 +91,46 @@ func dockerfileFinal(t *testing.T) (entrypoint []string, user, dest string) {
 	if m := regexp.MustCompile(`(?m)^USER (\S+)$`).FindStringSubmatch(final); m != nil {
 		user = m[1]
 	}
-	if m := regexp.MustCompile(`(?m)^COPY --from=\S+ \S+ (\S+)$`).FindStringSubmatch(final); m != nil {
-		dest = m[1]
+	for _, m := range regexp.MustCompile(`(?m)^COPY --from=\S+ \S+ (\S+)$`).FindAllStringSubmatch(final, -1) {
+		dests = append(dests, m[1])
 	}
-	if entrypoint == nil || user == "" || dest == "" {
+	if entrypoint == nil || user == "" || len(dests) == 0 {
 		t.Fatalf("the Dockerfile's final stage lacks ENTRYPOINT, USER or COPY --from:\n%s", final)
 	}
-	return entrypoint, user, dest
+	return entrypoint, user, dests
 }
 
 // The image make image-tar builds runs what the Dockerfile's image runs: the same
-// entrypoint, as the same user, the binary at the same path, on distroless/static:nonroot's
-// layout (passwd naming nonroot 65532, CA certificates, a writable /tmp).
+// entrypoint, as the same user, each binary at its path (the manager's and the gateway's),
+// on distroless/static:nonroot's layout (passwd naming nonroot 65532, CA certificates, a
+// writable /tmp).
 func TestImageMatchesTheDockerfile(t *testing.T) {
-	bin := staticBinary(t)
+	entrypoint, user, dests := dockerfileFinal(t)
+	if len(dests) != 2 || dests[0] != "/manager" || dests[1] != "/gateway" {
+		t.Errorf("the Dockerfile's final stage copies %q, want /manager and /gateway", dests)
+	}
+	// One binary per COPY, each told apart by trailing bytes (an ELF file stays one).
+	built := staticBinary(t)
+	orig, err := os.ReadFile(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-dockerfile", "../../Dockerfile"}
+	bins := map[string][]byte{}
+	for i, dest := range dests {
+		data := append(slices.Clone(orig), byte(i))
+		p := filepath.Join(t.TempDir(), filepath.Base(dest))
+		if err := os.WriteFile(p, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		bins[dest] = data
+		args = append(args, "-bin", p)
+	}
 	out := filepath.Join(t.TempDir(), "image.tar")
-	if err := run([]string{"-dockerfile", "../../Dockerfile", "-bin", bin, "-tag", "egress-proxies-operator:latest", "-o", out}, io.Discard); err != nil {
+	if err := run(append(args, "-tag", "egress-proxies-operator:latest", "-o", out), io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	cf, files := load(t, out)
-	entrypoint, user, dest := dockerfileFinal(t)
 	if strings.Join(cf.Config.Entrypoint, " ") != strings.Join(entrypoint, " ") {
 		t.Errorf("entrypoint %q, the Dockerfile's %q", cf.Config.Entrypoint, entrypoint)
 	}
@@ -122,9 +143,10 @@ func TestImageMatchesTheDockerfile(t *testing.T) {
 	if cf.OS != "linux" || cf.Architecture != "amd64" {
 		t.Errorf("platform %s/%s, want linux/amd64", cf.OS, cf.Architecture)
 	}
-	want, _ := os.ReadFile(bin)
-	if e, ok := files[dest]; !ok || !bytes.Equal(e.data, want) || e.hdr.Mode&0o111 == 0 {
-		t.Errorf("%s in the image: present %v, executable and the built binary: %v", dest, ok, ok && bytes.Equal(e.data, want) && e.hdr.Mode&0o111 != 0)
+	for dest, want := range bins {
+		if e, ok := files[dest]; !ok || !bytes.Equal(e.data, want) || e.hdr.Mode&0o111 == 0 {
+			t.Errorf("%s in the image: present %v, executable and its own binary: %v", dest, ok, ok && bytes.Equal(e.data, want) && e.hdr.Mode&0o111 != 0)
+		}
 	}
 	if !strings.Contains(string(files["/etc/passwd"].data), "nonroot:x:65532:65532:") {
 		t.Errorf("/etc/passwd lacks distroless's nonroot user:\n%s", files["/etc/passwd"].data)
@@ -198,9 +220,13 @@ func TestImagebuildErrors(t *testing.T) {
 		want string
 	}{
 		{"an instruction it would leave out", []string{"-dockerfile", dockerfile(good + "ENV A=b\n"), "-bin", bin}, "", `"ENV A=b" is not supported`},
-		{"a second COPY", []string{"-dockerfile", dockerfile(good + "COPY --from=builder /x /x\n"), "-bin", bin}, "", "only one COPY"},
+		{"a second COPY without its -bin", []string{"-dockerfile", dockerfile(good + "COPY --from=builder /x /x\n"), "-bin", bin}, "", "copies 2 binaries (/manager, /x), -bin gives 1"},
+		{"a -bin without its COPY", []string{"-dockerfile", dockerfile(good), "-bin", bin, "-bin", bin}, "", "copies 1 binaries (/manager), -bin gives 2"},
+		{"two COPYs to one path", []string{"-dockerfile", dockerfile(good + "COPY --from=builder /x /manager\n"), "-bin", bin, "-bin", bin}, "", "a second COPY to /manager"},
+		{"a COPY of two sources", []string{"-dockerfile", dockerfile(good + "COPY --from=builder /x /y /z/\n"), "-bin", bin}, "", "one binary each"},
+		{"two -bin without -dockerfile", []string{"-path", "/x", "-user", "1:1", "-bin", bin, "-bin", bin}, "", "several binaries need -dockerfile"},
 		{"a shell-form entrypoint", []string{"-dockerfile", dockerfile(strings.Replace(good, `["/manager"]`, "/manager", 1)), "-bin", bin}, "", "exec-form ENTRYPOINT"},
-		{"an entrypoint other than the binary", []string{"-dockerfile", dockerfile(strings.Replace(good, `["/manager"]`, `["/other"]`, 1)), "-bin", bin}, "", `ENTRYPOINT "/other" is not the copied binary /manager`},
+		{"an entrypoint other than the binary", []string{"-dockerfile", dockerfile(strings.Replace(good, `["/manager"]`, `["/other"]`, 1)), "-bin", bin}, "", `ENTRYPOINT "/other" is not a copied binary (/manager)`},
 		{"no USER", []string{"-dockerfile", dockerfile(strings.Replace(good, "USER 65532:65532\n", "", 1)), "-bin", bin}, "", "no USER"},
 		{"a USER by name", []string{"-dockerfile", dockerfile(strings.Replace(good, "65532:65532", "nonroot", 1)), "-bin", bin}, "", "USER uid:gid is supported"},
 		{"no binary copied", []string{"-dockerfile", dockerfile("FROM scratch\nUSER 1:1\nENTRYPOINT [\"/m\"]\n"), "-bin", bin}, "", "copies no binary"},
