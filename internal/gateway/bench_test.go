@@ -130,8 +130,24 @@ func median(d []time.Duration) time.Duration {
 
 // BenchmarkKeepAliveRequests: small GETs over one kept-alive client connection.
 func BenchmarkKeepAliveRequests(b *testing.B) {
-	exit := startTestExit(b, "crawlers", "a", "127.0.0.113")
-	h := newHarness(b, []*testExit{exit}, nil)
+	// The same exit as the other benchmarks: a Go forward proxy in this process.
+	b.Run("exit=go", func(b *testing.B) {
+		exit := startTestExit(b, "crawlers", "a", "127.0.0.113")
+		keepAliveRequests(b, exit.Exit, newHarness(b, []*testExit{exit}, nil))
+	})
+	// What a proxy VM runs: Debian's tinyproxy, which closes the client's connection
+	// after each request, direct or from the gateway.
+	b.Run("exit=tinyproxy", func(b *testing.B) {
+		exit := startTinyproxy(b, "tp-bench", "127.0.0.114")
+		h := newHarness(b, nil, nil)
+		h.chooser.exits = []Exit{exit}
+		keepAliveRequests(b, exit, h)
+	})
+}
+
+// keepAliveRequests times small GETs of one site, alternating a client that keeps its
+// connection to exit alive and one that keeps its connection to the gateway alive.
+func keepAliveRequests(b *testing.B, exit Exit, h *harness) {
 	s := startSite(b)
 	direct := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: exit.Address,
 		User: url.UserPassword(exit.User, exit.Password)})}}
@@ -144,6 +160,9 @@ func BenchmarkKeepAliveRequests(b *testing.B) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("GET %s: %s", s.url, resp.Status)
+		}
 		return time.Since(start)
 	}
 	get(direct)

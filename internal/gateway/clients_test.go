@@ -75,7 +75,7 @@ print(r.status_code, r.headers.get("X-Egress-Proxy"), r.text)`
 // needTool skips the test when a client it drives is missing, or fails it when the run
 // must test everything (make test-unit sets testenv.RequireVar; hack/deps.sh installs
 // curl, tinyproxy and python3-requests for it).
-func needTool(t *testing.T, what string, check func() error) {
+func needTool(t testing.TB, what string, check func() error) {
 	t.Helper()
 	if err := check(); err != nil {
 		if os.Getenv(testenv.RequireVar) != "" {

@@ -102,7 +102,7 @@ type Gateway struct {
 	log       logr.Logger
 	metrics   *metrics
 	sessions  *sessions
-	transport *http.Transport
+	transport *exitTransport
 	rotation  atomic.Uint64
 
 	mu        sync.Mutex
@@ -246,7 +246,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	select {
 	case <-done:
 		g.log.Info("gateway drained", "after", time.Since(start).Round(time.Millisecond))
-		g.transport.CloseIdleConnections()
+		g.transport.CloseIdleConnections(true)
 		return nil
 	case <-ctx.Done():
 	}
@@ -261,7 +261,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.mu.Unlock()
 	g.log.Info("gateway grace period over; closed what was still open", "tunnels", left, "after", time.Since(start).Round(time.Millisecond))
 	<-done
-	g.transport.CloseIdleConnections()
+	g.transport.CloseIdleConnections(true)
 	return ctx.Err()
 }
 

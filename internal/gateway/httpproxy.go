@@ -196,7 +196,7 @@ func (g *Gateway) handleForward(cc *clientConn, bw *bufio.Writer, req *http.Requ
 			return false
 		}
 		rt.tried++
-		resp, err := g.transport.RoundTrip(req.WithContext(withExit(ctx, exit)))
+		resp, err := g.transport.RoundTrip(req, exit)
 		if err == nil && ExitGenerated(resp) {
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()

@@ -16,7 +16,7 @@ import (
 
 // startTinyproxy runs Debian's tinyproxy as an exit: Basic credentials of its own and
 // an outgoing address (Bind) of its own.
-func startTinyproxy(t *testing.T, name, egressIP string) Exit {
+func startTinyproxy(t testing.TB, name, egressIP string) Exit {
 	t.Helper()
 	needTool(t, "tinyproxy", func() error { _, err := exec.LookPath("tinyproxy"); return err })
 	bin, err := exec.LookPath("tinyproxy")
