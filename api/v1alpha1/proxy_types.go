@@ -235,6 +235,33 @@ type ProxyEgress struct {
 	WireGuard *ProxyWireGuard `json:"wireguard,omitempty"`
 }
 
+// ProxyRemediation is when a Managed Proxy is rebooted or replaced by remediation.
+type ProxyRemediation struct {
+	// BootTimeout: a proxy whose instance has run this long without answering a probe is
+	// remediated (reason BootTimeout). Default: the manager's --remediation-boot-timeout
+	// (10m). From 1m to 24h.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="spec.remediation.bootTimeout must be a duration from 1m to 24h, such as 10m"
+	// +optional
+	BootTimeout *metav1.Duration `json:"bootTimeout,omitempty"`
+	// UnhealthyTimeout: a proxy that answered once and has then failed its probes this
+	// long is remediated (reason Unhealthy). Default: the manager's
+	// --remediation-unhealthy-timeout (5m). From 1m to 24h.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="spec.remediation.unhealthyTimeout must be a duration from 1m to 24h, such as 5m"
+	// +optional
+	UnhealthyTimeout *metav1.Duration `json:"unhealthyTimeout,omitempty"`
+	// MaxAttempts is how many reboots and replacements are tried for one fault before
+	// remediation gives up: the Proxy is then Stalled (condition Remediating=False,
+	// reason AttemptsExhausted) until it is healthy again or the user acts. Default 5.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MaxAttempts *int32 `json:"maxAttempts,omitempty"`
+	// Disabled: the proxy is never rebooted or replaced by remediation (it still counts
+	// in its group's maxUnhealthy brake).
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+}
+
 // ProxyConfig is the proxy's own configuration, which the operator renders for a Managed
 // Proxy (tinyproxy, as cloud-init) and the health probe and discovery use.
 // +kubebuilder:validation:XValidation:rule="!has(self.allowedSourceRanges) || has(self.basicAuth) || (has(self.allowOpenProxy) && self.allowOpenProxy) || !self.allowedSourceRanges.exists(r, isCIDR(r) && cidr(r).prefixLength() == 0)",fieldPath=".allowedSourceRanges",message="holds 0.0.0.0/0 or ::/0 without basicAuth: anyone could use the proxy. Add basicAuth (a Secret with the credentials), narrow the ranges to the crawlers' networks, or set allowOpenProxy: true to run an open proxy on purpose"
@@ -326,6 +353,11 @@ type ProxySpec struct {
 	// +kubebuilder:validation:XValidation:rule="isIP(self) || self.matches('^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$')",message="spec.address must be a host name or an IP address, without a port or scheme"
 	// +optional
 	Address string `json:"address,omitempty"`
+	// Remediation says when a Managed Proxy whose VM never answers a probe, or stops
+	// answering, is rebooted or replaced (docs/health.md, "Remediation"). Unset fields take
+	// the manager's flags (--remediation-boot-timeout, --remediation-unhealthy-timeout).
+	// +optional
+	Remediation *ProxyRemediation `json:"remediation,omitempty"`
 }
 
 // ProxyStatus is what the operator observed.

@@ -247,6 +247,23 @@ type ProxyPoolSpec struct {
 	// Egress hands each child an exit of its own.
 	// +optional
 	Egress *PoolEgress `json:"egress,omitempty"`
+	// Remediation is the pool's brake on remediation: its children's own timeouts are in
+	// spec.template.spec.remediation (docs/health.md, "Remediation").
+	// +optional
+	Remediation *PoolRemediation `json:"remediation,omitempty"`
+}
+
+// PoolRemediation is a pool's brake on remediation.
+type PoolRemediation struct {
+	// MaxUnhealthy: when more of the pool's children than this are past their boot or
+	// unhealthy timeout at once, none of them is rebooted or replaced (that is a host,
+	// network or probe-target outage, not bad VMs) until the count is back within it.
+	// A count such as 2 or a percentage of the pool's children such as 40% (rounded up).
+	// Default: the manager's --max-unhealthy (40%).
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^[0-9]{1,3}%$') && int(self.replace('%', '')) <= 100",message="spec.remediation.maxUnhealthy must be a count of children (0 or more) or a percentage from 0% to 100%, such as 40%"
+	// +optional
+	MaxUnhealthy *intstr.IntOrString `json:"maxUnhealthy,omitempty"`
 }
 
 // PoolEgress says how a pool's children leave.

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
 )
 
 func TestFlagDefaults(t *testing.T) {
@@ -44,6 +45,9 @@ func TestFlagDefaults(t *testing.T) {
 		{"unreachable-report-holdoff", o.health.UnreachableHoldoff, time.Minute},
 		{"probe-target-direct-check", o.health.ProbeTargetCheck, true},
 		{"ban-max-retirements-per-hour", o.health.BanMaxRetirementsPerHour, intstr.FromString("10%")},
+		{"remediation-boot-timeout", o.remediation.BootTimeout, 10 * time.Minute},
+		{"remediation-unhealthy-timeout", o.remediation.UnhealthyTimeout, 5 * time.Minute},
+		{"max-unhealthy", o.remediation.MaxUnhealthy, intstr.FromString("40%")},
 		{"leader-elect", o.leaderElect, false},
 		{"metrics-bind-address", o.metricsAddr, ":8443"},
 		{"metrics-secure", o.metricsSecure, true}, // HTTPS behind TokenReview and SubjectAccessReview
@@ -79,7 +83,9 @@ func TestFlagErrors(t *testing.T) {
 	}
 	for _, bad := range [][]string{{"--ban-retire-after-sites=-1"}, {"--ban-retire-after-sites=101"}, {"--ban-retire-window=0s"}, {"--ban-retire-window=-1m"}, {"--deletion-drain=-1s"},
 		{"--ban-max-retirements-per-hour=-1"}, {"--ban-max-retirements-per-hour=ten"}, {"--ban-max-retirements-per-hour=1001"},
-		{"--unreachable-report-holdoff=0s"}} {
+		{"--unreachable-report-holdoff=0s"},
+		{"--remediation-boot-timeout=30s"}, {"--remediation-boot-timeout=25h"}, {"--remediation-unhealthy-timeout=0s"}, {"--remediation-unhealthy-timeout=-5m"},
+		{"--max-unhealthy=-1"}, {"--max-unhealthy=101%"}, {"--max-unhealthy=half"}} {
 		flag := strings.SplitN(strings.TrimPrefix(bad[0], "--"), "=", 2)[0]
 		if _, err := parseFlags(bad, io.Discard); err == nil || !strings.Contains(err.Error(), "--"+flag) {
 			t.Errorf("%s: %v, want an error naming --%s", bad[0], err, flag)
@@ -101,5 +107,26 @@ func TestBanFlagsMakeThePolicy(t *testing.T) {
 	want := bans.Policy{Cooldown: time.Minute, MaxCooldown: 2 * time.Hour, RetireAfterSites: 0, RetireWindow: 30 * time.Minute}
 	if got := banPolicy(o.health); got != want {
 		t.Errorf("banPolicy = %+v, want %+v", got, want)
+	}
+}
+
+// The remediation flags make the policy the reconcilers are given; the defaults are the
+// planner's.
+func TestRemediationFlagsMakeThePolicy(t *testing.T) {
+	o, err := parseFlags([]string{"--remediation-boot-timeout=20m", "--remediation-unhealthy-timeout=2m", "--max-unhealthy=3"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := remediation.DefaultPolicy()
+	want.BootTimeout, want.UnhealthyTimeout, want.MaxUnhealthy = 20*time.Minute, 2*time.Minute, intstr.FromInt(3)
+	if o.remediation != want {
+		t.Errorf("policy = %+v, want %+v", o.remediation, want)
+	}
+	d, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.remediation != remediation.DefaultPolicy() {
+		t.Errorf("default policy = %+v, want the planner's %+v", d.remediation, remediation.DefaultPolicy())
 	}
 }

@@ -26,8 +26,9 @@ import (
 // wake is the reconciler's Wake: orphan GC calls it for the Failed Proxies an instance it
 // deleted was blocking. creds reads a Proxy's basic-auth credentials, which the probe
 // sends and discovery hands out on request (?credentials=true). It returns the discovery
-// API's server (nil when it is off), whose drain run waits for.
-func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions, wake func(context.Context, client.ObjectKey), creds proxyconfig.CredentialsFunc) (*listeningServer, error) {
+// API's server (nil when it is off), whose drain run waits for. target is handed the
+// health engine, which tells remediation whether the probe target itself is down.
+func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions, wake func(context.Context, client.ObjectKey), creds proxyconfig.CredentialsFunc, target func(controller.ProbeTargetWatch)) (*listeningServer, error) {
 	monitor := &controller.ProviderHealthMonitor{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
@@ -46,6 +47,7 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	if err != nil {
 		return nil, err
 	}
+	target(engine)
 	gc := &controller.OrphanGC{
 		Client:    mgr.GetClient(),
 		Providers: providers,

@@ -32,6 +32,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing/otlp"
 )
 
@@ -55,7 +56,10 @@ type options struct {
 	leaderElectionNS        string
 	watchNamespaces         []string // nil: every namespace
 	health                  healthOptions
-	zap                     zap.Options
+	// remediation is the policy of every Proxy's remediation: the timeouts of Proxies
+	// without spec.remediation's and the brake of groups without a pool's maxUnhealthy.
+	remediation remediation.Policy
+	zap         zap.Options
 }
 
 // healthOptions are the settings of the components beside the reconciler: the provider
@@ -123,6 +127,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.health.BanRetireWindow, "ban-retire-window", bans.DefaultRetireWindow, "How far back the bans counted by --ban-retire-after-sites reach. A pool's spec.bans.retireWindowSeconds overrides it.")
 	fs.DurationVar(&o.health.UnreachableHoldoff, "unreachable-report-holdoff", bans.DefaultUnreachableHoldoff, "After a probe passed that answered a crawler's unreachable report of a proxy, further unreachable reports of that proxy are ignored this long: a crawler reporting a healthy proxy unreachable keeps it out of discovery's answers for at most one prompt probe per this time. More than 0.")
 	retireBudget := fs.String("ban-max-retirements-per-hour", bans.DefaultMaxRetirementsPerHour.String(), "A pool retires at most this many of its children within any hour, a number (0 to 1000) or a percentage of its replicas rounded up; children due past it keep serving, cooling for each site they were banned on. Standalone Proxies have no budget. A pool's spec.bans.maxRetirementsPerHour overrides it.")
+	o.remediation = remediation.DefaultPolicy()
+	fs.DurationVar(&o.remediation.BootTimeout, "remediation-boot-timeout", remediation.DefaultBootTimeout, "A Managed Proxy whose instance has run this long without answering a probe is rebooted, then replaced (see docs/health.md, Remediation). A Proxy's spec.remediation.bootTimeout overrides it. From 1m to 24h.")
+	fs.DurationVar(&o.remediation.UnhealthyTimeout, "remediation-unhealthy-timeout", remediation.DefaultUnhealthyTimeout, "A Managed Proxy that answered once and has then failed its probes this long is rebooted, then replaced. A Proxy's spec.remediation.unhealthyTimeout overrides it. From 1m to 24h.")
+	maxUnhealthy := fs.String("max-unhealthy", remediation.DefaultMaxUnhealthy.String(), "Remediation is held in a group (a pool's children, or the standalone Proxies of one provider host or zone) while more of its proxies than this are past their timeouts at once: a count such as 2 or a percentage of the group such as 40% (rounded up). A pool's spec.remediation.maxUnhealthy overrides it.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (0 disables it).")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the API server authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview); false: plain HTTP to anyone.")
 	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint; empty: a self-signed certificate made at start.")
@@ -154,6 +162,19 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.health.UnreachableHoldoff <= 0 {
 		return nil, fmt.Errorf("--unreachable-report-holdoff %s: give a positive duration", o.health.UnreachableHoldoff)
 	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"remediation-boot-timeout", o.remediation.BootTimeout}, {"remediation-unhealthy-timeout", o.remediation.UnhealthyTimeout}} {
+		if f.v < time.Minute || f.v > 24*time.Hour {
+			return nil, fmt.Errorf("--%s %s: give a duration from 1m to 24h", f.name, f.v)
+		}
+	}
+	mu, err := remediation.ParseMaxUnhealthy("--max-unhealthy", *maxUnhealthy)
+	if err != nil {
+		return nil, err
+	}
+	o.remediation.MaxUnhealthy = mu
 	budget, err := bans.ParseRetirementBudget(*retireBudget)
 	if err != nil {
 		return nil, fmt.Errorf("--ban-max-retirements-per-hour: %w", err)
@@ -245,7 +266,7 @@ func run(args []string, stderr io.Writer) int {
 		log.Error(err, "setting up components")
 		return 1
 	}
-	if err := setupPools(mgr, cfg); err != nil {
+	if err := setupPools(mgr, cfg, o.remediation); err != nil {
 		log.Error(err, "setting up components")
 		return 1
 	}
@@ -352,6 +373,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 		DeletionDrain: o.deletionDrain,
 
 		FailedRecheckInterval: o.failedRecheck,
+		Remediation:           o.remediation,
 	}
 	if err := r.SetupWithManager(mgr, o.maxConcurrentReconciles); err != nil {
 		return nil, fmt.Errorf("proxy reconciler: %w", err)
@@ -371,7 +393,8 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	if err := addReadyChecks(mgr, providers); err != nil { // readiness.go
 		return nil, fmt.Errorf("readiness checks: %w", err)
 	}
-	return setupHealth(mgr, providers, o.health, r.Wake, proxyconfig.SnapshotCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials)
+	return setupHealth(mgr, providers, o.health, r.Wake, proxyconfig.SnapshotCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials,
+		func(w controller.ProbeTargetWatch) { r.ProbeTarget = w })
 }
 
 func closeProviders(providers map[string]provider.Provider, log interface{ Error(error, string, ...any) }) {

@@ -15,15 +15,18 @@ import (
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
 )
 
-// setupPools adds the ProxyPool reconciler, which checks pool placements against cfg.
-func setupPools(mgr ctrl.Manager, cfg *provider.Config) error {
+// setupPools adds the ProxyPool reconciler, which checks pool placements against cfg and
+// reports its children's remediation brake under pol.
+func setupPools(mgr ctrl.Manager, cfg *provider.Config, pol remediation.Policy) error {
 	r := &controller.ProxyPoolReconciler{
-		Client:   mgr.GetClient(),
-		Scheme:   mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("proxypool-controller"),
-		Zones:    poolZones(cfg),
+		Client:      mgr.GetClient(),
+		Scheme:      mgr.GetScheme(),
+		Recorder:    mgr.GetEventRecorder("proxypool-controller"),
+		Zones:       poolZones(cfg),
+		Remediation: pol,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("proxy pool reconciler: %w", err)

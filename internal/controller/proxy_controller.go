@@ -36,6 +36,7 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/tracing"
 )
 
@@ -116,10 +117,27 @@ type ProxyReconciler struct {
 	// Clock is the source of time of the address hold (the real clock when nil).
 	Clock clock.PassiveClock
 
+	// Remediation is the policy of remediation (internal/remediation): the timeouts of
+	// Proxies without spec.remediation's, and the brake of groups without a pool's
+	// spec.remediation.maxUnhealthy (--remediation-boot-timeout,
+	// --remediation-unhealthy-timeout, --max-unhealthy). Zero fields take
+	// remediation.DefaultPolicy's.
+	Remediation remediation.Policy
+	// ProbeTarget says whether the probe target itself is down (the health engine): while
+	// it is, nothing is remediated. nil: never known to be down.
+	ProbeTarget ProbeTargetWatch
+
 	holds addressHolds
 
 	// wake carries the Proxies Wake asks to reconcile; made by SetupWithManager.
 	wake chan event.TypedGenericEvent[*v1alpha1.Proxy]
+}
+
+// ProbeTargetWatch is what remediation asks the health engine (health.Engine): whether
+// the probe target itself is down now, since when, and when it last came back.
+type ProbeTargetWatch interface {
+	ProbeTargetDown() (down bool, since time.Time)
+	ProbeTargetUpSince() time.Time
 }
 
 // wakeBuffer is how many Wake calls may wait for the controller to take them.

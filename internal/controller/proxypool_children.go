@@ -80,6 +80,13 @@ func TemplateHash(t *v1alpha1.ProxyTemplate) string { return templateHash(t, "")
 // credDigest: the slow digest (proxyconfig.CredentialsDigest) of the credentials that
 // Secret holds, so that a rotated password rolls the pool like any template change.
 func templateHash(t *v1alpha1.ProxyTemplate, credDigest string) string {
+	if t.Spec.Remediation != nil {
+		// Remediation's timeouts are read from the pool's template by each child's
+		// reconcile: changing them replaces no child.
+		c := *t
+		c.Spec.Remediation = nil
+		t = &c
+	}
 	b, err := json.Marshal(t)
 	if err != nil { // strings, maps and numbers only
 		panic(err)

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
 )
 
 // Event reasons of the ProxyPool controller.
@@ -52,6 +53,10 @@ type ProxyPoolReconciler struct {
 	Zones map[string][]string
 	// Clock is the source of time for availability and rotation (the real clock when nil).
 	Clock clock.PassiveClock
+	// Remediation is the remediation policy; the pool reports its children's brake with
+	// its MaxUnhealthy when spec.remediation.maxUnhealthy is unset, and the timeouts of
+	// its template's children without their own.
+	Remediation remediation.Policy
 
 	// deadlineReported holds, by pool UID, the progress time of the stall last reported
 	// with a ProgressDeadlineExceeded Event.
