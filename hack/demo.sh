@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The operator end to end on this one machine: a local control plane (kube-apiserver and
-# etcd), the local libvirt host, the guest image served on the bridge, and the manager, all
-# started in the background; then the sample Proxy, followed until it is Ready. It ends by
-# printing the kubectl commands (kubectl built into the cache, the API server's version)
+# etcd), the local libvirt host, the guest image served on the bridge, the manager and the
+# gateway, all started in the background; then the sample Proxy, followed until it is
+# Ready. It ends with a request through the proxy directly and the same through the
+# gateway, and prints the kubectl commands (kubectl built into the cache, the API server's version)
 # that add more Proxies and look at them.
 #
 #   hack/demo.sh up           set up and start what is missing, apply the sample, wait for Ready
 #   hack/demo.sh up-external  the same without VMs (make demo-external): the control plane, three
 #                             tinyproxy forward proxies on loopback as External Proxies, and the
-#                             manager without a providers config, ending with discovery answering
+#                             manager without a providers config and the gateway, ending with
+#                             discovery answering and a request through the gateway
 #   hack/demo.sh down         delete every Proxy in the demo's cluster (and so their VMs), then
 #                             stop what up or up-external started
 #   hack/demo.sh status       what is running
@@ -34,7 +36,9 @@
 #
 # Knobs: DEMO_IMAGE_PORT (18081), DEMO_DISCOVERY_PORT (18082), DEMO_METRICS_PORT (18080),
 # DEMO_HEALTH_PORT (18083), DEMO_PROXY_PORT (18090, up-external: the port of the three
-# tinyproxies on 127.0.0.2, .3 and .4), DEMO_TIMEOUT (seconds to wait for Ready, 1800;
+# tinyproxies on 127.0.0.2, .3 and .4), DEMO_GATEWAY_PORT (18084, the gateway's HTTP proxy
+# port on 127.0.0.1), DEMO_GATEWAY_SOCKS_PORT (18085), DEMO_GATEWAY_HEALTH_PORT (18086),
+# DEMO_TIMEOUT (seconds to wait for Ready, 1800;
 # up-external 120), DEMO_DOWN_TIMEOUT (seconds down waits for the Proxies to go, 900),
 # DEMO_STATE (the state directory, ${XDG_CACHE_HOME:-~/.cache}/egress-proxies-operator/demo).
 set -euo pipefail
@@ -53,6 +57,9 @@ DISCOVERY_PORT=${DEMO_DISCOVERY_PORT:-18082}
 METRICS_PORT=${DEMO_METRICS_PORT:-18080}
 HEALTH_PORT=${DEMO_HEALTH_PORT:-18083}
 PROXY_PORT=${DEMO_PROXY_PORT:-18090}
+GATEWAY_PORT=${DEMO_GATEWAY_PORT:-18084}
+GATEWAY_SOCKS_PORT=${DEMO_GATEWAY_SOCKS_PORT:-18085}
+GATEWAY_HEALTH_PORT=${DEMO_GATEWAY_HEALTH_PORT:-18086}
 TIMEOUT=${DEMO_TIMEOUT:-1800}
 DOWN_TIMEOUT=${DEMO_DOWN_TIMEOUT:-900}
 SAMPLE=$ROOT/config/samples/proxy_kvm2.yaml
@@ -106,8 +113,9 @@ wait_started() {
 }
 
 build() {
-  log "building bin/manager and bin/democtl"
-  (cd "$ROOT" && go build -o bin/manager ./cmd/manager && go build -o bin/democtl ./hack/democtl)
+  log "building bin/manager, bin/gateway and bin/democtl"
+  (cd "$ROOT" && go build -o bin/manager ./cmd/manager && go build -o bin/gateway ./cmd/gateway &&
+    go build -o bin/democtl ./hack/democtl)
 }
 
 start_controlplane() {
@@ -188,6 +196,34 @@ wait_manager() {
   log "manager running (pid $(<"$STATE/manager.pid")), log $STATE/manager.log"
 }
 
+# start_gateway: the gateway (cmd/gateway) on 127.0.0.1, reading the control plane as the
+# manager does; its proxy password is the discovery token.
+start_gateway() {
+  if pid_alive "$STATE/gateway.pid"; then
+    log "gateway already running (pid $(<"$STATE/gateway.pid"))"
+    return 0
+  fi
+  start gateway "$ROOT/bin/gateway" --kubeconfig="$KUBECONFIG_PATH" \
+    --listen-address="127.0.0.1:$GATEWAY_PORT" --socks-listen-address="127.0.0.1:$GATEWAY_SOCKS_PORT" \
+    --metrics-bind-address=0 --health-probe-bind-address="127.0.0.1:$GATEWAY_HEALTH_PORT" \
+    --discovery-token-file="$STATE/discovery-token" --discovery-kubernetes-auth=false
+  "$DEMOCTL" wait-ready --url "http://127.0.0.1:$GATEWAY_HEALTH_PORT/readyz" --pid "$(<"$STATE/gateway.pid")" \
+    --log "$STATE/gateway.log" --timeout 120s ||
+    die "the gateway did not become ready (above); its log is $STATE/gateway.log"
+  log "gateway running (pid $(<"$STATE/gateway.pid")) on 127.0.0.1:$GATEWAY_PORT (SOCKS5 $GATEWAY_SOCKS_PORT), log $STATE/gateway.log"
+}
+
+# through_gateway NAMESPACE URL: a request through the gateway, with the headers that name
+# the exit it took; fails unless it answers 200.
+through_gateway() {
+  local ns=$1 url=$2 out
+  out=$(curl -s -i --max-time 60 -x "http://demo+ns=$ns:$(<"$STATE/discovery-token")@127.0.0.1:$GATEWAY_PORT" "$url") ||
+    die "curl through the gateway failed; its log is $STATE/gateway.log"
+  printf '%s\n' "$out" | tr -d '\r' | grep -iE '^(HTTP/|x-egress-)' | sed 's/^/  /'
+  printf '%s\n' "$out" | tr -d '\r' | sed -n '/^$/,$p' | sed '/^$/d; s/^/  /'
+  printf '%s\n' "$out" | head -1 | grep -q ' 200' || die "the gateway did not answer 200; its log is $STATE/gateway.log"
+}
+
 # ensure_token: the discovery API's static bearer token (--discovery-token-file), made once.
 ensure_token() {
   [[ -s $STATE/discovery-token ]] || head -c 24 /dev/urandom | base64 | tr -d '/+=\n' >"$STATE/discovery-token"
@@ -203,6 +239,12 @@ check_ports() {
     return 0
   fi
   "$DEMOCTL" check-ports "$@" || die "choose other ports with the variables named above (hack/demo.sh's Knobs), or stop what holds them"
+}
+
+check_gateway_ports() {
+  check_ports gateway "gateway (DEMO_GATEWAY_PORT)=127.0.0.1:$GATEWAY_PORT" \
+    "gateway SOCKS5 (DEMO_GATEWAY_SOCKS_PORT)=127.0.0.1:$GATEWAY_SOCKS_PORT" \
+    "gateway health probes (DEMO_GATEWAY_HEALTH_PORT)=127.0.0.1:$GATEWAY_HEALTH_PORT"
 }
 
 # check_mode MODE: up and up-external share the state directory and the ports, so one
@@ -225,6 +267,12 @@ report() {
   pass=$(awk '$1 == "password:" { print $2; exit }' "$SAMPLE")
   echo
   "$DEMOCTL" get --kubeconfig "$KUBECONFIG_PATH"
+  echo
+  log "the proxy directly (whoami answers with the address it saw, the guest's):"
+  curl -s --max-time 60 -x "http://$user:$pass@$ip:$port" "http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT/v1/whoami" | sed 's/^/  /' ||
+    die "curl through the proxy at $ip:$port failed"
+  log "the same through the gateway, which chose the exit and names it:"
+  through_gateway "$PROXY_NS" "http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT/v1/whoami"
   cat <<EOF
 
 The proxy is Ready. Try it from this machine (the discovery API's whoami answers with the
@@ -244,11 +292,18 @@ With kubectl (built into the cache, the API server's version):
   $k delete proxy proxy-2
   $k get providerhealths kvm2-home -o yaml
 
+Through the gateway (one proxy URL for every crawler; docs/gateway.md), with the
+discovery token as the password and options in the user name:
+
+  curl -i -x "http://demo+ns=$PROXY_NS:\$(cat $STATE/discovery-token)@127.0.0.1:$GATEWAY_PORT" http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT/v1/whoami
+  curl --socks5-hostname "demo+ns=$PROXY_NS:\$(cat $STATE/discovery-token)@127.0.0.1:$GATEWAY_SOCKS_PORT" http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT/v1/whoami
+
 Discovery API:       export API=http://$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT TOKEN=\$(cat $STATE/discovery-token)
                      curl -s -H "Authorization: Bearer \$TOKEN" "\$API/v1/proxies?format=text"
                      (docs/discovery.md's examples, with \$API for http://proxy-operator:8082)
 Kubeconfig:          $KUBECONFIG_PATH
 Manager log:         $STATE/manager.log
+Gateway log:         $STATE/gateway.log
 Stop it all:         make demo-down   (deletes every Proxy, and so its VM, then stops the
                      demo; hack/libvirt-host.sh down stops the libvirt host too)
 EOF
@@ -265,6 +320,7 @@ cmd_up() {
   source "$CACHE/libvirt-host/env"
   check_ports manager "discovery (DEMO_DISCOVERY_PORT)=$KVM2_TEST_BRIDGE_IP:$DISCOVERY_PORT"
   check_ports image-server "image server (DEMO_IMAGE_PORT)=$KVM2_TEST_BRIDGE_IP:$IMAGE_PORT"
+  check_gateway_ports
   log "kube-apiserver, etcd and kubectl (a first build takes about 20 minutes)"
   ASSETS=$("$HACK/envtest-assets.sh" kube-apiserver etcd kubectl)
   KUBECTL=$ASSETS/kubectl
@@ -273,6 +329,7 @@ cmd_up() {
   start_controlplane
   start_image_server
   start_manager
+  start_gateway
   "$DEMOCTL" apply --kubeconfig "$KUBECONFIG_PATH" --namespace "$PROXY_NS" -f "$SAMPLE"
   log "waiting for $PROXY_NS/$PROXY_NAME to be Ready (the guest boots under emulation when there is no KVM: minutes)"
   "$DEMOCTL" wait --kubeconfig "$KUBECONFIG_PATH" --namespace "$PROXY_NS" --name "$PROXY_NAME" --timeout "${TIMEOUT}s" ||
@@ -394,6 +451,13 @@ report_external() {
   local api=http://127.0.0.1:$DISCOVERY_PORT k="$KUBECTL --kubeconfig $KUBECONFIG_PATH"
   echo
   "$DEMOCTL" get --kubeconfig "$KUBECONFIG_PATH"
+  echo
+  log "a picked proxy directly (whoami answers with the address it saw):"
+  curl -s --max-time 60 -x "$(curl -s -H "Authorization: Bearer $(<"$STATE/discovery-token")" \
+    "$api/v1/proxies/pick?key=example.com&credentials=true&format=text")" "$api/v1/whoami" | sed 's/^/  /' ||
+    die "curl through a picked proxy failed"
+  log "through the gateway, which chose the exit and names it:"
+  through_gateway "$EXT_NS" "$api/v1/whoami"
   cat <<EOF
 
 Discovery hands out the three External Proxies: tinyproxy on ${EXT_LISTEN[*]} port
@@ -410,6 +474,12 @@ ProviderNotConfigured. The API is at $api behind the token in $STATE/discovery-t
   curl -s -X POST "\$API/v1/feedback" -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' \\
     -d '{"reports":[{"proxy":"$EXT_NS/crawler-1","domain":"shop.example.com","outcome":"banned"}]}'
 
+The gateway: one proxy URL, the discovery token as its password, options in the user
+name (docs/gateway.md); session=NAME keeps one exit:
+
+  curl -i -x "http://demo+ns=$EXT_NS+session=s1:\$TOKEN@127.0.0.1:$GATEWAY_PORT" "\$API/v1/whoami"
+  curl --socks5-hostname "demo+ns=$EXT_NS:\$TOKEN@127.0.0.1:$GATEWAY_SOCKS_PORT" "\$API/v1/whoami"
+
 Every example of docs/discovery.md runs as written with \$API in place of
 http://proxy-operator:8082. The clients: pkg/client with client.Config{URL: "$api",
 Token: ...}; Scrapy with EGRESS_PROXIES_URL = "$api" and
@@ -422,6 +492,7 @@ With kubectl (built into the cache, the API server's version):
 
 Kubeconfig:          $KUBECONFIG_PATH
 Manager log:         $STATE/manager.log
+Gateway log:         $STATE/gateway.log
 Stop it all:         make demo-down
 EOF
 }
@@ -439,11 +510,13 @@ cmd_up_external() {
   ((${#ports[@]} == 0)) || check_ports none "${ports[@]}"
   check_ports manager "metrics (DEMO_METRICS_PORT)=127.0.0.1:$METRICS_PORT" "health probes (DEMO_HEALTH_PORT)=127.0.0.1:$HEALTH_PORT" \
     "discovery (DEMO_DISCOVERY_PORT)=127.0.0.1:$DISCOVERY_PORT"
+  check_gateway_ports
   ASSETS=$("$HACK/envtest-assets.sh" kube-apiserver etcd kubectl)
   KUBECTL=$ASSETS/kubectl
   start_controlplane
   start_tinyproxies
   start_external_manager
+  start_gateway
   write_external_manifest >"$STATE/external-proxies.yaml"
   "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" apply -f "$STATE/external-proxies.yaml"
   log "waiting for discovery to hand out ${EXT_NAMES[*]} (the manager probes each through its proxy)"
@@ -491,6 +564,7 @@ cmd_down() {
   local mode
   mode=$(cat "$STATE/mode" 2>/dev/null || echo vm)
   [[ -x $DEMOCTL ]] || build
+  stop gateway
   delete_proxies
   stop manager # only now: until the Proxies are gone, their finalizers need it
   local swept=0
@@ -525,7 +599,7 @@ cmd_down() {
 
 cmd_status() {
   local n
-  for n in controlplane image-server manager tinyproxy-crawler-1 tinyproxy-crawler-2 tinyproxy-crawler-3; do
+  for n in controlplane image-server manager gateway tinyproxy-crawler-1 tinyproxy-crawler-2 tinyproxy-crawler-3; do
     if pid_alive "$STATE/$n.pid"; then echo "$n: running (pid $(<"$STATE/$n.pid"))"; else echo "$n: stopped"; fi
   done
   if [[ -s $KUBECONFIG_PATH && -x $DEMOCTL ]]; then

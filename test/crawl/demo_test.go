@@ -27,7 +27,8 @@ import (
 // make demo-external runs) on ports of its own, in a state directory of its own: first
 // with one of its ports held, which must fail before anything starts, naming the port and
 // the holder; then for real, ending with discovery handing out the three External
-// Proxies; then every curl example of the docs against it; then hack/demo.sh down, after
+// Proxies and a request through the gateway; then every curl example of the docs against
+// it; then hack/demo.sh down, after
 // which none of the processes it started is left.
 func TestDemoExternal(t *testing.T) {
 	for _, tool := range []string{"tinyproxy", "curl", "jq"} {
@@ -44,7 +45,9 @@ func TestDemoExternal(t *testing.T) {
 	disc, metrics := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	env := append(os.Environ(), "DEMO_STATE="+state, "DEMO_TIMEOUT=120",
 		"DEMO_METRICS_PORT="+port(metrics), "DEMO_HEALTH_PORT="+port(testutil.FreeAddr(t)),
-		"DEMO_DISCOVERY_PORT="+port(disc), "DEMO_PROXY_PORT="+freeProxyPort(t))
+		"DEMO_DISCOVERY_PORT="+port(disc), "DEMO_PROXY_PORT="+freeProxyPort(t),
+		"DEMO_GATEWAY_PORT="+port(testutil.FreeAddr(t)), "DEMO_GATEWAY_SOCKS_PORT="+port(testutil.FreeAddr(t)),
+		"DEMO_GATEWAY_HEALTH_PORT="+port(testutil.FreeAddr(t)))
 	demo := func(ctx context.Context, args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack/demo.sh"), args...)
 		cmd.Dir, cmd.Env = root, env
@@ -92,7 +95,10 @@ func TestDemoExternal(t *testing.T) {
 		t.Fatalf("hack/demo.sh up-external: %v\n%s", err, out)
 	}
 	t.Logf("hack/demo.sh up-external took %s", time.Since(start).Round(100*time.Millisecond))
-	for _, want := range []string{"export API=http://" + disc, "discovery-token", "make demo-down"} {
+	// It ends with a request through the gateway, which names the exit it took: one of
+	// the three External Proxies, whose tinyproxy answered with its own address.
+	for _, want := range []string{"export API=http://" + disc, "discovery-token", "make demo-down",
+		"through the gateway", "HTTP/1.1 200 OK", "X-Egress-Proxy: crawl/crawler-"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the demo's closing words do not say %q:\n%s", want, out)
 		}
@@ -103,7 +109,7 @@ func TestDemoExternal(t *testing.T) {
 	}
 	token := strings.TrimSpace(string(tok))
 	pids := map[string]int{}
-	for _, f := range []string{"manager.pid", "controlplane.pid", "controlplane/etcd.pid", "controlplane/kube-apiserver.pid",
+	for _, f := range []string{"manager.pid", "gateway.pid", "controlplane.pid", "controlplane/etcd.pid", "controlplane/kube-apiserver.pid",
 		"tinyproxy-crawler-1.pid", "tinyproxy-crawler-2.pid", "tinyproxy-crawler-3.pid"} {
 		b, err := os.ReadFile(filepath.Join(state, f))
 		if err != nil {
