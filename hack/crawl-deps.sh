@@ -5,8 +5,10 @@
 # Debian's Scrapy (hack/scrapy-wheel-test.sh), setuptools, wheel, pip and venv. All are
 # Debian packages for Debian's own python3 (/usr/bin/python3), whatever python3 comes first
 # on PATH; the tests run that interpreter. Besides, for TestDemoExternal (the VM-less demo
-# and the docs' curl examples): tinyproxy, curl and jq. Idempotent: installed packages are
-# left alone; tinyproxy's own service is kept from starting.
+# and the docs' curl examples): tinyproxy, curl and jq. For TestGateway
+# (test/crawl/gateway_test.go): Debian's chromium, driven headless through chromedp.
+# Idempotent: installed packages are left alone; tinyproxy's own service is kept from
+# starting.
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -14,7 +16,7 @@ LOG_TAG=crawl-deps
 # shellcheck source=lib/common.sh
 source "$HACK/lib/common.sh"
 
-packages=(python3-scrapy python3-pytest python3-setuptools python3-wheel python3-pip python3-venv tinyproxy curl jq)
+packages=(python3-scrapy python3-pytest python3-setuptools python3-wheel python3-pip python3-venv tinyproxy curl jq chromium)
 need=$(missing_packages "${packages[@]}")
 [[ -z $need || $(id -u) -eq 0 ]] || die "need root to install: ${need//$'\n'/ }"
 ensure_packages "${packages[@]}"
