@@ -22,3 +22,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "epo.selector" -}}
 control-plane: controller-manager
 {{- end -}}
+
+{{/* The gateway's pods; its Deployment's, Service's, PDB's and HPA's selector. */}}
+{{- define "epo.gatewaySelector" -}}
+app.kubernetes.io/component: gateway
+{{- end -}}
