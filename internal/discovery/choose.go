@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -159,6 +160,10 @@ type Choice struct {
 	Namespaces    []string
 	// Namespace and Pool, when set, limit the choice as ?namespace= and ?pool= do.
 	Namespace, Pool string
+	// Provider, Region, Zone and LabelSelector, when set, limit it as ?provider=,
+	// ?region=, ?zone= and ?labelSelector= do. A selector that does not parse is an
+	// error wrapping ErrBadSelector.
+	Provider, Region, Zone, LabelSelector string
 	// Key is the session key (?key=). Without one, Rotation chooses: the Rotation-th
 	// distinct egress address, modulo their number, in a fixed order.
 	Key      string
@@ -193,6 +198,8 @@ var (
 	// ErrUnknownPool: no published proxy, of any health, in the namespaces the caller may
 	// use belongs to the pool.
 	ErrUnknownPool = errors.New("unknown pool")
+	// ErrBadSelector: Choice.LabelSelector is not a label selector.
+	ErrBadSelector = errors.New("invalid label selector")
 )
 
 // SaturatedError is Choose's answer when more than the allowed share of the matching
@@ -235,8 +242,15 @@ func (s *Server) Choose(ctx context.Context, c Choice) (Chosen, error) {
 		}
 		return Chosen{}, fmt.Errorf("%w %q: no proxy of it in %s", ErrUnknownPool, c.Pool, where)
 	}
-	req := &request{filter: filter{namespace: c.Namespace, pool: c.Pool}, key: c.Key, rotation: c.Rotation,
-		credentials: true, ipv6: c.IPv6, exclude: c.Exclude}
+	req := &request{filter: filter{namespace: c.Namespace, pool: c.Pool, provider: c.Provider, region: c.Region, zone: c.Zone},
+		key: c.Key, rotation: c.Rotation, credentials: true, ipv6: c.IPv6, exclude: c.Exclude}
+	if c.LabelSelector != "" {
+		sel, err := labels.Parse(c.LabelSelector)
+		if err != nil {
+			return Chosen{}, fmt.Errorf("%w %q: %v", ErrBadSelector, c.LabelSelector, err)
+		}
+		req.filter.selector = sel
+	}
 	if c.Domain != "" {
 		if site, err := siteOf(c.Domain); err == nil {
 			req.filter.site = site

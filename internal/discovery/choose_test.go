@@ -26,7 +26,8 @@ func chooseFixture() []Entry {
 	egress := []string{"198.51.100.1", "198.51.100.1", "198.51.100.2", "198.51.100.2", "198.51.100.3", "198.51.100.4"}
 	for i, ip := range egress {
 		es = append(es, Entry{Namespace: "a", Name: fmt.Sprintf("p%02d", i), URL: fmt.Sprintf("http://10.2.0.%d:3128", i),
-			Healthy: true, Pool: "news", EgressIP: ip})
+			Healthy: true, Pool: "news", EgressIP: ip, Provider: "kvm2-home", Region: "home", Zone: fmt.Sprintf("rack%d", i%2),
+			Labels: map[string]string{"tier": []string{"gold", "silver", "bronze"}[i%3]}})
 	}
 	for i := range 2 {
 		es = append(es, Entry{Namespace: "b", Name: fmt.Sprintf("q%02d", i), URL: fmt.Sprintf("http://10.3.0.%d:3128", i), Healthy: true})
@@ -48,6 +49,8 @@ func TestChooseWithAKeyIsPick(t *testing.T) {
 			{"", Choice{AllNamespaces: true}},
 			{"&namespace=a&pool=news", Choice{AllNamespaces: true, Namespace: "a", Pool: "news"}},
 			{"&exclude=a/p00,a/p02", Choice{AllNamespaces: true, Exclude: []string{"a/p00", "a/p02"}}},
+			{"&provider=kvm2-home&region=home&zone=rack1", Choice{AllNamespaces: true, Provider: "kvm2-home", Region: "home", Zone: "rack1"}},
+			{"&labelSelector=tier+in+(gold,bronze)", Choice{AllNamespaces: true, LabelSelector: "tier in (gold,bronze)"}},
 		} {
 			want := pickName(t, s.Handler(), "key="+key+c.q)
 			c.ch.Key = key
@@ -121,6 +124,18 @@ func TestChooseNamespacesAndPools(t *testing.T) {
 	}
 	if _, err := s.Choose(ctx, Choice{AllNamespaces: true, Namespace: "b", Key: "k", Exclude: []string{"b/q00", "b/q01"}}); !errors.Is(err, ErrNoProxy) {
 		t.Errorf("every proxy excluded: %v, want ErrNoProxy", err)
+	}
+	for k := range 50 {
+		got, err := s.Choose(ctx, Choice{AllNamespaces: true, Zone: "rack0", LabelSelector: "tier!=gold", Key: fmt.Sprint(k)})
+		if err != nil || got.Zone != "rack0" || got.Labels["tier"] == "gold" {
+			t.Fatalf("zone rack0 and tier!=gold: %s/%s in zone %q, tier %q; %v", got.Namespace, got.Name, got.Zone, got.Labels["tier"], err)
+		}
+	}
+	if _, err := s.Choose(ctx, Choice{AllNamespaces: true, Zone: "rack9", Key: "k"}); !errors.Is(err, ErrNoProxy) {
+		t.Errorf("zone rack9: %v, want ErrNoProxy", err)
+	}
+	if _, err := s.Choose(ctx, Choice{AllNamespaces: true, LabelSelector: "tier===x", Key: "k"}); !errors.Is(err, ErrBadSelector) || !strings.Contains(err.Error(), `"tier===x"`) {
+		t.Errorf("a selector that does not parse: %v, want ErrBadSelector naming it", err)
 	}
 }
 

@@ -55,6 +55,9 @@ type ChoiceRequest struct {
 	Namespace string
 	// Pool, when not empty, limits the choice to that ProxyPool's exits.
 	Pool string
+	// Provider, Region, Zone and Labels (a label selector), when not empty, limit the
+	// choice as pick's ?provider=, ?region=, ?zone= and ?labelSelector= do.
+	Provider, Region, Zone, Labels string
 	// Session, when not empty, is the sticky key: the Chooser maps it to an exit by the
 	// same rendezvous choice as discovery's pick?key=, so every replica agrees.
 	Session string

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -14,10 +15,13 @@ import (
 // options, each introduced by OptionSeparator:
 //
 //	USER+ns=crawlers+pool=news+session=abc123+sesstime=10m+strict+ip=4
+//	USER+zone=europe-west1-b+labels=tier=gold,team!=x
 //
 // "+" and "=" need no percent-encoding in a URL's userinfo (RFC 3986 sub-delims) and no
 // Kubernetes name (a DNS-1123 label or subdomain) nor a session id can contain them, so
-// every option value round-trips as it is.
+// every option value round-trips as it is. An option's name ends at its first "="; the
+// labels option's value, a label selector, may hold more (no label key or value has a
+// "+").
 const (
 	OptionSeparator = "+"
 	ValueSeparator  = "="
@@ -32,6 +36,17 @@ const (
 	OptStrict     = "strict"
 	OptSoft       = "soft"
 	OptFamily     = "ip"
+	OptProvider   = "provider"
+	OptRegion     = "region"
+	OptZone       = "zone"
+	OptLabels     = "labels"
+)
+
+// MaxPlacementLength bounds a provider, region or zone value; MaxLabelsLength a labels
+// selector.
+const (
+	MaxPlacementLength = 63
+	MaxLabelsLength    = 512
 )
 
 const (
@@ -65,6 +80,14 @@ type Options struct {
 	Namespace string
 	// Pool limits the choice to one ProxyPool's exits; empty: any exit.
 	Pool string
+	// Provider, Region and Zone limit the choice to exits with that spec.provider,
+	// spec.placement.region or spec.placement.zone, as pick's ?provider=, ?region= and
+	// ?zone= do; empty: any.
+	Provider, Region, Zone string
+	// Labels is a Kubernetes label selector over the exits' Proxy labels, as pick's
+	// ?labelSelector= and kubectl -l take it (tier=gold,team!=x, tier in (a,b), !canary);
+	// empty: any.
+	Labels string
 	// Session makes the choice sticky: every request or tunnel with the same session goes
 	// to the same exit while it is available. Empty: each new request or tunnel rotates.
 	Session string
@@ -120,6 +143,14 @@ func ParseOptions(username string) (Options, error) {
 			o.Namespace = value
 		case OptPool:
 			o.Pool = value
+		case OptProvider:
+			o.Provider = value
+		case OptRegion:
+			o.Region = value
+		case OptZone:
+			o.Zone = value
+		case OptLabels:
+			o.Labels = value
 		case OptSession:
 			o.Session = value
 		case OptSessionTTL:
@@ -154,7 +185,7 @@ func ParseOptions(username string) (Options, error) {
 	return o, nil
 }
 
-var knownOptions = []string{OptNamespace, OptPool, OptSession, OptSessionTTL, OptStrict, OptSoft, OptFamily}
+var knownOptions = []string{OptNamespace, OptPool, OptProvider, OptRegion, OptZone, OptLabels, OptSession, OptSessionTTL, OptStrict, OptSoft, OptFamily}
 
 func isKnownOption(name string) bool {
 	for _, k := range knownOptions {
@@ -194,6 +225,25 @@ func (o Options) Validate() error {
 	if o.Pool != "" {
 		if errs := validation.IsDNS1123Subdomain(o.Pool); len(errs) > 0 {
 			return optionError("option %s: %q is not a pool name: %s", OptPool, o.Pool, strings.Join(errs, "; "))
+		}
+	}
+	for _, p := range []struct{ name, value string }{{OptProvider, o.Provider}, {OptRegion, o.Region}, {OptZone, o.Zone}} {
+		if len(p.value) > MaxPlacementLength {
+			return optionError("option %s: longer than %d characters", p.name, MaxPlacementLength)
+		}
+		if i := strings.IndexFunc(p.value, func(r rune) bool { return !isSessionRune(r) }); i >= 0 {
+			return optionError("option %s: %q has %q; use letters, digits, '-', '.', '_' or '~'", p.name, p.value, p.value[i])
+		}
+	}
+	if o.Labels != "" {
+		if len(o.Labels) > MaxLabelsLength {
+			return optionError("option %s: longer than %d characters", OptLabels, MaxLabelsLength)
+		}
+		if strings.Contains(o.Labels, OptionSeparator) {
+			return optionError("option %s: %q has %q, which separates options", OptLabels, o.Labels, OptionSeparator)
+		}
+		if _, err := labels.Parse(o.Labels); err != nil {
+			return optionError("option %s: %q is not a label selector: %v", OptLabels, o.Labels, err)
 		}
 	}
 	if len(o.Session) > MaxSessionIDLength {
@@ -246,6 +296,18 @@ func (o Options) Format() string {
 	}
 	if o.Pool != "" {
 		opt(OptPool, o.Pool)
+	}
+	if o.Provider != "" {
+		opt(OptProvider, o.Provider)
+	}
+	if o.Region != "" {
+		opt(OptRegion, o.Region)
+	}
+	if o.Zone != "" {
+		opt(OptZone, o.Zone)
+	}
+	if o.Labels != "" {
+		opt(OptLabels, o.Labels)
 	}
 	if o.Session != "" {
 		opt(OptSession, o.Session)

@@ -22,6 +22,9 @@ func TestParseOptions(t *testing.T) {
 		{"u+ns=crawlers+pool=eu.news-1+session=A_b.c~d-e+sesstime=90s+soft+ip=6", Options{User: "u", Namespace: "crawlers", Pool: "eu.news-1", Session: "A_b.c~d-e", SessionTTL: 90 * time.Second, Family: FamilyIPv6}},
 		{"+ip=4", Options{Family: FamilyIPv4}},
 		{"x+session=s+sesstime=24h", Options{User: "x", Session: "s", SessionTTL: MaxSessionTTL}},
+		{"u+provider=gce-eu+region=europe-west1+zone=europe-west1-b", Options{User: "u", Provider: "gce-eu", Region: "europe-west1", Zone: "europe-west1-b"}},
+		{"u+labels=tier=gold,team!=x+pool=news", Options{User: "u", Labels: "tier=gold,team!=x", Pool: "news"}},
+		{"u+labels=tier in (gold,silver),!canary", Options{User: "u", Labels: "tier in (gold,silver),!canary"}},
 	} {
 		got, err := ParseOptions(tc.in)
 		if err != nil {
@@ -59,6 +62,11 @@ func TestParseOptionsErrorsNameTheOption(t *testing.T) {
 		{"u+session=a/b", `option session: "a/b" has '/'`},
 		{"u+session=" + strings.Repeat("s", MaxSessionIDLength+1), "option session: longer than 128 characters"},
 		{"us@er+pool=a", `the user part "us@er" has '@'`},
+		{"u+zone=a/b", `option zone: "a/b" has '/'`},
+		{"u+region=" + strings.Repeat("r", MaxPlacementLength+1), "option region: longer than 63 characters"},
+		{"u+provider=", "option provider needs a value"},
+		{"u+labels=tier===x", `option labels: "tier===x" is not a label selector`},
+		{"u+labels=a=b+labels=c=d", "option labels given twice"},
 	} {
 		_, err := ParseOptions(tc.in)
 		if err == nil {
@@ -75,8 +83,9 @@ func TestParseOptionsErrorsNameTheOption(t *testing.T) {
 }
 
 func TestFormatIsCanonical(t *testing.T) {
-	o := Options{User: "u", Namespace: "ns1", Pool: "p", Session: "s", SessionTTL: 2 * time.Hour, Strict: true, Family: FamilyIPv4}
-	if got, want := o.Format(), "u+ns=ns1+pool=p+session=s+sesstime=2h+strict+ip=4"; got != want {
+	o := Options{User: "u", Namespace: "ns1", Pool: "p", Session: "s", SessionTTL: 2 * time.Hour, Strict: true, Family: FamilyIPv4,
+		Provider: "kvm2", Region: "home", Zone: "rack1", Labels: "tier=gold"}
+	if got, want := o.Format(), "u+ns=ns1+pool=p+provider=kvm2+region=home+zone=rack1+labels=tier=gold+session=s+sesstime=2h+strict+ip=4"; got != want {
 		t.Errorf("Format = %q, want %q", got, want)
 	}
 	if got := (Options{Session: "s"}).TTL(); got != DefaultSessionTTL {

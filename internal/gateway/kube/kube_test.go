@@ -42,7 +42,8 @@ func newAdapter(t *testing.T, rec discovery.FeedbackSink) *Adapter {
 	var es []discovery.Entry
 	for i := range 3 {
 		es = append(es, discovery.Entry{Namespace: "a", Name: fmt.Sprintf("p%d", i), URL: fmt.Sprintf("http://127.0.0.%d:3128", 10+i),
-			Healthy: true, Pool: "news", EgressIP: fmt.Sprintf("198.51.100.%d", i)})
+			Healthy: true, Pool: "news", EgressIP: fmt.Sprintf("198.51.100.%d", i), Provider: "kvm2-home", Region: "home",
+			Zone: fmt.Sprintf("rack%d", i), Labels: map[string]string{"n": fmt.Sprint(i)}})
 	}
 	es = append(es, discovery.Entry{Namespace: "b", Name: "q0", URL: "http://127.0.0.20:3128", Healthy: true})
 	tok := filepath.Join(t.TempDir(), "token")
@@ -74,6 +75,22 @@ func TestAdapterChooses(t *testing.T) {
 	again, _ := a.Choose(ctx, gateway.ChoiceRequest{Identity: id, Pool: "news", Session: "s1"})
 	if again != ex {
 		t.Errorf("session s1 again: %+v, want %+v", again, ex)
+	}
+	// Placement and labels reach discovery's filter.
+	for _, tc := range []struct {
+		req  gateway.ChoiceRequest
+		want string
+	}{
+		{gateway.ChoiceRequest{Identity: id, Zone: "rack1", Session: "s1"}, "a/p1"},
+		{gateway.ChoiceRequest{Identity: id, Provider: "kvm2-home", Region: "home", Labels: "n=2", Session: "s1"}, "a/p2"},
+		{gateway.ChoiceRequest{Identity: id, Labels: "n in (0)", Rotation: 1}, "a/p0"},
+	} {
+		if e, err := a.Choose(ctx, tc.req); err != nil || e.ID() != tc.want {
+			t.Errorf("%+v: %s, %v; want %s", tc.req, e.ID(), err, tc.want)
+		}
+	}
+	if _, err := a.Choose(ctx, gateway.ChoiceRequest{Identity: id, Region: "cloud"}); !errors.Is(err, gateway.ErrNoExit) {
+		t.Errorf("region cloud: %v, want ErrNoExit", err)
 	}
 	seen := map[string]bool{}
 	for n := range uint64(3) {
