@@ -323,6 +323,9 @@ type gwSite struct {
 	byHost              map[string]int
 	byPath              map[string]string
 	bans                map[[2]string]int
+	// hold, when set, is called with each request's path and source before it is
+	// answered.
+	hold func(path, src string)
 }
 
 func newGwSite(t *testing.T) *gwSite {
@@ -350,7 +353,11 @@ func (s *gwSite) serve(w http.ResponseWriter, r *http.Request) {
 	s.byHost[host]++
 	s.byPath[r.URL.Path] = src
 	code := s.bans[[2]string{src, host}]
+	hold := s.hold
 	s.mu.Unlock()
+	if hold != nil {
+		hold(r.URL.Path, src)
+	}
 	w.Header().Set("X-Site-Saw", src)
 	if code != 0 {
 		w.Header().Set("Retry-After", "60")
@@ -358,6 +365,12 @@ func (s *gwSite) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintf(w, "%s %s from %s", host, r.URL.Path, src)
+}
+
+func (s *gwSite) setHold(f func(path, src string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hold = f
 }
 
 func (s *gwSite) ban(src, host string, code int) {
@@ -824,71 +837,116 @@ func gatewayBan(t *testing.T, g *gwEnv) {
 	})
 }
 
-// An exit killed under a crawl costs it no failed request: 8 workers, with and without a
-// session, fetch 200 pages over plain HTTP and HTTPS while the session's exit stops.
+// An exit killed under a crawl costs it no failed request. 8 workers, with and without
+// a session, fetch 100 pages over plain HTTP and HTTPS; a plain request of the session
+// is then held at the site, having come through the session's exit, while that exit is
+// killed (ForwardProxy.Close: its connections cut, its port refusing); then 100 more
+// pages. The held request is retried through another exit (no byte of its answer had
+// reached the crawler), the session moves, and the rotation skips the dead exit. A
+// tunnel already open through an exit when it dies is cut with it: the gateway has
+// passed its bytes on and cannot replay them, so the kill falls between tunnels.
 func gatewayKilledExit(t *testing.T, g *gwEnv) {
-	const pages = 200
+	const pages = 100
 	sessionClient, rotatingClient := g.goClient("kill+ns=default+session=k1", token, false), g.goClient("kill+ns=default", token, false)
 	// The session's exit, from one request.
 	p := uniquePath("kill-probe")
 	g.checkPage(t, "go", g.goGet(t, sessionClient, g.site.httpURL(gwKillHost, p)))
 	victim := g.site.source(p)
 	fp := g.fps[strings.TrimPrefix(exitOf(victim), "default/")]
-	var once sync.Once
-	var killedAt time.Time
-	var done sync.WaitGroup
-	var mu sync.Mutex
-	failed, n := 0, 0
-	work := make(chan int)
-	for w := range 8 {
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			hc := sessionClient
-			if w%2 == 1 {
-				hc = rotatingClient
-			}
-			for i := range work {
-				path := uniquePath("kill")
-				u := g.site.httpURL(gwKillHost, path)
-				if i%2 == 1 {
-					u = g.site.httpsURL(gwClientsHost, path)
+	retriedBefore := g.retried(t)
+
+	failed := 0
+	crawlPages := func(phase string) {
+		var done sync.WaitGroup
+		var mu sync.Mutex
+		work := make(chan int)
+		for w := range 8 {
+			done.Add(1)
+			go func() {
+				defer done.Done()
+				hc := sessionClient
+				if w%2 == 1 {
+					hc = rotatingClient
 				}
-				a, err := goGetErr(hc, u)
-				mu.Lock()
-				n++
-				if n == pages/2 {
-					once.Do(func() { fp.Close(); killedAt = time.Now() })
+				for i := range work {
+					path := uniquePath("kill")
+					u := g.site.httpURL(gwKillHost, path)
+					if i%2 == 1 {
+						u = g.site.httpsURL(gwClientsHost, path)
+					}
+					a, err := goGetErr(hc, u)
+					if err != nil || a.Status != http.StatusOK {
+						mu.Lock()
+						failed++
+						mu.Unlock()
+						t.Errorf("%s, %s: %v %d %q", phase, u, err, a.Status, a.Body)
+					}
 				}
-				if err != nil || a.Status != http.StatusOK {
-					failed++
-					t.Errorf("%s: %v %d %q", u, err, a.Status, a.Body)
-				}
-				mu.Unlock()
-			}
-		}()
+			}()
+		}
+		for i := range pages {
+			work <- i
+		}
+		close(work)
+		done.Wait()
 	}
-	for i := range pages {
-		work <- i
+	crawlPages("before the kill")
+
+	arrived, killed := make(chan struct{}), make(chan struct{})
+	var arrivedOnce sync.Once
+	g.site.setHold(func(path, src string) {
+		if strings.HasPrefix(path, "/kill-held/") && src == victim {
+			arrivedOnce.Do(func() { close(arrived) })
+			select {
+			case <-killed:
+			case <-time.After(time.Minute):
+			}
+		}
+	})
+	defer g.site.setHold(nil)
+	heldPath := uniquePath("kill-held")
+	heldDone := make(chan answer, 1)
+	go func() {
+		a, err := goGetErr(sessionClient, g.site.httpURL(gwKillHost, heldPath))
+		if err != nil {
+			a.Body = err.Error()
+		}
+		heldDone <- a
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(time.Minute):
+		t.Fatalf("waited a minute for the held request %s to reach the site through %s", heldPath, victim)
 	}
-	close(work)
-	done.Wait()
-	var lastThroughVictim int
+	fp.Close()
+	killedAt := time.Now()
+	close(killed)
+	var held answer
+	select {
+	case held = <-heldDone:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("waited 2 min for the held request %s to be answered after its exit died", heldPath)
+	}
+	heldTook := time.Since(killedAt)
+	if src := g.site.source(heldPath); held.Status != http.StatusOK || src == victim || held.header("X-Egress-IP") != src {
+		t.Errorf("the request held while its exit %s died: %d %q, X-Egress-IP %q, the site saw it last from %s; want 200 through another exit",
+			victim, held.Status, held.Body, held.header("X-Egress-IP"), src)
+	}
+
+	crawlPages("after the kill")
+	after := 0
 	g.site.mu.Lock()
 	for path, src := range g.site.byPath {
 		if strings.HasPrefix(path, "/kill/") && src == victim {
-			lastThroughVictim++
+			after++
 		}
 	}
 	g.site.mu.Unlock()
-	retried := 0.0
-	for _, m := range []string{"proxy_operator_gateway_requests_total", "proxy_operator_gateway_tunnels_total"} {
-		retried += g.metricSum(t, m+`{namespace="default",outcome="retried"`)
-	}
-	t.Logf("%d pages, %d failed; %s (%s) killed at %s after %d answers; %d pages went through it; %v requests and tunnels carried by a later exit (outcome retried)",
-		pages, failed, exitOf(victim), victim, killedAt.Format("15:04:05.000"), pages/2, lastThroughVictim, retried)
+	retried := g.retried(t) - retriedBefore
+	t.Logf("%d pages and the held one, %d failed; %s (%s) killed with a request held at the site, answered through %s %s later; %d of the pages went through %s before it died; %v requests and tunnels carried by a later exit (outcome retried)",
+		2*pages, failed, exitOf(victim), victim, held.header("X-Egress-Proxy"), heldTook.Round(time.Millisecond), after, victim, retried)
 	if retried < 1 {
-		t.Errorf("no request or tunnel was retried: the kill did not hit the crawl")
+		t.Errorf("no request or tunnel was retried after the kill")
 	}
 	// The session moved, and stays on its new exit.
 	p = uniquePath("kill-after")
@@ -896,6 +954,16 @@ func gatewayKilledExit(t *testing.T, g *gwEnv) {
 	if src := g.site.source(p); src == victim {
 		t.Errorf("the session still leaves from the killed exit's %s", src)
 	}
+}
+
+// retried is the gateway's requests and tunnels in default carried by a later exit.
+func (g *gwEnv) retried(t *testing.T) float64 {
+	t.Helper()
+	n := 0.0
+	for _, m := range []string{"proxy_operator_gateway_requests_total", "proxy_operator_gateway_tunnels_total"} {
+		n += g.metricSum(t, m+`{namespace="default",outcome="retried"`)
+	}
+	return n
 }
 
 // No answer, header or curl -v output any client received holds an exit's password,
