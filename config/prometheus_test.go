@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
@@ -140,7 +142,11 @@ func TestPrometheusOperatorObjectsDecodeStrictly(t *testing.T) {
 	}
 
 	d, svcs := deployed(t)
-	svc := svcs[0]
+	mine := selecting(svcs, d.Spec.Template)
+	if len(mine) != 1 {
+		t.Fatalf("%d Services select the manager's pods", len(mine))
+	}
+	svc := mine[0]
 	for k, v := range sm.Spec.Selector.MatchLabels {
 		if svc.Labels[k] != v {
 			t.Errorf("the ServiceMonitor selects %s=%s; the Service's labels are %v", k, v, svc.Labels)
@@ -166,6 +172,35 @@ func TestPrometheusOperatorObjectsDecodeStrictly(t *testing.T) {
 	}
 	if bindPort(t, d.Spec.Template.Spec.Containers[0].Args, "metrics-bind-address") != 8443 {
 		t.Error("the manager's metrics port moved")
+	}
+
+	// The second ServiceMonitor scrapes the gateway's Service alone, over plain HTTP.
+	docs := documents(t, "prometheus/servicemonitor.yaml")
+	if len(docs) != 2 {
+		t.Fatalf("prometheus/servicemonitor.yaml has %d documents, want the manager's and the gateway's", len(docs))
+	}
+	var gsm monitoringv1.ServiceMonitor
+	decodeStrict(t, "prometheus/servicemonitor.yaml", docs[1], &gsm)
+	deps, _ := workloads(t)
+	gw := selecting(svcs, deps[gatewayDeployment].Spec.Template)
+	if len(gw) != 1 {
+		t.Fatalf("%d Services select the gateway's pods", len(gw))
+	}
+	sel := labels.SelectorFromSet(gsm.Spec.Selector.MatchLabels)
+	for _, s := range svcs {
+		if got, want := sel.Matches(labels.Set(s.Labels)), s.Name == gw[0].Name; got != want {
+			t.Errorf("the gateway's ServiceMonitor selects the Service %s: %v, want %v", s.Name, got, want)
+		}
+	}
+	if len(gsm.Spec.Endpoints) != 1 {
+		t.Fatalf("the gateway's ServiceMonitor has %d endpoints", len(gsm.Spec.Endpoints))
+	}
+	gep := gsm.Spec.Endpoints[0]
+	if !slices.ContainsFunc(gw[0].Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == gep.Port }) {
+		t.Errorf("the gateway's ServiceMonitor scrapes port %q, which its Service does not have", gep.Port)
+	}
+	if gep.Scheme == nil || strings.ToLower(string(*gep.Scheme)) != "http" || !gep.HonorLabels {
+		t.Errorf("the gateway's endpoint %+v: want plain HTTP (the gateway serves /metrics so) with honorLabels", gep)
 	}
 }
 
@@ -251,4 +286,81 @@ func dashboardQueries(t *testing.T) []framework.PanelQuery {
 		t.Errorf("only %d dashboard queries", len(qs))
 	}
 	return qs
+}
+
+// gatewayOutcomes are the outcome label values the gateway counts, read from its source.
+func gatewayOutcomes(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\boutcome[A-Z]\w*\s*=\s*"([a-z_]+)"`).FindAllSubmatch(mustRead(t, "../internal/gateway/route.go"), -1) {
+		out[string(m[1])] = true
+	}
+	if len(out) < 7 {
+		t.Fatalf("read only the outcomes %v from internal/gateway/route.go", out)
+	}
+	return out
+}
+
+// The dashboard's Gateway row reads every metric the gateway exports, and every outcome an
+// alert or a panel names is one the gateway counts: a renamed outcome fails here, not by an
+// alert that silently never fires.
+func TestGatewayRowAndOutcomes(t *testing.T) {
+	var gatewayMetrics []string
+	for name := range exported(t) {
+		if strings.HasPrefix(name, "proxy_operator_gateway_") {
+			gatewayMetrics = append(gatewayMetrics, name)
+		}
+	}
+	slices.Sort(gatewayMetrics)
+	if len(gatewayMetrics) < 6 {
+		t.Fatalf("found only the gateway metrics %v", gatewayMetrics)
+	}
+	read := map[string]bool{}
+	var exprs []string
+	for _, q := range dashboardQueries(t) {
+		exprs = append(exprs, q.Expr)
+		if q.Row != "Gateway" {
+			continue
+		}
+		for _, m := range metricName.FindAllString(q.Expr, -1) {
+			read[strip(m)] = true
+		}
+	}
+	for _, m := range gatewayMetrics {
+		if !read[m] {
+			t.Errorf("no panel of the dashboard's Gateway row reads %s", m)
+		}
+	}
+	var rf monitoringv1.PrometheusRuleSpec
+	if err := yaml.UnmarshalStrict(mustRead(t, "prometheus/rules.yaml"), &rf); err != nil {
+		t.Fatal(err)
+	}
+	alerts := map[string]bool{}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			alerts[r.Alert] = true
+			exprs = append(exprs, r.Expr.String())
+		}
+	}
+	for _, a := range []string{"EgressProxiesGatewayErrorRatioHigh", "EgressProxiesRemediationBrakeEngaged"} {
+		if !alerts[a] {
+			t.Errorf("rules.yaml has no alert %s", a)
+		}
+	}
+	outcomes := gatewayOutcomes(t)
+	matcher := regexp.MustCompile(`\boutcome\s*(?:=~|!~|!=|=)\s*"([^"]*)"`)
+	n := 0
+	for _, e := range exprs {
+		for _, m := range matcher.FindAllStringSubmatch(e, -1) {
+			for _, v := range strings.Split(m[1], "|") {
+				n++
+				if !outcomes[v] {
+					t.Errorf("%s names the outcome %q, which the gateway does not count (it counts %v)", e, v, slices.Sorted(maps.Keys(outcomes)))
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no alert or panel names a gateway outcome")
+	}
 }
