@@ -12,10 +12,13 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/gateway"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/gateway/kube"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
 
@@ -23,11 +26,15 @@ import (
 // pick?domain=shop.example.com sticks to, so that the example shows a retry.
 const exampleBanned = "p2"
 
-// TestMain gives ExampleTransport what a crawler's Pod has: EGRESS_PROXIES_URL, the
-// discovery API (the manager's server, over the External Proxies crawl/p1 and crawl/p2
-// held in memory), and EGRESS_PROXIES_TOKEN_FILE, its token. Each proxy is a forward
+// TestMain gives ExampleTransport and ExampleGatewayTransport what a crawler's Pod has:
+// EGRESS_PROXIES_URL, the discovery API (the manager's server, over the External Proxies
+// crawl/p1 and crawl/p2 held in memory), EGRESS_PROXIES_TOKEN_FILE, its token, and
+// EGRESS_PROXIES_GATEWAY, the gateway (internal/gateway over that server's choice, as
+// cmd/gateway runs it). Each proxy is a forward
 // proxy on loopback demanding basic auth that answers for the site itself: "<path> via
-// <proxy>", or 403 through exampleBanned.
+// <proxy>", or 403 through exampleBanned for shop.example.com (ExampleTransport's site)
+// and shop.example.org (ExampleGatewayTransport's: another site, so that neither
+// example's ban makes the other's exit cool).
 func TestMain(m *testing.M) {
 	os.Exit(runWithExampleEnv(m))
 }
@@ -66,8 +73,24 @@ func runWithExampleEnv(m *testing.M) int {
 	}
 	api := httptest.NewServer(srv.Handler())
 	defer api.Close()
+	ad := &kube.Adapter{Server: srv, Log: logr.Discard()}
+	gw, err := gateway.New(gateway.Config{Chooser: ad, Authenticator: ad, Reporter: ad, Log: logr.Discard()})
+	if err != nil {
+		panic(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go gw.Serve(ln)
+	defer func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		gw.Shutdown(ctx)
+	}()
 	os.Setenv("EGRESS_PROXIES_URL", api.URL)
 	os.Setenv("EGRESS_PROXIES_TOKEN_FILE", tokenFile)
+	os.Setenv("EGRESS_PROXIES_GATEWAY", "http://"+ln.Addr().String())
 	return m.Run()
 }
 
@@ -79,7 +102,7 @@ func exampleProxy(name string) http.Handler {
 		switch {
 		case r.Header.Get("Proxy-Authorization") != auth || !r.URL.IsAbs():
 			http.Error(w, "proxy authentication required", http.StatusProxyAuthRequired)
-		case name == exampleBanned && r.URL.Hostname() == "shop.example.com":
+		case name == exampleBanned && (r.URL.Hostname() == "shop.example.com" || r.URL.Hostname() == "shop.example.org"):
 			http.Error(w, "forbidden", http.StatusForbidden)
 		default:
 			fmt.Fprintf(w, "%s via %s", r.URL.Path, name)

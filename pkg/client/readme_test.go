@@ -23,24 +23,32 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-// TestReadmeExampleIsExampleTest holds README.md's example to example_test.go, which go
-// test compiles and runs as ExampleTransport.
+// TestReadmeExampleIsExampleTest holds README.md's examples to example_test.go and
+// example_gateway_test.go, which go test compiles and runs as ExampleTransport and
+// ExampleGatewayTransport, in that order.
 func TestReadmeExampleIsExampleTest(t *testing.T) {
-	readme, example := readFile(t, "README.md"), readFile(t, "example_test.go")
+	readme := readFile(t, "README.md")
 	var blocks []string
 	for _, m := range regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(readme, -1) {
 		if strings.HasPrefix(m[1], "package ") {
 			blocks = append(blocks, m[1])
 		}
 	}
-	if len(blocks) != 1 {
-		t.Fatalf("README.md has %d go blocks starting with a package clause, want the one example", len(blocks))
+	files := []struct{ file, example string }{
+		{"example_test.go", "ExampleTransport"},
+		{"example_gateway_test.go", "ExampleGatewayTransport"},
 	}
-	if blocks[0] != example {
-		t.Errorf("README.md's example differs from example_test.go; copy the file into it.\nREADME.md:\n%s", blocks[0])
+	if len(blocks) != len(files) {
+		t.Fatalf("README.md has %d go blocks starting with a package clause, want %d: the examples", len(blocks), len(files))
 	}
-	if !strings.Contains(example, "func ExampleTransport()") || !strings.Contains(example, "\t// Output:\n") {
-		t.Error("example_test.go: want ExampleTransport with an // Output: comment, so that go test runs it")
+	for i, f := range files {
+		example := readFile(t, f.file)
+		if blocks[i] != example {
+			t.Errorf("README.md's example %d differs from %s; copy the file into it.\nREADME.md:\n%s", i+1, f.file, blocks[i])
+		}
+		if !strings.Contains(example, "func "+f.example+"()") || !strings.Contains(example, "\t// Output:\n") {
+			t.Errorf("%s: want %s with an // Output: comment, so that go test runs it", f.file, f.example)
+		}
 	}
 }
 
@@ -49,7 +57,7 @@ func TestReadmeExampleIsExampleTest(t *testing.T) {
 func TestReadmeTablesNameEveryField(t *testing.T) {
 	readme := readFile(t, "README.md")
 	fields := exportedFields(t)
-	for _, typ := range []string{"Config", "TransportConfig", "Spread", "Query", "Stats"} {
+	for _, typ := range []string{"Config", "TransportConfig", "Spread", "Query", "Stats", "GatewayConfig", "GatewayOptions", "GatewayError"} {
 		want := fields[typ]
 		if len(want) == 0 {
 			t.Fatalf("type %s: no exported fields found in the package's sources", typ)
