@@ -52,6 +52,9 @@ type answer struct {
 	URL    string `json:"url"`
 	Status int    `json:"status"`
 	Body   string `json:"body"`
+	// Through the gateway (-proxy-token): its X-Egress-Proxy and X-Egress-IP headers.
+	EgressProxy string `json:"egressProxy"`
+	EgressIP    string `json:"egressIP"`
 }
 
 // checkCrawlerPods: a crawler Pod in the proxy's namespace, its ServiceAccount bound to
@@ -91,7 +94,7 @@ func checkCrawlerPods(t *testing.T, e env, c client.Client, discovery, want stri
 
 	got := map[string][]answer{}
 	for namespace, urls := range pods {
-		got[namespace] = crawlerAnswers(t, e, c, namespace, len(urls))
+		got[namespace] = crawlerAnswers(t, e, c, client.ObjectKey{Namespace: namespace, Name: crawlerSA}, len(urls))
 	}
 	mine, other := got[proxyNS], got[otherNS]
 	expect := func(who string, a answer, status int, ok func(body string) bool, what string) {
@@ -153,11 +156,10 @@ func crawlerPod(namespace string, urls []string) *corev1.Pod {
 	}
 }
 
-// crawlerAnswers waits for the namespace's crawler Pod to succeed and returns the n
-// answers its log holds.
-func crawlerAnswers(t *testing.T, e env, c client.Client, namespace string, n int) []answer {
+// crawlerAnswers waits for the crawler Pod key to succeed and returns the n answers its
+// log holds.
+func crawlerAnswers(t *testing.T, e env, c client.Client, key client.ObjectKey, n int) []answer {
 	t.Helper()
-	key := client.ObjectKey{Namespace: namespace, Name: crawlerSA}
 	var phase corev1.PodPhase
 	testutil.WaitFor(t, 2*time.Minute, "crawler Pod "+key.String()+" to finish", func() (bool, error) {
 		var p corev1.Pod
@@ -167,7 +169,7 @@ func crawlerAnswers(t *testing.T, e env, c client.Client, namespace string, n in
 		phase = p.Status.Phase
 		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, fmt.Errorf("phase %s", phase)
 	}, testutil.Every(time.Second))
-	logs := e.mustRun(t, e.kubectl, "-n", namespace, "logs", crawlerSA)
+	logs := e.mustRun(t, e.kubectl, "-n", key.Namespace, "logs", key.Name)
 	if phase != corev1.PodSucceeded {
 		t.Fatalf("crawler Pod %s: %s:\n%s", key, phase, logs)
 	}

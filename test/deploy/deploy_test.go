@@ -199,6 +199,10 @@ func TestDeployedOperator(t *testing.T) {
 		checkCrawlerPods(t, e, c, discovery, want)
 	})
 
+	sw.step("the gateway Deployment ready; a crawler Pod reaches the test's site through it by HTTP_PROXY with its own ServiceAccount token, through the Proxy; another namespace's is refused the Proxy's", func() {
+		checkGateway(t, e, c, who, probeURL, ready)
+	})
+
 	sw.step("a real Prometheus: every dashboard query and alert expression evaluates, the Proxies panels return series while the Proxy is Ready", func() {
 		panels, err := framework.DashboardQueries(filepath.Join(e.root, "config", "grafana", "egress-proxies-operator.json"))
 		if err != nil {
@@ -601,7 +605,7 @@ func checkRemoved(t *testing.T, c client.Client) {
 	if err := c.List(ctx, &px); err == nil {
 		t.Errorf("the Proxy CRD is still served (%d Proxies)", len(px.Items))
 	}
-	for _, name := range []string{"manager-role", "metrics-auth-role", "metrics-reader", "crawler", "credentials"} {
+	for _, name := range []string{"manager-role", "metrics-auth-role", "metrics-reader", "crawler", "credentials", "gateway-role"} {
 		err := c.Get(ctx, client.ObjectKey{Name: "egress-proxies-operator-" + name}, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"}})
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("ClusterRole egress-proxies-operator-%s: %v, want it gone", name, err)
