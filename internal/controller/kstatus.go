@@ -5,6 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
 )
 
 // kstate is what the Ready, Reconciling and Stalled conditions say about an object
@@ -37,9 +38,11 @@ func setKstatus(conds *[]metav1.Condition, gen int64, k kstate) {
 	}
 }
 
-// proxyKstate: a Ready Proxy is current; a Failed one, or one held back by a Secret or an
+// proxyKstate: a Ready Proxy is current; a Failed one, one held back by a Secret or an
 // egress configuration that needs the user (Provisioned=False, CredentialsUnavailable
-// or EgressUnavailable), is stalled; every other phase is work in progress.
+// or EgressUnavailable), or one remediation gave up on (Remediating=False,
+// AttemptsExhausted) is stalled; every other phase is work in progress, with the
+// Remediating condition's reason and message while it has one.
 func proxyKstate(px *v1alpha1.Proxy) kstate {
 	st := &px.Status
 	msg := st.Message
@@ -47,6 +50,7 @@ func proxyKstate(px *v1alpha1.Proxy) kstate {
 		msg = "phase " + string(st.Phase)
 	}
 	prov := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProvisioned)
+	rem := meta.FindStatusCondition(st.Conditions, remediation.ConditionRemediating)
 	switch {
 	case st.Phase == v1alpha1.PhaseReady:
 		return kstate{ready: true, reason: v1alpha1.ReasonProbeSucceeded, message: "the proxy runs and its health probe passes"}
@@ -59,6 +63,12 @@ func proxyKstate(px *v1alpha1.Proxy) kstate {
 	case prov != nil && prov.Status == metav1.ConditionFalse &&
 		(prov.Reason == v1alpha1.ReasonCredentialsUnavailable || prov.Reason == v1alpha1.ReasonEgressUnavailable):
 		return kstate{stalled: true, reason: prov.Reason, message: prov.Message}
+	case rem != nil && rem.Status == metav1.ConditionFalse && rem.Reason == ReasonAttemptsExhausted:
+		// Remediation gave up: nothing more happens until the proxy answers or the user acts.
+		return kstate{stalled: true, reason: rem.Reason, message: rem.Message}
+	case rem != nil:
+		// Being rebooted or replaced, or held by the brake or a probe-target outage.
+		return kstate{reason: rem.Reason, message: rem.Message}
 	case st.Phase == v1alpha1.PhaseRunning:
 		return kstate{reason: string(st.Phase), message: "the instance runs; waiting for the health probe through the proxy to pass"}
 	case st.Phase == "":

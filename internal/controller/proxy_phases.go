@@ -70,7 +70,21 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.
 				// Create starts an existing instance that is not running, as it was built.
 				return r.restart(ctx, s, p, rendered.UserData)
 			default:
-				return r.observe(s, inst), nil
+				res := r.observe(s, inst)
+				if inst.State != provider.StateRunning {
+					return res, nil
+				}
+				after, replaced, err := r.remediate(ctx, s, p, inst.IP == "") // proxy_remediation.go
+				if err != nil {
+					return ctrl.Result{}, err
+				}
+				if !replaced {
+					if after > 0 && (res.RequeueAfter == 0 || after < res.RequeueAfter) {
+						res.RequeueAfter = after
+					}
+					return res, nil
+				}
+				// The instance was deleted for a replacement: build it again below.
 			}
 		}
 	}

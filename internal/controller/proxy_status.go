@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
 )
 
@@ -104,7 +105,7 @@ func (s *scope) event(typ, reason, action, format string, args ...any) {
 
 // reconcilerConditions are the Proxy conditions the reconciler owns.
 var reconcilerConditions = []string{v1alpha1.ConditionProvisioned, v1alpha1.ConditionConfigOutdated, v1alpha1.ConditionPreempted,
-	v1alpha1.ConditionReady, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled}
+	v1alpha1.ConditionReady, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled, remediation.ConditionRemediating}
 
 // proxyStatusOf is the part of st the reconciler owns and applies under the
 // proxy-controller field manager (docs/architecture.md, "Who writes which status field").

@@ -24,17 +24,21 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
 )
 
 // poolScope is one reconcile of one pool: what was read and what was decided.
 type poolScope struct {
-	pool     *v1alpha1.ProxyPool
-	base     *v1alpha1.ProxyPool
-	now      time.Time
-	hash     string
-	replicas int32
-	surge    int32
-	unavail  int32
+	// inherited: children handed over by remediation whose record a new child of this
+	// pass took (inheritRecord).
+	inherited map[string]bool
+	pool      *v1alpha1.ProxyPool
+	base      *v1alpha1.ProxyPool
+	now       time.Time
+	hash      string
+	replicas  int32
+	surge     int32
+	unavail   int32
 	// children are the pool's Proxies, by name; info their classification, same order.
 	children []*v1alpha1.Proxy
 	info     []poolChild
@@ -256,7 +260,9 @@ func (s *poolScope) classify(px *v1alpha1.Proxy) poolChild {
 		outdated: meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionConfigOutdated),
 		cordoned: px.Annotations[v1alpha1.CordonAnnotation] == "true",
 		failed:   st.Phase == v1alpha1.PhaseFailed,
-		ready:    st.Phase == v1alpha1.PhaseReady && st.Healthy,
+		// Remediation's replacement: the child goes once its successor is available.
+		remediate: px.Annotations[RemediationReplaceAnnotation] != "",
+		ready:     st.Phase == v1alpha1.PhaseReady && st.Healthy,
 	}
 	if c.ready && !c.cordoned && !c.deleting {
 		c.available = !s.now.Before(readySince(px).Add(s.minReady()))
@@ -436,6 +442,13 @@ func (r *ProxyPoolReconciler) newChild(s *poolScope, p placement) (*v1alpha1.Pro
 		px.Annotations = map[string]string{}
 	}
 	delete(px.Annotations, v1alpha1.CordonAnnotation)
+	delete(px.Annotations, RemediationReplaceAnnotation)
+	delete(px.Annotations, remediation.RecordAnnotation)
+	if rec := s.inheritRecord(); rec != "" {
+		// The successor of a child remediation replaces keeps its record: the attempt
+		// count and the growing waits go on rather than start over.
+		px.Annotations[remediation.RecordAnnotation] = rec
+	}
 	px.Annotations[v1alpha1.BornAnnotation] = s.now.UTC().Format(time.RFC3339Nano)
 	px.Spec.Provider = p.provider
 	px.Spec.Placement.Zone = p.zone
@@ -476,4 +489,36 @@ func (s *poolScope) nextDeadline() (time.Duration, bool) {
 		return 0, false
 	}
 	return next.Sub(s.now), true
+}
+
+// inheritRecord is the remediation record the next new child inherits: that of a child
+// remediation handed over for replacement (RemediationReplaceAnnotation) whose record no
+// child made in this pass or after it has taken yet; "" when none.
+func (s *poolScope) inheritRecord() string {
+	for i, px := range s.children {
+		rec := px.Annotations[remediation.RecordAnnotation]
+		if !s.info[i].remediate || s.info[i].deleting || rec == "" || s.inherited[px.Name] {
+			continue
+		}
+		if s.recordTaken(rec) {
+			continue
+		}
+		if s.inherited == nil {
+			s.inherited = map[string]bool{}
+		}
+		s.inherited[px.Name] = true
+		return rec
+	}
+	return ""
+}
+
+// recordTaken: a child not handed over already holds rec (a successor made in an earlier
+// pass).
+func (s *poolScope) recordTaken(rec string) bool {
+	for i, px := range s.children {
+		if !s.info[i].remediate && px.Annotations[remediation.RecordAnnotation] == rec {
+			return true
+		}
+	}
+	return false
 }

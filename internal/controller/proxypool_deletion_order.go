@@ -13,11 +13,12 @@ import (
 // excess or the stale children to replace, are taken in the order sortForDeletion gives,
 // and act names each deletion's cause with deletionCause.
 
-// deletionPriority ranks a child for deletion, higher first: cordoned, then Failed, then
+// deletionPriority ranks a child for deletion, higher first: cordoned or handed over by
+// remediation, then Failed, then
 // not Ready, then (for stale children) past the deadline or outdated, then the rest.
 func deletionPriority(c *poolChild) int {
 	switch {
-	case c.cordoned:
+	case c.cordoned, c.remediate:
 		return 4
 	case c.broken():
 		return 3
@@ -62,6 +63,8 @@ func deletionCause(c *poolChild, replicas int32, deadline time.Duration) string 
 	switch {
 	case c.cordoned:
 		return "cordoned"
+	case c.remediate:
+		return "remediation: replaced as it did not become or stay healthy (annotation " + RemediationReplaceAnnotation + ")"
 	case c.failed:
 		return "failed"
 	case c.stuck:

@@ -74,6 +74,14 @@ func newPoolEnvCounting(t testing.TB, env *testenv.Env, proxyWorkers int, health
 func newPoolEnvSetup(t testing.TB, env *testenv.Env, proxyWorkers int, healthEvery time.Duration, requests *atomic.Int64,
 	setup func(ctrl.Manager, *clocktesting.FakeClock)) *poolEnv {
 	t.Helper()
+	return newPoolEnvProxy(t, env, proxyWorkers, healthEvery, requests, setup, nil)
+}
+
+// newPoolEnvProxy is newPoolEnvSetup that calls setupProxy, when not nil, with the
+// Proxy reconciler and the fake clock before the reconciler is set up.
+func newPoolEnvProxy(t testing.TB, env *testenv.Env, proxyWorkers int, healthEvery time.Duration, requests *atomic.Int64,
+	setup func(ctrl.Manager, *clocktesting.FakeClock), setupProxy func(*ProxyReconciler, *clocktesting.FakeClock)) *poolEnv {
+	t.Helper()
 	ctx := testenv.Context(t)
 	ns := env.Namespace(t, ctx, "pool")
 	var mutate func(*ctrl.Options)
@@ -86,6 +94,9 @@ func newPoolEnvSetup(t testing.TB, env *testenv.Env, proxyWorkers int, healthEve
 	pr := &ProxyReconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("proxy-controller"),
 		Providers: map[string]provider.Provider{testProvider: e.fake, "other-home": e.fake}, QuotaRetry: time.Hour,
+	}
+	if setupProxy != nil {
+		setupProxy(pr, e.clock)
 	}
 	if proxyWorkers > 0 {
 		if err := pr.SetupWithManager(mgr, proxyWorkers); err != nil {

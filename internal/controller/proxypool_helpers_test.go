@@ -30,11 +30,12 @@ type bounds struct {
 	stop               func()
 	mu                 sync.Mutex
 	maxTotal, minAvail int
+	minTotal           int // the fewest children (those being deleted counted) seen at once
 	samples            int
 }
 
 func (e *poolEnv) watchBounds(pool string, minReady time.Duration) *bounds {
-	b := &bounds{maxTotal: -1, minAvail: 1 << 30}
+	b := &bounds{maxTotal: -1, minAvail: 1 << 30, minTotal: 1 << 30}
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan struct{})
 	go func() {
@@ -50,6 +51,7 @@ func (e *poolEnv) watchBounds(pool string, minReady time.Duration) *bounds {
 				}
 				b.mu.Lock()
 				b.maxTotal, b.minAvail = max(b.maxTotal, len(list.Items)), min(b.minAvail, avail)
+				b.minTotal = min(b.minTotal, len(list.Items))
 				b.samples++
 				b.mu.Unlock()
 			}

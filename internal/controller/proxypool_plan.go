@@ -47,7 +47,10 @@ type poolChild struct {
 	deleting bool // has a deletion timestamp: on its way out, still counted in the total
 	upToDate bool // made from the current template (and placed on a current spread entry)
 	cordoned bool
-	failed   bool // phase Failed
+	// remediate: remediation handed the child over for a replacement
+	// (RemediationReplaceAnnotation); replaced like a cordoned child, surge-first.
+	remediate bool
+	failed    bool // phase Failed
 	// stuck: never Ready, progressDeadlineSeconds after its birth (and not Failed).
 	stuck bool
 	// outdated: the child says its configuration is outdated (ConfigOutdated=True: the
@@ -61,7 +64,7 @@ type poolChild struct {
 
 // good: a child the pool keeps as it is.
 func (c *poolChild) good() bool {
-	return !c.deleting && c.upToDate && !c.outdated && !c.cordoned && !c.broken() && !c.expired
+	return !c.deleting && c.upToDate && !c.outdated && !c.cordoned && !c.remediate && !c.broken() && !c.expired
 }
 
 // broken: Failed, or stuck without ever becoming Ready. The pool replaces such a child
@@ -80,7 +83,7 @@ type plan struct {
 // planPool decides how many children to create and which to delete, given the resolved
 // replicas, maxSurge and maxUnavailable. The rules, after cluster-api:
 //   - at most replicas + maxSurge children exist at once (those being deleted count);
-//   - a child that needs replacing (cordoned, Failed, past its deadline, or made from an
+//   - a child that needs replacing (cordoned, handed over by remediation, Failed, past its deadline, or made from an
 //     older template) is deleted only while the children still available stay at least
 //     replicas - maxUnavailable, and, when the good children are not all available yet,
 //     only as far as the unavailable newcomers leave room (MachineDeployment's

@@ -38,7 +38,7 @@ var childPredicate = predicate.TypedFuncs[*v1alpha1.Proxy]{
 
 // childChangeMatters: whether going from old to new changes anything the pool decides or
 // publishes from: the child's spec (its generation), deletion timestamp, owner, pool and
-// template-hash labels, cordon and born annotations, phase, healthy flag, address and
+// template-hash labels, cordon, born and remediation-replace annotations, phase, healthy flag, address and
 // message, egress address, whether it has ever been probed successfully, its Healthy
 // condition (status, reason, message and transition time) and whether ConfigOutdated is
 // true. Probe times, latencies, failure counts, hashes and the other conditions do not.
@@ -53,6 +53,7 @@ type poolChildView struct {
 	owner          types.UID
 	pool, hash     string
 	cordon, born   string
+	remediate      string
 	phase          v1alpha1.ProxyPhase
 	healthy        bool
 	ip, message    string
@@ -70,6 +71,7 @@ func childView(px *v1alpha1.Proxy) poolChildView {
 		hash:           px.Labels[v1alpha1.TemplateHashLabel],
 		cordon:         px.Annotations[v1alpha1.CordonAnnotation],
 		born:           px.Annotations[v1alpha1.BornAnnotation],
+		remediate:      px.Annotations[RemediationReplaceAnnotation],
 		phase:          px.Status.Phase,
 		healthy:        px.Status.Healthy,
 		ip:             px.Status.IP,

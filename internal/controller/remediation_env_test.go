@@ -1,0 +1,322 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
+)
+
+// Remediation through the Proxy and pool reconcilers on the package's API server, the
+// fake provider and a fake clock: the tests move the clock past a timeout and wake the
+// Proxy (ProxyReconciler.Wake), as its requeue would after the real wait, and wait for
+// what the reconcile does. The health loop stands in for the health engine: it marks
+// Running proxies healthy except those a test holds.
+
+// fakeTarget is the health engine's word on the probe target.
+type fakeTarget struct {
+	mu            sync.Mutex
+	down          bool
+	since, upFrom time.Time
+}
+
+func (f *fakeTarget) ProbeTargetDown() (bool, time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.down, f.since
+}
+
+func (f *fakeTarget) ProbeTargetUpSince() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.upFrom
+}
+
+func (f *fakeTarget) set(down bool, at time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = down
+	if down {
+		f.since = at
+	} else {
+		f.upFrom = at
+	}
+}
+
+type remEnv struct {
+	*poolEnv
+	pr     *ProxyReconciler
+	target *fakeTarget
+	// provider is a provider name of this test alone (the fake), so that its standalone
+	// Proxies are a host group of their own on the shared API server; noReboot is the
+	// same fake without its Rebooter.
+	provider, noReboot string
+}
+
+var remProviders atomic.Int64
+
+func newRemEnv(t *testing.T) *remEnv {
+	t.Helper()
+	e := &remEnv{target: &fakeTarget{}}
+	n := remProviders.Add(1)
+	e.provider, e.noReboot = fmt.Sprintf("rem-%d", n), fmt.Sprintf("rem-%d-noreboot", n)
+	e.poolEnv = newPoolEnvProxy(t, shared.Env(t), 4, 20*time.Millisecond, nil, nil, func(r *ProxyReconciler, clk *clocktesting.FakeClock) {
+		r.Clock, r.ProbeTarget = clk, e.target
+		fake := r.Providers[testProvider]
+		r.Providers[e.provider], r.Providers[e.noReboot] = fake, providertest.WithoutReboot(fake)
+		e.pr = r
+	})
+	return e
+}
+
+// holdAll keeps the health loop off every proxy but those named.
+func (e *remEnv) holdAll(except ...string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.holdIf = func(px *v1alpha1.Proxy) bool {
+		for _, n := range except {
+			if px.Name == n {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// stepAndWake moves the fake clock by d and has the named Proxies reconciled.
+func (e *remEnv) stepAndWake(d time.Duration, names ...string) {
+	e.clock.Step(d)
+	for _, n := range names {
+		e.pr.Wake(e.ctx, client.ObjectKey{Namespace: e.ns, Name: n})
+	}
+}
+
+func (e *remEnv) standalone(name, prov string, rem *v1alpha1.ProxyRemediation) {
+	e.t.Helper()
+	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: v1alpha1.ProxySpec{Provider: prov, Remediation: rem}}
+	if err := e.c.Create(e.ctx, px); err != nil {
+		e.t.Fatalf("creating proxy %s: %v", name, err)
+	}
+}
+
+// deletes counts the fake's Deletes of instance id.
+func (e *remEnv) deletes(id string) int {
+	n := 0
+	for _, c := range e.fake.CallsOf(providertest.OpDelete) {
+		if c.Arg == id {
+			n++
+		}
+	}
+	return n
+}
+
+func record(px *v1alpha1.Proxy) *remediation.Record {
+	r, _ := remediation.ParseRecord(px.Annotations[remediation.RecordAnnotation])
+	return r
+}
+
+func hasRecord(px *v1alpha1.Proxy, attempt int32, action remediation.Action) bool {
+	r := record(px)
+	return r != nil && r.Attempt == attempt && r.Action == action
+}
+
+func remediating(px *v1alpha1.Proxy, status metav1.ConditionStatus, reason string) bool {
+	c := meta.FindStatusCondition(px.Status.Conditions, remediation.ConditionRemediating)
+	return c != nil && c.Status == status && c.Reason == reason
+}
+
+func running(px *v1alpha1.Proxy) bool {
+	return px.Status.Phase == v1alpha1.PhaseRunning && px.Status.ProviderID != ""
+}
+
+// A pool child that never answers is rebooted after its boot timeout, then replaced
+// surge-first: its successor comes up (inheriting the record, attempt 2) before it is
+// retired, and the pool never has fewer children than its replicas. The successor's
+// record is dropped once it has served for the reset time.
+func TestRemediationPoolChildRebootThenReplace(t *testing.T) {
+	e := newRemEnv(t)
+	pool := e.newPool("rem", 1)
+	pool.Spec.ProgressDeadlineSeconds = ptr.To[int32](86400) // the pool's own stuck rule stays out of it
+	e.createSettled(pool)
+	good := names(e.children("rem"))[0]
+	e.holdAll(good)
+	e.update("rem", func(p *v1alpha1.ProxyPool) { p.Spec.Replicas = ptr.To[int32](2) })
+	var bad *v1alpha1.Proxy
+	e.waitPool("rem", "a second child Running", func(_ *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+		for i := range kids {
+			if kids[i].Name != good && running(&kids[i]) {
+				bad = &kids[i]
+			}
+		}
+		return len(kids) == 2 && bad != nil
+	})
+	id := bad.Status.ProviderID
+	b := e.watchBounds("rem", 0) // from here on the pool has its 2 children
+
+	e.stepAndWake(remediation.DefaultBootTimeout+time.Minute, bad.Name)
+	px := e.waitProxy(bad.Name, "rebooted after its boot timeout (attempt 1)", func(px *v1alpha1.Proxy) bool {
+		return hasRecord(px, 1, remediation.ActionReboot) && remediating(px, metav1.ConditionTrue, remediation.ReasonBootTimeout) &&
+			meta.IsStatusConditionTrue(px.Status.Conditions, v1alpha1.ConditionReconciling)
+	})
+	if n := e.fake.Reboots(id); n != 1 {
+		t.Fatalf("instance %s rebooted %d times, want 1", id, n)
+	}
+	if px.Annotations[RemediationReplaceAnnotation] != "" {
+		t.Fatalf("handed to the pool after a reboot: %v", px.Annotations)
+	}
+
+	e.stepAndWake(remediation.DefaultFirstWait+time.Second, bad.Name)
+	e.waitProxy(bad.Name, "handed to its pool for a replacement (attempt 2)", func(px *v1alpha1.Proxy) bool {
+		return hasRecord(px, 2, remediation.ActionReplace) && px.Annotations[RemediationReplaceAnnotation] != ""
+	})
+	var successor string
+	e.waitPool("rem", "a successor with the record of attempt 2 beside the faulty child", func(_ *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+		for i := range kids {
+			if kids[i].Name != good && kids[i].Name != bad.Name && hasRecord(&kids[i], 2, remediation.ActionReplace) {
+				successor = kids[i].Name
+			}
+		}
+		return successor != "" && len(kids) == 3
+	})
+	if n := e.fake.Reboots(id); n != 1 {
+		t.Fatalf("instance %s rebooted %d times, want 1 (the second attempt replaces)", id, n)
+	}
+	e.holdAll(good, successor) // the successor answers
+	e.waitPool("rem", "the faulty child retired once its successor is available", func(p *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) bool {
+		return len(kids) == 2 && p.Status.AvailableReplicas == 2 && kids[0].Name != bad.Name && kids[1].Name != bad.Name
+	})
+	b.check(t, 3, 1)
+	if b.minTotal < 2 {
+		t.Errorf("the pool had %d children at one point, fewer than its 2 replicas", b.minTotal)
+	}
+
+	e.stepAndWake(remediation.DefaultResetAfter+time.Second, successor)
+	e.waitProxy(successor, "its record dropped after serving for the reset time", func(px *v1alpha1.Proxy) bool {
+		return px.Annotations[remediation.RecordAnnotation] == "" &&
+			meta.FindStatusCondition(px.Status.Conditions, remediation.ConditionRemediating) == nil && px.Status.Phase == v1alpha1.PhaseReady
+	})
+}
+
+// A standalone Proxy that no attempt mends: reboot, replacement, then Stalled once
+// spec.remediation.maxAttempts is spent, with nothing more done. On a provider that
+// cannot reboot the first attempt replaces.
+func TestRemediationStandaloneStallsAfterMaxAttempts(t *testing.T) {
+	e := newRemEnv(t)
+	e.holdAll()
+	e.standalone("stuck", e.provider, &v1alpha1.ProxyRemediation{MaxAttempts: ptr.To[int32](2)})
+	e.standalone("noreboot", e.noReboot, nil)
+	// An instance's providerID is its name's on the fake, the same after a replacement:
+	// a replacement shows as a Delete of it.
+	id := e.waitProxy("stuck", "Running", running).Status.ProviderID
+	idNR := e.waitProxy("noreboot", "Running", running).Status.ProviderID
+
+	e.stepAndWake(remediation.DefaultBootTimeout+time.Minute, "stuck", "noreboot")
+	e.waitProxy("stuck", "rebooted (attempt 1)", func(px *v1alpha1.Proxy) bool { return hasRecord(px, 1, remediation.ActionReboot) })
+	e.waitProxy("noreboot", "replaced at once (attempt 1), its provider cannot reboot", func(px *v1alpha1.Proxy) bool {
+		return hasRecord(px, 1, remediation.ActionReplace) && running(px) && e.deletes(idNR) == 1
+	})
+	if n := e.fake.Reboots(idNR); n != 0 {
+		t.Errorf("the provider without reboot was asked to reboot %d times", n)
+	}
+
+	e.stepAndWake(remediation.DefaultFirstWait+time.Second, "stuck")
+	e.waitProxy("stuck", "replaced (attempt 2)", func(px *v1alpha1.Proxy) bool {
+		return hasRecord(px, 2, remediation.ActionReplace) && running(px) && e.deletes(id) == 1
+	})
+
+	e.stepAndWake(2*remediation.DefaultFirstWait+time.Second, "stuck")
+	px := e.waitProxy("stuck", "Stalled: maxAttempts spent", func(px *v1alpha1.Proxy) bool {
+		return remediating(px, metav1.ConditionFalse, ReasonAttemptsExhausted) && meta.IsStatusConditionTrue(px.Status.Conditions, v1alpha1.ConditionStalled)
+	})
+	if msg := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionStalled).Message; !strings.Contains(msg, "gave up after 2 attempts") {
+		t.Errorf("Stalled says %q, want it to say remediation gave up after 2 attempts", msg)
+	}
+	e.stepAndWake(time.Hour, "stuck")
+	consistently(t, "left alone once stalled", func() (bool, error) {
+		px := e.getProxy("stuck")
+		return e.deletes(id) == 1 && e.fake.Reboots(id) == 1 && hasRecord(px, 2, remediation.ActionReplace),
+			fmt.Errorf("%d deletes, %d reboots, annotations %v", e.deletes(id), e.fake.Reboots(id), px.Annotations)
+	})
+}
+
+// The brake: with maxUnhealthy 1, two of three children past their unhealthy timeout
+// hold remediation (Remediating=False, TooManyUnhealthy, with the counts); once one is
+// healthy again the other is rebooted.
+func TestRemediationBrakeHoldsTwoOfThree(t *testing.T) {
+	e := newRemEnv(t)
+	pool := e.newPool("brake", 3)
+	pool.Spec.ProgressDeadlineSeconds = ptr.To[int32](86400)
+	pool.Spec.Remediation = &v1alpha1.PoolRemediation{MaxUnhealthy: ptr.To(intstr.FromInt32(1))}
+	e.createSettled(pool)
+	kids := names(e.children("brake"))
+	e.clock.Step(time.Minute) // the failures begin after the instances started
+	e.setUnhealthy(kids[0])
+	e.setUnhealthy(kids[1])
+
+	e.stepAndWake(remediation.DefaultUnhealthyTimeout+time.Second, kids[0], kids[1])
+	for _, k := range kids[:2] {
+		px := e.waitProxy(k, "held by the brake", func(px *v1alpha1.Proxy) bool {
+			return remediating(px, metav1.ConditionFalse, remediation.ReasonTooManyUnhealthy)
+		})
+		if msg := meta.FindStatusCondition(px.Status.Conditions, remediation.ConditionRemediating).Message; !strings.Contains(msg, "2 of 3 unhealthy") {
+			t.Errorf("%s: Remediating says %q, want the counts 2 of 3", k, msg)
+		}
+		if n := e.fake.Reboots(px.Status.ProviderID); n != 0 || record(px) != nil {
+			t.Errorf("%s: rebooted %d times under the brake, record %v", k, n, record(px))
+		}
+	}
+
+	e.mu.Lock()
+	delete(e.unhealth, kids[1])
+	e.mu.Unlock()
+	e.waitProxy(kids[1], "healthy again", func(px *v1alpha1.Proxy) bool { return px.ProbedHealthy() })
+	e.stepAndWake(remediation.HeldRecheck, kids[0])
+	px := e.waitProxy(kids[0], "rebooted once the brake released (1 of 3 unhealthy)", func(px *v1alpha1.Proxy) bool {
+		return hasRecord(px, 1, remediation.ActionReboot) && remediating(px, metav1.ConditionTrue, remediation.ReasonUnhealthy)
+	})
+	if n := e.fake.Reboots(px.Status.ProviderID); n != 1 {
+		t.Errorf("rebooted %d times, want 1", n)
+	}
+}
+
+// While the probe target itself is down nothing is remediated, however long; when it is
+// back, the unhealthy timeout counts from its return.
+func TestRemediationProbeTargetDownHolds(t *testing.T) {
+	e := newRemEnv(t)
+	e.standalone("p", e.provider, nil)
+	id := e.waitProxy("p", "Ready", func(px *v1alpha1.Proxy) bool { return px.Status.Phase == v1alpha1.PhaseReady }).Status.ProviderID
+	e.clock.Step(time.Minute)
+	e.target.set(true, e.clock.Now())
+	e.setUnhealthy("p")
+
+	e.stepAndWake(10*time.Minute, "p")
+	e.waitProxy("p", "held: the probe target is down", func(px *v1alpha1.Proxy) bool {
+		return remediating(px, metav1.ConditionFalse, remediation.ReasonProbeTargetDown) && record(px) == nil
+	})
+	e.target.set(false, e.clock.Now())
+	e.stepAndWake(time.Minute, "p")
+	e.waitProxy("p", "no longer held, not yet due: the timeout counts from the target's return", func(px *v1alpha1.Proxy) bool {
+		return meta.FindStatusCondition(px.Status.Conditions, remediation.ConditionRemediating) == nil
+	})
+	if n := e.fake.Reboots(id); n != 0 {
+		t.Fatalf("rebooted %d times during or just after the probe-target outage", n)
+	}
+	e.stepAndWake(remediation.DefaultUnhealthyTimeout, "p")
+	e.waitProxy("p", "rebooted once its unhealthy timeout passed after the target's return", func(px *v1alpha1.Proxy) bool {
+		return hasRecord(px, 1, remediation.ActionReboot)
+	})
+}
