@@ -26,6 +26,9 @@ from twisted.internet.threads import deferToThread
 from twisted.web._newclient import ResponseNeverReceived
 
 from .discovery import Discovery, DiscoveryError, TokenFileError, retry_after_seconds
+from .gateway import (HEADER_EGRESS_PROXY, GatewayOptionError, gateway_proxy_url, gateway_username, parse_gateway_url,
+                      parse_sesstime)
+from .handler import EXIT_META
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +39,14 @@ STATS = "egress_proxies/"
 # In the middleware's memory of proxies to avoid: those avoided for every host (the ones
 # that did not answer).
 ANY_HOST = "\0any"
+# request.meta key of gateway mode: the session of one request ("" or None: none),
+# replacing EGRESS_PROXIES_GATEWAY_SESSION.
+SESSION_META = "egress_proxies_session"
+# Where each gateway option is given, for the errors naming it.
+_GATEWAY_SETTINGS = {"user": "EGRESS_PROXIES_GATEWAY_USER", "ns": "EGRESS_PROXIES_NAMESPACE",
+                     "pool": "EGRESS_PROXIES_POOL", "session": "EGRESS_PROXIES_GATEWAY_SESSION",
+                     "sesstime": "EGRESS_PROXIES_GATEWAY_SESSTIME", "strict": "EGRESS_PROXIES_GATEWAY_STRICT",
+                     "ip": "EGRESS_PROXIES_GATEWAY_IP"}
 
 
 class NoEgressProxy(IgnoreRequest):
@@ -172,6 +183,13 @@ class EgressProxiesMiddleware:
     EGRESS_PROXIES_REPORT_OK       report 2xx answers as ok (default True)
     EGRESS_PROXIES_FLUSH_INTERVAL  seconds between feedback batches (default 1.0)
     EGRESS_PROXIES_FEEDBACK_ATTEMPTS  attempts per feedback batch (default 5)
+
+    Gateway mode (EGRESS_PROXIES_GATEWAY_URL set): every request goes through the gateway
+    with its options in the proxy user name (EGRESS_PROXIES_GATEWAY_USER, _NAMESPACE,
+    _POOL, EGRESS_PROXIES_GATEWAY_SESSION or meta["egress_proxies_session"],
+    EGRESS_PROXIES_GATEWAY_SESSTIME, _STRICT, _IP) and the token as its password; answers
+    are reported by the exit the gateway names (X-Egress-Proxy; for https through
+    egress_proxies.handler.GatewayDownloadHandler).
     """
 
     def __init__(self, crawler, discovery):
@@ -201,6 +219,25 @@ class EgressProxiesMiddleware:
         self._lock = threading.Lock()
         self._pending = []
         self._loop = None
+        # Gateway mode: every request goes through the gateway, its options in the proxy
+        # user name (checked here, as the gateway checks them).
+        self.gateway = None
+        if s.get("EGRESS_PROXIES_GATEWAY_URL"):
+            self.gateway = parse_gateway_url(s.get("EGRESS_PROXIES_GATEWAY_URL"))
+            if not discovery.has_token:
+                raise ValueError("EGRESS_PROXIES_GATEWAY_URL: gateway mode needs EGRESS_PROXIES_TOKEN or "
+                                 "EGRESS_PROXIES_TOKEN_FILE, the gateway's proxy password")
+            ip = s.get("EGRESS_PROXIES_GATEWAY_IP") or 0
+            self.gateway_options = {
+                "user": s.get("EGRESS_PROXIES_GATEWAY_USER") or "", "namespace": self.query["namespace"] or "",
+                "pool": self.query["pool"] or "", "session": s.get("EGRESS_PROXIES_GATEWAY_SESSION") or "",
+                "sesstime": parse_sesstime(s.get("EGRESS_PROXIES_GATEWAY_SESSTIME")),
+                "strict": s.getbool("EGRESS_PROXIES_GATEWAY_STRICT", False),
+                "ip": int(ip) if str(ip) in ("4", "6") else ip}
+            # Checked as a request with a session would send them: sesstime and strict
+            # apply only to requests that have one.
+            gateway_username(**dict(self.gateway_options, session=self.gateway_options["session"] or "s"),
+                             where=_GATEWAY_SETTINGS)
 
     @classmethod
     def from_crawler(cls, crawler):
@@ -290,6 +327,8 @@ class EgressProxiesMiddleware:
     # Requests.
 
     def process_request(self, request, spider):
+        if self.gateway is not None:
+            return self._through_gateway(request)
         plan = self._plan(request)
         if plan is None:
             return None
@@ -430,8 +469,72 @@ class EgressProxiesMiddleware:
             raise NoEgressProxy(f"no egress proxy for {request.url}: {e}{self._access_hint(e)}")
         return failure
 
+    # Gateway mode.
+
+    def _through_gateway(self, request):
+        """Sets meta["proxy"] to the gateway, with the options (the request's session from
+        meta["egress_proxies_session"] when it has that key) in the user name and the
+        token as the password. A request with a proxy its spider chose is left alone."""
+        state = request.meta.get(META)
+        if state is None and request.meta.get("proxy"):
+            return None
+        opts = dict(self.gateway_options)
+        where = _GATEWAY_SETTINGS
+        if SESSION_META in request.meta:
+            opts["session"] = request.meta[SESSION_META] or ""
+            where = dict(where, session=f"meta[{SESSION_META!r}]")
+        if not opts["session"]:
+            opts["sesstime"], opts["strict"] = 0, False  # a session's own options
+        try:
+            user = gateway_username(**opts, where=where)
+        except GatewayOptionError as e:
+            raise IgnoreRequest(f"{request.url}: {e}") from None
+        token = self.discovery.bearer()
+        request.meta.pop(EXIT_META, None)  # an earlier download's (a retry's, a redirect's)
+        host = (urlsplit(request.url).hostname or "").lower()
+        request.meta["proxy"] = gateway_proxy_url(*self.gateway, user, token)
+        request.meta[META] = {"gateway": True, "domain": host if _is_site(host) else ""}
+        self.stats.inc_value(STATS + "gateway_requests")
+        return None
+
+    def _gateway_response(self, request, response, state):
+        """Reports the site's answer by the exit that carried it: X-Egress-Proxy of a
+        plain-HTTP answer, which the gateway sets, or for https the tunnel's, which
+        GatewayDownloadHandler keeps (meta["egress_proxies_exit"]); without that handler
+        an https answer names no exit and is not reported."""
+        https = urlsplit(request.url).scheme == "https"
+        if https:
+            exit_ = (request.meta.get(EXIT_META) or ("", ""))[0]
+        else:
+            exit_ = (response.headers.get(HEADER_EGRESS_PROXY) or b"").decode("latin-1")
+        if not exit_:
+            if https:
+                self.stats.inc_value(STATS + "unattributed")
+            else:
+                # Every answer the gateway relays names its exit: this one is its own refusal.
+                self.stats.inc_value(STATS + "gateway_refused")
+                logger.error("egress proxies: the gateway refused %s: %d %s", request.url, response.status,
+                             response.body[:300].decode("utf-8", "replace").strip())
+            return response
+        domain, status = state["domain"], response.status
+        if not domain:
+            return response
+        if status in self.ban_codes:
+            self.stats.inc_value(STATS + "banned")
+            self._report(exit_, domain, "banned")
+        elif status in self.throttle_codes:
+            self.stats.inc_value(STATS + "throttled")
+            self._report(exit_, domain, "throttled", retry_after_seconds(response.headers.get(b"Retry-After")))
+        elif 200 <= status < 300:
+            self.stats.inc_value(STATS + "ok")
+            if self.report_ok:
+                self._report(exit_, domain, "ok")
+        return response
+
     def process_response(self, request, response, spider):
         state = request.meta.get(META)
+        if state and state.get("gateway"):
+            return self._gateway_response(request, response, state)
         if not state or not state["domain"]:
             return response
         ref, domain, status = state["proxy"], state["domain"], response.status
@@ -464,6 +567,8 @@ class EgressProxiesMiddleware:
         most EGRESS_PROXIES_MAX_PROXY_RETRIES times; then EgressProxyUnreachable names
         every proxy tried. A CONNECT the proxy refused is retried the same way, unreported."""
         state = request.meta.get(META)
+        if state and state.get("gateway"):
+            return None  # the gateway retries exits itself; its refusals go on to Scrapy
         failure = _proxy_failure(request, exception) if state else None
         if failure is None:
             return None
