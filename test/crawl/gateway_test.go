@@ -724,6 +724,9 @@ func gatewaySession(t *testing.T, g *gwEnv) {
 	}
 	start := time.Now()
 	g.gw.stop(t)
+	if log := g.gw.stderr.String(); !strings.Contains(log, "gateway draining") || !strings.Contains(log, "gateway drained") {
+		t.Errorf("the stopped gateway's log lacks \"gateway draining\" or \"gateway drained\":\n%s", log)
+	}
 	g.gw.start(t)
 	t.Logf("gateway stopped and ready again on %s in %s", g.gw.listen, time.Since(start).Round(time.Millisecond))
 	hc.CloseIdleConnections()
@@ -975,6 +978,12 @@ func gatewayKilledExit(t *testing.T, g *gwEnv) {
 	if src := g.site.source(p); src == victim {
 		t.Errorf("the session still leaves from the killed exit's %s", src)
 	}
+	// The same session made strict does not move: 502 naming its exit.
+	a := g.curl(t, []string{"-x", g.proxyURL("kill+ns=default+session=k1+strict", token).String()}, g.site.httpURL(gwKillHost, uniquePath("kill-strict")))[0]
+	if a.Status != http.StatusBadGateway || a.header("X-Egress-Proxy") != exitOf(victim) || !strings.Contains(a.Body, exitOf(victim)) {
+		t.Errorf("the strict session of the killed exit: %d %v %q; want 502 naming %s in X-Egress-Proxy and the body", a.Status, a.Headers, a.Body, exitOf(victim))
+	}
+	t.Logf("the strict session k1: %d, X-Egress-Proxy %s: %s", a.Status, a.header("X-Egress-Proxy"), strings.TrimSpace(a.Body))
 }
 
 // retried is the gateway's requests and tunnels in default carried by a later exit.
