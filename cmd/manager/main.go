@@ -59,6 +59,9 @@ type options struct {
 	// remediation is the policy of every Proxy's remediation: the timeouts of Proxies
 	// without spec.remediation's and the brake of groups without a pool's maxUnhealthy.
 	remediation remediation.Policy
+	// probeTarget is the health engine's word on the probe target, set by setupHealth
+	// for the pool reconciler (not a flag).
+	probeTarget controller.ProbeTargetWatch
 	zap         zap.Options
 }
 
@@ -266,7 +269,7 @@ func run(args []string, stderr io.Writer) int {
 		log.Error(err, "setting up components")
 		return 1
 	}
-	if err := setupPools(mgr, cfg, o.remediation); err != nil {
+	if err := setupPools(mgr, cfg, o.remediation, o.probeTarget); err != nil {
 		log.Error(err, "setting up components")
 		return 1
 	}
@@ -394,7 +397,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 		return nil, fmt.Errorf("readiness checks: %w", err)
 	}
 	return setupHealth(mgr, providers, o.health, r.Wake, proxyconfig.SnapshotCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials,
-		func(w controller.ProbeTargetWatch) { r.ProbeTarget = w })
+		func(w controller.ProbeTargetWatch) { r.ProbeTarget, o.probeTarget = w, w })
 }
 
 func closeProviders(providers map[string]provider.Provider, log interface{ Error(error, string, ...any) }) {

@@ -19,14 +19,16 @@ import (
 )
 
 // setupPools adds the ProxyPool reconciler, which checks pool placements against cfg and
-// reports its children's remediation brake under pol.
-func setupPools(mgr ctrl.Manager, cfg *provider.Config, pol remediation.Policy) error {
+// reports its children's remediation brake under pol, with target's word on the probe
+// target (nil: never known to be down).
+func setupPools(mgr ctrl.Manager, cfg *provider.Config, pol remediation.Policy, target controller.ProbeTargetWatch) error {
 	r := &controller.ProxyPoolReconciler{
 		Client:      mgr.GetClient(),
 		Scheme:      mgr.GetScheme(),
 		Recorder:    mgr.GetEventRecorder("proxypool-controller"),
 		Zones:       poolZones(cfg),
 		Remediation: pol,
+		ProbeTarget: target,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("proxy pool reconciler: %w", err)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
@@ -57,6 +58,12 @@ func TestProxyKstatusForEachPhase(t *testing.T) {
 		{"failed", v1alpha1.PhaseFailed, []metav1.Condition{prov(metav1.ConditionFalse, v1alpha1.ReasonPermanentError)}, false, status.FailedStatus, v1alpha1.ReasonPermanentError},
 		{"unlabelled Secret", v1alpha1.PhasePending, []metav1.Condition{prov(metav1.ConditionFalse, v1alpha1.ReasonCredentialsUnavailable)}, false, status.FailedStatus, v1alpha1.ReasonCredentialsUnavailable},
 		{"broken WireGuard Secret", v1alpha1.PhasePending, []metav1.Condition{prov(metav1.ConditionFalse, v1alpha1.ReasonEgressUnavailable)}, false, status.FailedStatus, v1alpha1.ReasonEgressUnavailable},
+		{"being remediated", v1alpha1.PhaseRunning, []metav1.Condition{prov(metav1.ConditionTrue, v1alpha1.ReasonInstanceRunning),
+			{Type: remediation.ConditionRemediating, Status: metav1.ConditionTrue, Reason: remediation.ReasonBootTimeout, Message: "attempt 1"}}, false, status.InProgressStatus, remediation.ReasonBootTimeout},
+		{"remediation held by the brake", v1alpha1.PhaseRunning, []metav1.Condition{prov(metav1.ConditionTrue, v1alpha1.ReasonInstanceRunning),
+			{Type: remediation.ConditionRemediating, Status: metav1.ConditionFalse, Reason: remediation.ReasonTooManyUnhealthy, Message: "held"}}, false, status.InProgressStatus, remediation.ReasonTooManyUnhealthy},
+		{"remediation gave up", v1alpha1.PhaseRunning, []metav1.Condition{prov(metav1.ConditionTrue, v1alpha1.ReasonInstanceRunning),
+			{Type: remediation.ConditionRemediating, Status: metav1.ConditionFalse, Reason: ReasonAttemptsExhausted, Message: "gave up"}}, false, status.FailedStatus, ReasonAttemptsExhausted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			px := managedProxy("k")

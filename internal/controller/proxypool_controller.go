@@ -57,6 +57,9 @@ type ProxyPoolReconciler struct {
 	// its MaxUnhealthy when spec.remediation.maxUnhealthy is unset, and the timeouts of
 	// its template's children without their own.
 	Remediation remediation.Policy
+	// ProbeTarget says whether the probe target itself is down (the health engine);
+	// children failing meanwhile are not counted by the brake. nil: never known down.
+	ProbeTarget ProbeTargetWatch
 
 	// deadlineReported holds, by pool UID, the progress time of the stall last reported
 	// with a ProgressDeadlineExceeded Event.
@@ -163,6 +166,7 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		actErr = r.publish(ctx, s)
 	}
 	r.reportDeadline(s)
+	brakeNext := r.remediationBrake(s) // proxypool_remediation.go
 	if err := r.patchPoolStatus(ctx, s); err != nil {
 		if actErr == nil {
 			return ctrl.Result{}, err
@@ -172,7 +176,11 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if actErr != nil {
 		return ctrl.Result{}, actErr
 	}
-	if d, ok := s.nextDeadline(); ok {
+	d, ok := s.nextDeadline()
+	if brakeNext > 0 && (!ok || brakeNext < d) {
+		d, ok = brakeNext, true
+	}
+	if ok {
 		return ctrl.Result{RequeueAfter: max(d, time.Second)}, nil
 	}
 	return ctrl.Result{}, nil

@@ -280,6 +280,12 @@ func TestRemediationBrakeHoldsTwoOfThree(t *testing.T) {
 		}
 	}
 
+	e.poke("brake")
+	e.waitPool("brake", "RemediationAllowed False, naming the counts", func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool {
+		c := meta.FindStatusCondition(p.Status.Conditions, PoolConditionRemediationAllowed)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == remediation.ReasonTooManyUnhealthy && strings.Contains(c.Message, "2 of 3 unhealthy")
+	})
+
 	e.mu.Lock()
 	delete(e.unhealth, kids[1])
 	e.mu.Unlock()
@@ -291,6 +297,10 @@ func TestRemediationBrakeHoldsTwoOfThree(t *testing.T) {
 	if n := e.fake.Reboots(px.Status.ProviderID); n != 1 {
 		t.Errorf("rebooted %d times, want 1", n)
 	}
+	e.poke("brake")
+	e.waitPool("brake", "RemediationAllowed True again", func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool {
+		return meta.IsStatusConditionTrue(p.Status.Conditions, PoolConditionRemediationAllowed)
+	})
 }
 
 // While the probe target itself is down nothing is remediated, however long; when it is
