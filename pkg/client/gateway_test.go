@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/gateway"
@@ -32,13 +34,37 @@ type gatewayFleet struct {
 	site    *site
 	tlsURL  func(host, path string) string
 	roots   *tls.Config
+	reg     *prometheus.Registry
+}
+
+// tunnels is how many CONNECTs the gateway answered 200.
+func (gf *gatewayFleet) tunnels(t *testing.T) int {
+	t.Helper()
+	mfs, err := gf.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == "proxy_operator_gateway_tunnels_total" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && (l.GetValue() == "ok" || l.GetValue() == "retried") {
+						n += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return int(n)
 }
 
 func newGatewayFleet(t *testing.T) *gatewayFleet {
 	t.Helper()
 	f := newFleet(t, discovery.Options{})
 	ad := &kube.Adapter{Server: f.srv, Log: logr.Discard()}
-	g, err := gateway.New(gateway.Config{Chooser: ad, Authenticator: ad, Reporter: ad, Log: logr.Discard()})
+	reg := prometheus.NewRegistry()
+	g, err := gateway.New(gateway.Config{Chooser: ad, Authenticator: ad, Reporter: ad, Log: logr.Discard(), Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,10 +82,12 @@ func newGatewayFleet(t *testing.T) *gatewayFleet {
 		fp.Resolve("news.example.com", "127.0.0.1") // a site that bans nobody, in the certificate's *.example.com
 	}
 	s := newSite(t, "shop.example.com", "127.0.0.3")
-	ts := httptest.NewTLSServer(http.HandlerFunc(s.serve)) // its certificate covers *.example.com
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(s.serve)) // its certificate covers *.example.com
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0)              // tunnels closed mid-handshake are no news
+	ts.StartTLS()
 	t.Cleanup(ts.Close)
 	_, tlsPort, _ := net.SplitHostPort(ts.Listener.Addr().String())
-	return &gatewayFleet{fleet: f, gateway: "http://" + ln.Addr().String(), site: s,
+	return &gatewayFleet{fleet: f, gateway: "http://" + ln.Addr().String(), site: s, reg: reg,
 		tlsURL: func(host, path string) string { return "https://" + net.JoinHostPort(host, tlsPort) + path },
 		roots:  ts.Client().Transport.(*http.Transport).TLSClientConfig}
 }
@@ -367,5 +395,49 @@ func TestGatewayUsernameParsesInTheGateway(t *testing.T) {
 		if g.Validate() == nil {
 			t.Errorf("%+v: the client refuses what the gateway takes", o)
 		}
+	}
+}
+
+// Every request a kept-alive tunnel carries is attributed to the tunnel's exit, though
+// only its first had a CONNECT (and OnProxyConnectResponse); a ban through the tunnel
+// closes it, so the next request has a tunnel of its own.
+func TestGatewayTransportAttributesKeptAliveTunnels(t *testing.T) {
+	gf := newGatewayFleet(t)
+	gt := gf.transport(t, client.GatewayConfig{Options: client.GatewayOptions{Namespace: "crawl"}})
+	hc := &http.Client{Transport: gt, Timeout: 30 * time.Second}
+	var banned, fine string
+	for i := 0; i < 30 && (banned == "" || fine == ""); i++ {
+		session := fmt.Sprintf("k%d", i)
+		_, exit, _ := get(t, hc, gf.tlsURL("news.example.com", "/"), session)
+		switch {
+		case exit == "crawl/p3" && banned == "":
+			banned = session
+		case exit != "crawl/p3" && fine == "":
+			fine = session
+		}
+	}
+	if banned == "" || fine == "" {
+		t.Fatal("no two sessions of 30 found, one through crawl/p3 and one through another exit")
+	}
+	before := gf.tunnels(t)
+	var exit string
+	for i := 0; i < 5; i++ {
+		var e string
+		_, e, _ = get(t, hc, gf.tlsURL("news.example.com", fmt.Sprintf("/kept/%d", i)), fine)
+		if exit != "" && e != exit || e == "" {
+			t.Fatalf("request %d of session %s through %q, the ones before through %q", i, fine, e, exit)
+		}
+		exit = e
+	}
+	if n := gf.tunnels(t) - before; n != 0 {
+		t.Errorf("5 requests of a session with an open tunnel opened %d more tunnels, want none", n)
+	}
+	before = gf.tunnels(t)
+	if status, e, _ := get(t, hc, gf.tlsURL("shop.example.com", "/banned/1"), banned); status != http.StatusForbidden || e != "crawl/p3" {
+		t.Fatalf("session %s: %d through %s, want 403 through crawl/p3", banned, status, e)
+	}
+	get(t, hc, gf.tlsURL("shop.example.com", "/banned/2"), banned) // through crawl/p3 again, or moved once the ban is recorded
+	if n := gf.tunnels(t) - before; n != 2 {
+		t.Errorf("two requests of one session, the first banned, opened %d tunnels, want 2 (a ban closes its tunnel)", n)
 	}
 }
