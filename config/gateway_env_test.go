@@ -1,0 +1,212 @@
+package config_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
+)
+
+// The gateway binary, run as its own ServiceAccount with nothing but config/gateway's
+// ClusterRole (the API server authorizes every call it makes, impersonated), does its
+// whole job: its cache syncs (/readyz), a crawler's ServiceAccount token is accepted as
+// the proxy password (TokenReview, SubjectAccessReview), a request reaches the site
+// through the exit, and the site's 403 lands in the Proxy's status.cooldowns (the ban
+// recorder's get and status patch). So the ClusterRole TestGatewayRBAC holds to a minimum
+// is also enough.
+func TestGatewayRunsUnderItsRBAC(t *testing.T) {
+	env := testenv.StartT(t)
+	ctx := testenv.Context(t)
+	c := env.Client
+	gwNS, proxyNS := env.Namespace(t, ctx, "gw"), env.Namespace(t, ctx, "team")
+
+	// config/gateway's ServiceAccount, ClusterRole and binding, in gwNS.
+	var role rbacv1.ClusterRole
+	var binding rbacv1.ClusterRoleBinding
+	for _, doc := range documents(t, "gateway/rbac.yaml") {
+		var tm struct{ Kind string }
+		if err := yaml.Unmarshal(doc, &tm); err != nil {
+			t.Fatal(err)
+		}
+		switch tm.Kind {
+		case "ClusterRole":
+			decodeStrict(t, "gateway/rbac.yaml", doc, &role)
+		case "ClusterRoleBinding":
+			decodeStrict(t, "gateway/rbac.yaml", doc, &binding)
+		}
+	}
+	role.Name, binding.Name, binding.RoleRef.Name = gwNS+"-gateway", gwNS+"-gateway", gwNS+"-gateway"
+	binding.Subjects[0].Namespace = gwNS
+	sa := binding.Subjects[0].Name
+	for _, o := range []client.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: gwNS, Name: sa}}, &role, &binding} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), o) })
+	}
+
+	// A kubeconfig that acts as that ServiceAccount.
+	kc, err := clientcmd.Load(env.KubeConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range kc.AuthInfos {
+		ai.Impersonate = "system:serviceaccount:" + gwNS + ":" + sa
+		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + gwNS, "system:authenticated"}
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+
+	// The site answers 403 on /ban; the exit forwards every request to it.
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ban" {
+			http.Error(w, "banned", http.StatusForbidden)
+			return
+		}
+		fmt.Fprintf(w, "hello %s\n", r.Host)
+	}))
+	t.Cleanup(site.Close)
+	siteAddr := strings.TrimPrefix(site.URL, "http://")
+	exit := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) { r.Out.URL = r.In.URL; r.Out.Host = r.In.Host },
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", siteAddr)
+		}},
+	})
+	t.Cleanup(exit.Close)
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(exit.URL, "http://"))
+	var p int32
+	fmt.Sscan(port, &p)
+	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNS, Name: "exit"},
+		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: host, Port: p}}
+	if err := c.Create(ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	px.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, IP: host, Healthy: true}
+	if err := c.Status().Update(ctx, px); err != nil {
+		t.Fatal(err)
+	}
+
+	// A crawler of proxyNS: the shipped crawler ClusterRole bound there, its own token.
+	var crawler rbacv1.ClusterRole
+	decodeStrict(t, "rbac/crawler_role.yaml", documents(t, "rbac/crawler_role.yaml")[0], &crawler)
+	crawler.Name = proxyNS + "-crawler"
+	for _, o := range []client.Object{&crawler, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNS, Name: "crawler"}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNS, Name: "crawler"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: crawler.Name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: proxyNS, Name: "crawler"}}}} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), o) })
+	}
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(proxyNS).CreateToken(ctx, "crawler", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	bin := filepath.Join(dir, "gateway")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/gateway").CombinedOutput(); err != nil {
+		t.Fatalf("go build ../cmd/gateway: %v\n%s", err, out)
+	}
+	listen, probe := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--listen-address", listen, "--socks-listen-address", "0",
+		"--metrics-bind-address", "0", "--health-probe-bind-address", probe, "--shutdown-grace", "1s")
+	var stderr testutil.SyncBuffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+	testutil.WaitFor(t, 2*time.Minute, "the gateway's /readyz to answer 200 (its cache synced under its ClusterRole)", func() (bool, error) {
+		select {
+		case err := <-exited:
+			t.Fatalf("gateway exited (%v); stderr:\n%s", err, stderr.String())
+		default:
+		}
+		res, err := http.Get("http://" + probe + "/readyz")
+		if err != nil {
+			return false, err
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, fmt.Errorf("status %d", res.StatusCode)
+	}, testutil.OnTimeout(func() string { return "stderr:\n" + stderr.String() }))
+
+	hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: listen, User: url.UserPassword("me+ns="+proxyNS, tr.Status.Token)})}}
+	get := func(target string) (*http.Response, string, error) {
+		res, err := hc.Get(target)
+		if err != nil {
+			return nil, "", err
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		return res, string(b), err
+	}
+	testutil.WaitFor(t, time.Minute, "a request with the crawler's token through the gateway to reach the site", func() (bool, error) {
+		res, body, err := get("http://www.example.com/")
+		if err != nil {
+			return false, err
+		}
+		return res.StatusCode == http.StatusOK && strings.Contains(body, "hello www.example.com") && res.Header.Get("X-Egress-Proxy") == proxyNS+"/exit",
+			fmt.Errorf("%d %q X-Egress-Proxy %q", res.StatusCode, body, res.Header.Get("X-Egress-Proxy"))
+	}, testutil.OnTimeout(func() string { return "stderr:\n" + stderr.String() }))
+
+	if res, body, err := get("http://www.example.com/ban"); err != nil || res.StatusCode != http.StatusForbidden {
+		t.Fatalf("GET /ban through the gateway: %v %v %q, want the site's 403", err, res, body)
+	}
+	testutil.WaitFor(t, time.Minute, "the site's 403 to land in "+proxyNS+"/exit's status.cooldowns (written by the gateway)", func() (bool, error) {
+		got := &v1alpha1.Proxy{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(px), got); err != nil {
+			return false, err
+		}
+		for _, cd := range got.Status.Cooldowns {
+			if cd.Site == "example.com" {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("cooldowns %+v", got.Status.Cooldowns)
+	}, testutil.OnTimeout(func() string { return "stderr:\n" + stderr.String() }))
+	if strings.Contains(stderr.String(), "forbidden") {
+		t.Errorf("the gateway was refused something under its ClusterRole:\n%s", stderr.String())
+	}
+}
