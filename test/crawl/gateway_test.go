@@ -54,6 +54,7 @@ const (
 	gwSessionHost  = "session.example.org"
 	gwRotateHost   = "rotate.example.info"
 	gwBanHost      = "ban.example.net"
+	gwThrottleHost = "throttle.example.se"
 	gwFriendlyHost = "friendly.example.io"
 	gwKillHost     = "kill.example.dev"
 	gwRefuseHost   = "refuse.example.eu"
@@ -65,7 +66,7 @@ const (
 	gwForeignNS = "gwa"
 )
 
-var gwHosts = []string{gwClientsHost, "www." + gwClientsHost, gwSessionHost, gwRotateHost, gwBanHost, gwFriendlyHost, gwKillHost, gwRefuseHost}
+var gwHosts = []string{gwClientsHost, "www." + gwClientsHost, gwSessionHost, gwRotateHost, gwBanHost, gwThrottleHost, gwFriendlyHost, gwKillHost, gwRefuseHost}
 
 // gwEnv is one environment for every theme of TestGateway: envtest, the manager binary
 // (discovery and health checks), three External exits in default (gw-2 to gw-4, forward
@@ -778,43 +779,53 @@ func gatewayRotation(t *testing.T, g *gwEnv) {
 	}
 }
 
-// A site's 403 to one exit, seen over plain HTTP, stops that exit for that site within
-// seconds, and only for that site.
+// A site's 403 to one exit, and another site's 429 with Retry-After to another exit,
+// seen over plain HTTP, stop that exit for that site within seconds, and only for that
+// site: each lands in the exit's status.cooldowns as banned (throttled for the 429).
 func gatewayBan(t *testing.T, g *gwEnv) {
-	banned := "127.0.0.3"
-	g.site.ban(banned, gwBanHost, http.StatusForbidden)
 	hc := g.goClient("ban+ns=default", token, false)
-	var firstBan, lastBanned time.Time
-	bans, clean := 0, 0
-	deadline := time.Now().Add(2 * time.Minute)
-	for clean < 30 {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 2 min for 30 requests in a row to %s to avoid %s; %d bans seen", gwBanHost, banned, bans)
-		}
-		p := uniquePath("ban")
-		a := g.goGet(t, hc, g.site.httpURL(gwBanHost, p))
-		src := g.site.source(p)
-		if src != banned {
-			clean++
-			if a.Status != http.StatusOK {
-				t.Errorf("%s through %s: %d %q", p, src, a.Status, a.Body)
-			}
-			continue
-		}
-		clean = 0
-		bans++
-		lastBanned = time.Now()
-		if firstBan.IsZero() {
-			firstBan = lastBanned
-		}
-		if a.Status != http.StatusForbidden || a.header("X-Egress-IP") != banned {
-			t.Errorf("the banned exit's answer: %d %v; want the site's 403 with X-Egress-IP %s", a.Status, a.Headers, banned)
-		}
+	cases := []struct {
+		host, site, src, outcome string
+		code                     int
+	}{
+		{gwBanHost, "example.net", "127.0.0.3", "banned", http.StatusForbidden},
+		{gwThrottleHost, "example.se", "127.0.0.4", "throttled", http.StatusTooManyRequests},
 	}
-	took := lastBanned.Sub(firstBan)
-	t.Logf("%s: %d requests reached the site through the banned %s, the last %s after the first 403; then 30 in a row avoided it", gwBanHost, bans, banned, took.Round(time.Millisecond))
-	if took > 10*time.Second {
-		t.Errorf("the banned exit kept being chosen for %s after the first 403", took)
+	for _, c := range cases {
+		g.site.ban(c.src, c.host, c.code)
+		var first, last time.Time
+		bans, clean := 0, 0
+		deadline := time.Now().Add(2 * time.Minute)
+		for clean < 30 {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 2 min for 30 requests in a row to %s to avoid %s; %d %ds seen", c.host, c.src, bans, c.code)
+			}
+			p := uniquePath("ban")
+			a := g.goGet(t, hc, g.site.httpURL(c.host, p))
+			src := g.site.source(p)
+			if src != c.src {
+				clean++
+				if a.Status != http.StatusOK {
+					t.Errorf("%s through %s: %d %q", p, src, a.Status, a.Body)
+				}
+				continue
+			}
+			clean = 0
+			bans++
+			last = time.Now()
+			if first.IsZero() {
+				first = last
+			}
+			if a.Status != c.code || a.header("X-Egress-IP") != c.src {
+				t.Errorf("the banned exit's answer: %d %v; want the site's %d with X-Egress-IP %s", a.Status, a.Headers, c.code, c.src)
+			}
+		}
+		took := last.Sub(first)
+		t.Logf("%s: %d requests reached the site through %s, the last %s after the first %d; then 30 in a row avoided it",
+			c.host, bans, c.src, took.Round(time.Millisecond), c.code)
+		if took > 10*time.Second {
+			t.Errorf("%s: the banned exit kept being chosen for %s after the first %d", c.host, took, c.code)
+		}
 	}
 	// Not for another site: the friendly site still rotates over all three.
 	got := map[string]int{}
@@ -824,21 +835,23 @@ func gatewayBan(t *testing.T, g *gwEnv) {
 		got[g.site.source(p)]++
 	}
 	t.Logf("%s afterwards, by source: %v", gwFriendlyHost, got)
-	if got[banned] < 5 {
-		t.Errorf("the friendly site got %v; want the banned exit %s among them", got, banned)
+	for _, c := range cases {
+		if got[c.src] < 5 {
+			t.Errorf("the friendly site got %v; want %s, banned by %s alone, among them", got, c.src, c.host)
+		}
+		name := strings.TrimPrefix(exitOf(c.src), "default/")
+		testutil.WaitFor(t, time.Minute, fmt.Sprintf("%s's status.cooldowns to hold %s for %s", name, c.outcome, c.site), func() (bool, error) {
+			var px v1alpha1.Proxy
+			if err := g.env.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: "default", Name: name}, &px); err != nil {
+				return false, err
+			}
+			if slices.ContainsFunc(px.Status.Cooldowns, func(cd v1alpha1.ProxyCooldown) bool { return cd.Site == "example.io" }) {
+				t.Fatalf("%s cools for the friendly site: %+v", name, px.Status.Cooldowns)
+			}
+			i := slices.IndexFunc(px.Status.Cooldowns, func(cd v1alpha1.ProxyCooldown) bool { return cd.Site == c.site })
+			return i >= 0 && string(px.Status.Cooldowns[i].LastOutcome) == c.outcome, fmt.Errorf("cooldowns %+v", px.Status.Cooldowns)
+		})
 	}
-	name := strings.TrimPrefix(exitOf(banned), "default/")
-	testutil.WaitFor(t, time.Minute, fmt.Sprintf("%s's status.cooldowns to hold a ban for example.net", name), func() (bool, error) {
-		var px v1alpha1.Proxy
-		if err := g.env.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: "default", Name: name}, &px); err != nil {
-			return false, err
-		}
-		i := slices.IndexFunc(px.Status.Cooldowns, func(cd v1alpha1.ProxyCooldown) bool { return cd.Site == "example.net" })
-		if slices.ContainsFunc(px.Status.Cooldowns, func(cd v1alpha1.ProxyCooldown) bool { return cd.Site == "example.io" }) {
-			t.Fatalf("%s cools for the friendly site: %+v", name, px.Status.Cooldowns)
-		}
-		return i >= 0 && px.Status.Cooldowns[i].LastOutcome == "banned", fmt.Errorf("cooldowns %+v", px.Status.Cooldowns)
-	})
 }
 
 // An exit killed under a crawl costs it no failed request. 8 workers, with and without
