@@ -8,6 +8,13 @@
 //	tr := c.Transport(client.TransportConfig{})
 //	defer tr.Close()
 //	hc := &http.Client{Transport: tr}
+//
+// GatewayTransport is the gateway mode: every request goes through the operator's
+// gateway, one proxy URL, with its options in the proxy user name, and the site's
+// answers are reported by the exit the gateway names in X-Egress-Proxy.
+//
+//	gt, err := c.GatewayTransport(client.GatewayConfig{URL: "http://gateway:8080",
+//		Options: client.GatewayOptions{Namespace: "crawl"}})
 package client
 
 import (

@@ -190,7 +190,7 @@ type gatewayOptionsKey struct{}
 
 // WithSession returns ctx carrying a session id for the gateway: a request made with it
 // goes through a GatewayTransport with this session (and the transport's other options),
-// so every request of the session leaves through the same exit. "" : no session.
+// so every request of the session leaves through the same exit; "": no session.
 func WithSession(ctx context.Context, session string) context.Context {
 	return context.WithValue(ctx, gatewayOptionsKey{}, func(o GatewayOptions) GatewayOptions {
 		o.Session = session
