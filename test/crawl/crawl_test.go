@@ -4,7 +4,8 @@
 // test-integration-crawl): a Scrapy crawl through clients/scrapy's middleware and a Go
 // crawl through pkg/client's transport, over three External Proxies that are forward
 // proxies on loopback with distinct source addresses, against a local site that bans
-// one of them.
+// one of them; and (gateway_test.go) the gateway binary beside it, driven by crawlers
+// that contain none of the project's code.
 package crawl
 
 import (
