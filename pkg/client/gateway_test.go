@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -439,5 +441,39 @@ func TestGatewayTransportAttributesKeptAliveTunnels(t *testing.T) {
 	get(t, hc, gf.tlsURL("shop.example.com", "/banned/2"), banned) // through crawl/p3 again, or moved once the ban is recorded
 	if n := gf.tunnels(t) - before; n != 2 {
 		t.Errorf("two requests of one session, the first banned, opened %d tunnels, want 2 (a ban closes its tunnel)", n)
+	}
+}
+
+// The proxy password is the Client's token as it is now: a token file rewritten with a
+// token discovery does not accept is the gateway's 407 from the next request on.
+func TestGatewayTransportReadsTheTokenFileAgain(t *testing.T) {
+	gf := newGatewayFleet(t)
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(client.Config{URL: gf.url, TokenFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gt, err := c.GatewayTransport(client.GatewayConfig{URL: gf.gateway, Options: client.GatewayOptions{Namespace: "crawl"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gt.Close()
+	hc := &http.Client{Transport: gt, Timeout: 30 * time.Second}
+	u := gf.site.url("news.example.com", "/")
+	res, err := hc.Get(u)
+	if err != nil {
+		t.Fatalf("with the token file's token: %v", err)
+	}
+	res.Body.Close()
+	if err := os.WriteFile(file, []byte("a-token-discovery-never-issued\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = hc.Get(u)
+	var ge *client.GatewayError
+	if !errors.As(err, &ge) || ge.Status != http.StatusProxyAuthRequired {
+		t.Errorf("after the token file changed to a bad token: %v, want the gateway's 407", err)
 	}
 }
