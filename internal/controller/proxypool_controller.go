@@ -147,12 +147,14 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			forgetPoolMetrics(req.NamespacedName)
+			remediation.ForgetGroup(remediation.PoolGroup(req.Namespace, req.Name))
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("getting proxy pool %s: %w", req.NamespacedName, err)
 	}
 	if !pool.DeletionTimestamp.IsZero() {
 		forgetPoolMetrics(req.NamespacedName)
+		remediation.ForgetGroup(remediation.PoolGroup(req.Namespace, req.Name))
 		// The children, the Service and the EndpointSlices carry the pool as controller
 		// owner: the cluster's garbage collector deletes them.
 		return ctrl.Result{}, nil
