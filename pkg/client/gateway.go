@@ -210,7 +210,9 @@ type GatewayConfig struct {
 	// http://egress-proxies-gateway.egress-proxies-operator-system.svc:8080.
 	URL string
 	// Options go into the proxy user name of every request (WithSession and
-	// WithGatewayOptions change them for one request).
+	// WithGatewayOptions change them for one request). SessionTime and Strict go only
+	// with a session: here they may be given without one, for the requests WithSession
+	// gives one.
 	Options GatewayOptions
 	// Base carries the requests to the gateway; it is cloned and its Proxy, DialContext
 	// and OnProxyConnectResponse wrapped. nil: a clone of http.DefaultTransport.
@@ -310,7 +312,11 @@ func (c *Client) GatewayTransport(cfg GatewayConfig) (*GatewayTransport, error) 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := cfg.Options.Username(); err != nil {
+	check := cfg.Options
+	if check.Session == "" {
+		check.Session = "s" // SessionTime and Strict are checked as a request with a session sends them
+	}
+	if _, err := check.Username(); err != nil {
 		return nil, err
 	}
 	if !c.hasToken() {
@@ -405,6 +411,9 @@ func (g *GatewayTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	opts := g.opts
 	if f, ok := req.Context().Value(gatewayOptionsKey{}).(func(GatewayOptions) GatewayOptions); ok {
 		opts = f(opts)
+	}
+	if opts.Session == "" {
+		opts.SessionTime, opts.Strict = 0, false // a session's own options
 	}
 	user, err := opts.Username()
 	if err != nil {

@@ -249,7 +249,8 @@ func TestGatewayTransportReportsThrottles(t *testing.T) {
 // replaces the transport's options for a request (here a namespace without exits).
 func TestGatewayTransportSessions(t *testing.T) {
 	gf := newGatewayFleet(t)
-	gt := gf.transport(t, client.GatewayConfig{Options: client.GatewayOptions{Namespace: "crawl", Session: "base", SessionTime: 90 * time.Second}})
+	// SessionTime and Strict without a Session: they go with the requests WithSession gives one.
+	gt := gf.transport(t, client.GatewayConfig{Options: client.GatewayOptions{Namespace: "crawl", SessionTime: 90 * time.Second, Strict: true}})
 	hc := &http.Client{Transport: gt, Timeout: 30 * time.Second}
 	exits := map[string]bool{}
 	for i := 0; i < 5; i++ {
@@ -260,6 +261,18 @@ func TestGatewayTransportSessions(t *testing.T) {
 	}
 	if len(exits) != 1 {
 		t.Errorf("session one left through %v, want one exit", exits)
+	}
+	for i := 0; i < 3; i++ { // without a session: no sesstime nor strict sent, each request rotates
+		req, _ := http.NewRequest(http.MethodGet, gf.site.url("news.example.com", fmt.Sprintf("/r%d", i)), nil)
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("a request without a session: %v", err)
+		}
+		res.Body.Close()
+		exits[res.Header.Get(client.HeaderEgressProxy)] = true
+	}
+	if len(exits) != 3 {
+		t.Errorf("three requests without a session and one session left through %v, want the three exits", exits)
 	}
 	ctx := client.WithGatewayOptions(context.Background(), client.GatewayOptions{Namespace: "nowhere"})
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, gf.site.url("news.example.com", "/"), nil)
@@ -290,8 +303,7 @@ func TestGatewayTransportErrors(t *testing.T) {
 		{client.GatewayConfig{URL: "http://gateway:8080", Options: client.GatewayOptions{Pool: "News"}}, `gateway option Pool (pool): "News" is not a pool name`},
 		{client.GatewayConfig{URL: "http://gateway:8080", Options: client.GatewayOptions{Namespace: "a.b"}}, `gateway option Namespace (ns): "a.b" is not a namespace name`},
 		{client.GatewayConfig{URL: "http://gateway:8080", Options: client.GatewayOptions{Session: "a+b"}}, `gateway option Session (session): "a+b" has '+'`},
-		{client.GatewayConfig{URL: "http://gateway:8080", Options: client.GatewayOptions{Strict: true}}, "gateway option Strict (strict): needs a Session"},
-		{client.GatewayConfig{URL: "http://gateway:8080", Options: client.GatewayOptions{Session: "s", SessionTime: 1500 * time.Millisecond}}, "gateway option SessionTime (sesstime): 1.5s is not a whole number"},
+		{client.GatewayConfig{URL: "http://gateway:8080", Options: client.GatewayOptions{SessionTime: 1500 * time.Millisecond}}, "gateway option SessionTime (sesstime): 1.5s is not a whole number"},
 		{client.GatewayConfig{URL: "http://gateway:8080", Options: client.GatewayOptions{IPFamily: 5}}, "gateway option IPFamily (ip): must be 4, 6 or 0"},
 		{client.GatewayConfig{URL: "http://gateway:8080", Options: client.GatewayOptions{User: "me@home"}}, `gateway option User: "me@home" has '@'`},
 	} {
@@ -332,6 +344,13 @@ func TestGatewayTransportErrors(t *testing.T) {
 		var ge *client.GatewayError
 		if !errors.As(err, &ge) || ge.Status != http.StatusProxyAuthRequired || !strings.Contains(ge.Message, "no-such-pool") {
 			t.Errorf("GET %s with an unknown pool: %v, want a *GatewayError 407 naming the pool", u, err)
+		}
+	}
+	for _, opts := range []client.GatewayOptions{{IPFamily: 7}, {Session: "a b"}} {
+		req, _ := http.NewRequestWithContext(client.WithGatewayOptions(context.Background(), opts),
+			http.MethodGet, gf.site.url("shop.example.com", "/"), nil)
+		if _, err := hc.Do(req); err == nil || !strings.Contains(err.Error(), "gateway option") {
+			t.Errorf("a bad option in the request's context (%+v): %v", opts, err)
 		}
 	}
 	req, _ := http.NewRequestWithContext(client.WithGatewayOptions(context.Background(), client.GatewayOptions{IPFamily: 7}),
