@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -226,6 +227,10 @@ func run(args []string, stderr io.Writer) int {
 		log.Info("starting with no providers: only External Proxies are served; a Managed Proxy fails with reason "+
 			v1alpha1.ReasonProviderNotConfigured+" until a providers config names its provider and the manager restarts", "why", none)
 	}
+	if err := addressesFree(o); err != nil {
+		log.Error(err, "an address the manager must listen on is taken")
+		return 1
+	}
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		log.Error(err, "loading kubeconfig")
@@ -301,6 +306,28 @@ func installIDFor(restCfg *rest.Config, flagValue string) (installIdentity, erro
 	defer cancel()
 	id, source, err := resolveInstallID(ctx, c, flagValue)
 	return installIdentity{id, source}, err
+}
+
+// addressesFree fails naming the flag when an address the manager listens on is taken.
+// controller-runtime starts the metrics, health-probe and discovery listeners side by
+// side, so without this a taken metrics port could fail the manager only after /readyz
+// had already answered 200 to whoever waits for it.
+func addressesFree(o *options) error {
+	for _, a := range []struct{ flag, addr string }{
+		{"--metrics-bind-address", o.metricsAddr},
+		{"--health-probe-bind-address", o.probeAddr},
+		{"--discovery-bind-address", o.health.DiscoveryBindAddress},
+	} {
+		if a.addr == "" || a.addr == "0" {
+			continue
+		}
+		l, err := net.Listen("tcp", a.addr)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", a.flag, a.addr, err)
+		}
+		l.Close()
+	}
+	return nil
 }
 
 func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -67,6 +68,43 @@ func TestBadProvidersConfigExits1(t *testing.T) {
 			}
 			if strings.Contains(stderr.String(), "kubeconfig") {
 				t.Errorf("the manager looked for the API server before checking its config:\n%s", stderr.String())
+			}
+		})
+	}
+}
+
+// A taken listen address stops the manager with exit code 1 and a message naming the
+// flag, before any API server is contacted: it was once found only after /readyz had
+// answered 200, since the metrics listener starts beside the health probes.
+func TestTakenListenAddressExits1(t *testing.T) {
+	bin := managerBinary(t)
+	for _, flagName := range []string{"--metrics-bind-address", "--health-probe-bind-address", "--discovery-bind-address"} {
+		t.Run(flagName, func(t *testing.T) {
+			held, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
+			args := map[string]string{"--metrics-bind-address": "0", "--health-probe-bind-address": "127.0.0.1:0", "--discovery-bind-address": "0"}
+			args[flagName] = held.Addr().String()
+			cmd := exec.Command(bin, "--providers-config=")
+			for f, v := range args {
+				cmd.Args = append(cmd.Args, f+"="+v)
+			}
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(t.TempDir(), "no-kubeconfig"), "KUBERNETES_SERVICE_HOST=")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err = cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Fatalf("exit: %v, want exit code 1; stderr:\n%s", err, stderr.String())
+			}
+			want := flagName + " " + held.Addr().String() + ": listen tcp " + held.Addr().String() + ": bind: address already in use"
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("stderr does not say %q:\n%s", want, stderr.String())
+			}
+			if strings.Contains(stderr.String(), "kubeconfig") {
+				t.Errorf("the manager looked for the API server before checking its addresses:\n%s", stderr.String())
 			}
 		})
 	}
