@@ -552,7 +552,17 @@ func gatewayIdentityHeaders(t *testing.T, g *gwEnv) {
 	if len(byExit) != 3 {
 		t.Errorf("12 requests without a session went through %v, want the three exits of default", byExit)
 	}
-	t.Logf("12 requests (6 plain, 6 CONNECT) by exit: %v", byExit)
+	// Over SOCKS5 the success reply's bound address is the exit's egress address.
+	for range 3 {
+		path := uniquePath("ident-socks")
+		bound, resp, err := socksGet(g.gw.socks, "ident+ns=default", token, gwRotateHost, g.site.httpPort, path)
+		g.record(resp)
+		if src := g.site.source(path); err != nil || bound != src || !strings.HasSuffix(resp, fmt.Sprintf("%s %s from %s", gwRotateHost, path, src)) {
+			t.Errorf("SOCKS5 %s: BND.ADDR %s, %v, the site saw %q; answer %q", path, bound, err, src, resp)
+		}
+		byExit["socks5 "+bound]++
+	}
+	t.Logf("12 requests (6 plain, 6 CONNECT) by exit, and 3 SOCKS5 tunnels by bound address: %v", byExit)
 }
 
 // Bad user names, an unknown pool, a namespace the token may not use, an oversized and
@@ -636,6 +646,44 @@ func gatewayRefusals(t *testing.T, g *gwEnv) {
 	if after := g.proxyStates(t); !slices.Equal(before, after) {
 		t.Errorf("the refusals changed the Proxies' cooldowns or unreachable status:\nbefore %v\nafter  %v", before, after)
 	}
+}
+
+// socksGet opens a SOCKS5 tunnel (RFC 1928, RFC 1929 user name and password) to
+// host:port through the gateway's SOCKS5 listener, sends a GET of path over it, and
+// returns the success reply's bound address and the whole answer.
+func socksGet(socks, user, password, host, port, path string) (string, string, error) {
+	c, err := net.Dial("tcp", socks)
+	if err != nil {
+		return "", "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	p, _ := strconv.Atoi(port)
+	msgs := [][]byte{{5, 1, 2}, append(append(append([]byte{1, byte(len(user))}, user...), byte(len(password))), password...),
+		append(append([]byte{5, 1, 0, 3, byte(len(host))}, host...), byte(p>>8), byte(p))}
+	want := []int{2, 2, 10}
+	var reply []byte
+	for i, m := range msgs {
+		if _, err := c.Write(m); err != nil {
+			return "", "", err
+		}
+		reply = make([]byte, want[i])
+		if _, err := io.ReadFull(c, reply); err != nil {
+			return "", "", fmt.Errorf("SOCKS5 step %d: %w", i+1, err)
+		}
+		if ok := []byte{2, 0, 0}; reply[1] != ok[i] {
+			return "", "", fmt.Errorf("SOCKS5 step %d answered %v", i+1, reply)
+		}
+	}
+	if reply[3] != 1 {
+		return "", "", fmt.Errorf("SOCKS5 reply %v: want an IPv4 bound address", reply)
+	}
+	bound := net.IP(reply[4:8]).String()
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s:%s\r\nConnection: close\r\n\r\n", path, host, port); err != nil {
+		return bound, "", err
+	}
+	b, err := io.ReadAll(c)
+	return bound, string(b), err
 }
 
 // rawExchange writes send to addr and reads until the gateway closes the connection.
