@@ -120,6 +120,8 @@ type Transport struct {
 	recentMu  sync.Mutex
 	recent    map[string]map[string]time.Time
 	recentOps int
+	// now is the ban memory's clock (time.Now when nil); tests move it.
+	now func() time.Time
 }
 
 // minSweepOps is the fewest look-ups and additions of the ban memory between two sweeps
@@ -457,9 +459,16 @@ func (t *Transport) rememberFor(host, ref string, d time.Duration) {
 	if t.recent[host] == nil {
 		t.recent[host] = map[string]time.Time{}
 	}
-	now := time.Now()
+	now := t.clock()
 	t.recent[host][ref] = now.Add(d)
 	t.sweepLocked(now)
+}
+
+func (t *Transport) clock() time.Time {
+	if t.now != nil {
+		return t.now()
+	}
+	return time.Now()
 }
 
 // sweepLocked forgets the expired entries of every host, when enough operations have
@@ -489,7 +498,7 @@ func (t *Transport) avoided(host string) []string {
 	t.recentMu.Lock()
 	defer t.recentMu.Unlock()
 	var refs []string
-	now := time.Now()
+	now := t.clock()
 	for _, h := range []string{host, anyHost} {
 		if h == "" || t.recent[h] == nil {
 			continue
