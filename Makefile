@@ -172,7 +172,7 @@ test-unit: envtest ## Unit and envtest tiers, with -race.
 	$(if $(BACKGROUND),hack/background.sh start $$PPID fuzz-smoke hack/fuzz-smoke.sh,hack/fuzz-smoke.sh)
 
 .PHONY: test-integration-crawl
-test-integration-crawl: envtest ## Real crawlers (Scrapy, and Go's pkg/client) through the manager's discovery API, over envtest and loopback proxies.
+test-integration-crawl: envtest ## Real crawlers through the discovery API (Scrapy, Go's pkg/client) and through the gateway (curl, requests, Scrapy, net/http, chromium), over envtest and loopback proxies.
 	@# Debian's Scrapy, pytest, setuptools, wheel, pip and venv, for Debian's python3 (another
 	@# one may come first on PATH).
 	hack/crawl-deps.sh
