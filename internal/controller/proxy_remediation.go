@@ -99,16 +99,20 @@ func (r *ProxyReconciler) remediate(ctx context.Context, s *scope, p provider.Pr
 		}
 		return 0, false, nil
 	case d.Action == remediation.ActionReboot:
+		// The record goes first, with the version read: a reconcile that decided from a
+		// stale copy (the last attempt's record not in its cache yet) is refused there
+		// and acts on nothing. A reboot that fails after it counts as made: the next
+		// attempt, after its wait, replaces.
 		rb, ok := provider.RebooterOf(p)
 		if !ok {
 			return 0, false, fmt.Errorf("remediation: provider %s cannot reboot", px.Spec.Provider)
 		}
-		if err := rb.Reboot(ctx, px.Status.ProviderID); err != nil {
-			s.event(corev1.EventTypeWarning, d.Record.Reason, string(remediation.ActionReboot), "rebooting instance %s failed: %v", px.Status.ProviderID, err)
-			return 0, false, fmt.Errorf("remediation: rebooting instance %s: %w", px.Status.ProviderID, err)
-		}
 		if err := r.patchRemediation(ctx, s, d.Record, false); err != nil {
 			return 0, false, err
+		}
+		if err := rb.Reboot(ctx, px.Status.ProviderID); err != nil {
+			s.event(corev1.EventTypeWarning, d.Record.Reason, string(remediation.ActionReboot), "rebooting instance %s failed: %v; the next attempt replaces it", px.Status.ProviderID, err)
+			return 0, false, fmt.Errorf("remediation: rebooting instance %s: %w", px.Status.ProviderID, err)
 		}
 	case d.Action == remediation.ActionReplace && pool != nil:
 		if err := r.patchRemediation(ctx, s, d.Record, true); err != nil {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
 )
@@ -122,6 +123,20 @@ func (e *remEnv) deletes(id string) int {
 		}
 	}
 	return n
+}
+
+// waitEvent waits for an Event of reason on the Proxy name whose note holds text.
+func (e *remEnv) waitEvent(name, reason, text string) {
+	e.t.Helper()
+	waitFor(e.t, waitLong, fmt.Sprintf("a %s Event on proxy %s saying %q", reason, name, text), func() (bool, error) {
+		evs := e.proxyEvents(name, reason)
+		for _, ev := range evs {
+			if strings.Contains(ev, text) {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("events %q", evs)
+	})
 }
 
 func record(px *v1alpha1.Proxy) *remediation.Record {
@@ -266,6 +281,13 @@ func TestRemediationBrakeHoldsTwoOfThree(t *testing.T) {
 	e.clock.Step(time.Minute) // the failures begin after the instances started
 	e.setUnhealthy(kids[0])
 	e.setUnhealthy(kids[1])
+	for _, k := range kids[:2] {
+		// The reconciler's own write proves its cache holds the failure: a reconcile of
+		// one child then counts both.
+		e.waitProxy(k, "seen unhealthy by the reconciler (Ready False)", func(px *v1alpha1.Proxy) bool {
+			return meta.IsStatusConditionTrue(px.Status.Conditions, v1alpha1.ConditionReconciling)
+		})
+	}
 
 	e.stepAndWake(remediation.DefaultUnhealthyTimeout+time.Second, kids[0], kids[1])
 	for _, k := range kids[:2] {
@@ -289,7 +311,10 @@ func TestRemediationBrakeHoldsTwoOfThree(t *testing.T) {
 	e.mu.Lock()
 	delete(e.unhealth, kids[1])
 	e.mu.Unlock()
-	e.waitProxy(kids[1], "healthy again", func(px *v1alpha1.Proxy) bool { return px.ProbedHealthy() })
+	// Ready is the reconciler's write: its cache holds the recovery.
+	e.waitProxy(kids[1], "healthy again, seen by the reconciler (Ready)", func(px *v1alpha1.Proxy) bool {
+		return meta.IsStatusConditionTrue(px.Status.Conditions, v1alpha1.ConditionReady)
+	})
 	e.stepAndWake(remediation.HeldRecheck, kids[0])
 	px := e.waitProxy(kids[0], "rebooted once the brake released (1 of 3 unhealthy)", func(px *v1alpha1.Proxy) bool {
 		return hasRecord(px, 1, remediation.ActionReboot) && remediating(px, metav1.ConditionTrue, remediation.ReasonUnhealthy)
@@ -329,4 +354,31 @@ func TestRemediationProbeTargetDownHolds(t *testing.T) {
 	e.waitProxy("p", "rebooted once its unhealthy timeout passed after the target's return", func(px *v1alpha1.Proxy) bool {
 		return hasRecord(px, 1, remediation.ActionReboot)
 	})
+}
+
+// A reboot the provider refuses counts as the attempt, with a Warning Event, and is not
+// repeated: the next attempt, after its wait, replaces.
+func TestRemediationRebootRefusedThenReplaces(t *testing.T) {
+	e := newRemEnv(t)
+	e.holdAll()
+	e.fake.FailReboots(provider.Errorf(provider.ErrTransient, "fake: the hypervisor refuses the reset"))
+	e.standalone("p", e.provider, nil)
+	id := e.waitProxy("p", "Running", running).Status.ProviderID
+
+	e.stepAndWake(remediation.DefaultBootTimeout+time.Minute, "p")
+	e.waitProxy("p", "attempt 1 recorded although the reboot failed", func(px *v1alpha1.Proxy) bool {
+		return hasRecord(px, 1, remediation.ActionReboot)
+	})
+	e.waitEvent("p", remediation.ReasonBootTimeout, "rebooting instance "+id+" failed")
+	if n := e.fake.Reboots(id); n != 0 {
+		t.Fatalf("%d reboots went through, want the refused one only", n)
+	}
+	refused := e.fake.CountOf(providertest.OpReboot)
+	e.stepAndWake(remediation.DefaultFirstWait+time.Second, "p")
+	e.waitProxy("p", "replaced (attempt 2)", func(px *v1alpha1.Proxy) bool {
+		return hasRecord(px, 2, remediation.ActionReplace) && running(px) && e.deletes(id) == 1
+	})
+	if n := e.fake.CountOf(providertest.OpReboot); n != refused {
+		t.Errorf("reboot asked %d times after the refusal, want none", n-refused)
+	}
 }
