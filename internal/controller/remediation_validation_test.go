@@ -69,3 +69,21 @@ func TestRemediationValidation(t *testing.T) {
 		})
 	}
 }
+
+// A pool's template's remediation settings are read by each child's reconcile: changing
+// them changes no template hash, so no child is replaced for it.
+func TestRemediationLeavesTemplateHash(t *testing.T) {
+	tmpl := &v1alpha1.ProxyTemplate{Spec: v1alpha1.ProxySpec{Provider: "kvm2-home"}}
+	before := TemplateHash(tmpl)
+	tmpl.Spec.Remediation = &v1alpha1.ProxyRemediation{BootTimeout: &metav1.Duration{Duration: 20 * time.Minute}, Disabled: true}
+	if got := TemplateHash(tmpl); got != before {
+		t.Errorf("template hash %s with spec.remediation, %s without: a change of remediation would replace every child", got, before)
+	}
+	if tmpl.Spec.Remediation == nil {
+		t.Error("TemplateHash cleared the template's spec.remediation")
+	}
+	tmpl.Spec.Placement.Zone = "nuc"
+	if TemplateHash(tmpl) == before {
+		t.Error("a placement change left the hash as it was")
+	}
+}
