@@ -404,6 +404,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 
 		FailedRecheckInterval: o.failedRecheck,
 		Remediation:           o.remediation,
+		NoProviderEvents:      o.health.NoTargetEvents,
 	}
 	if err := r.SetupWithManager(mgr, o.maxConcurrentReconciles); err != nil {
 		return nil, fmt.Errorf("proxy reconciler: %w", err)

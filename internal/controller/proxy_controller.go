@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -126,6 +127,13 @@ type ProxyReconciler struct {
 	// ProbeTarget says whether the probe target itself is down (the health engine): while
 	// it is, nothing is remediated. nil: never known to be down.
 	ProbeTarget ProbeTargetWatch
+	// NoProviderEvents records no remediation brake Events on ProviderHealth objects
+	// (their Events go to the default namespace, which a manager with
+	// --watch-namespaces may not write).
+	NoProviderEvents bool
+	// brakes holds, by group, whether the brake of a provider's standalone Proxies was
+	// engaged when last reported on its ProviderHealth.
+	brakes sync.Map
 
 	holds addressHolds
 

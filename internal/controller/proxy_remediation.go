@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -80,6 +81,9 @@ func (r *ProxyReconciler) remediate(ctx context.Context, s *scope, p provider.Pr
 	}
 	for _, g := range res.Groups {
 		remediation.ObserveGroup(g)
+		if pool == nil {
+			r.reportHostBrake(ctx, px.Spec.Provider, g)
+		}
 	}
 	d := res.Decisions[0]
 	s.log.V(1).Info("remediation", "decision", d.Message, "action", d.Action)
@@ -145,6 +149,30 @@ func (r *ProxyReconciler) remediate(ctx context.Context, s *scope, p provider.Pr
 		return 0, replaced, nil
 	}
 	return max(d.Next.Sub(now), time.Second), replaced, nil
+}
+
+// reportHostBrake records, on the provider's ProviderHealth, a Warning Event
+// TooManyUnhealthy when the brake of its standalone Proxies (group g) engages and a
+// Normal RemediationResumed when it releases, once per change as this process saw it.
+func (r *ProxyReconciler) reportHostBrake(ctx context.Context, providerName string, g remediation.GroupState) {
+	prev, _ := r.brakes.Swap(g.Name, g.Held)
+	if was, _ := prev.(bool); was == g.Held || r.NoProviderEvents || r.Recorder == nil { // unseen: not engaged
+		return
+	}
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	ph := &v1alpha1.ProviderHealth{}
+	if err := reader.Get(ctx, client.ObjectKey{Name: providerName}, ph); err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("no ProviderHealth to report the remediation brake on", "provider", providerName, "error", err.Error())
+		return
+	}
+	if g.Held {
+		r.Recorder.Eventf(ph, nil, corev1.EventTypeWarning, remediation.ReasonTooManyUnhealthy, actionReconcile, "standalone proxies of %s: %s", g.Name, g.Message)
+		return
+	}
+	r.Recorder.Eventf(ph, nil, corev1.EventTypeNormal, EventRemediationResumed, actionReconcile, "standalone proxies of %s: %s", g.Name, g.Message)
 }
 
 // remediationFault says what fault rec was made for.

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -381,4 +383,68 @@ func TestRemediationRebootRefusedThenReplaces(t *testing.T) {
 	if n := e.fake.CountOf(providertest.OpReboot); n != refused {
 		t.Errorf("reboot asked %d times after the refusal, want none", n-refused)
 	}
+}
+
+// The brake of a provider's standalone Proxies: both of two past their unhealthy timeout
+// (more than 40% of 2, rounded up: 1) hold each other, and the provider's ProviderHealth
+// says so with an Event naming the counts; once one is healthy again the other is
+// rebooted and the ProviderHealth says remediation resumed.
+func TestRemediationHostBrakeOnProviderHealth(t *testing.T) {
+	e := newRemEnv(t)
+	ph := &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: e.provider}}
+	if err := e.c.Create(e.ctx, ph); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.c.Delete(context.Background(), ph) })
+	e.standalone("a", e.provider, nil)
+	e.standalone("b", e.provider, nil)
+	for _, n := range []string{"a", "b"} {
+		e.waitProxy(n, "Ready", func(px *v1alpha1.Proxy) bool { return px.Status.Phase == v1alpha1.PhaseReady })
+	}
+	e.clock.Step(time.Minute)
+	for _, n := range []string{"a", "b"} {
+		e.setUnhealthy(n)
+		e.waitProxy(n, "seen unhealthy by the reconciler", func(px *v1alpha1.Proxy) bool {
+			return meta.IsStatusConditionTrue(px.Status.Conditions, v1alpha1.ConditionReconciling)
+		})
+	}
+	e.stepAndWake(remediation.DefaultUnhealthyTimeout+time.Second, "a", "b")
+	for _, n := range []string{"a", "b"} {
+		e.waitProxy(n, "held by its provider's brake", func(px *v1alpha1.Proxy) bool {
+			return remediating(px, metav1.ConditionFalse, remediation.ReasonTooManyUnhealthy) && record(px) == nil
+		})
+	}
+	e.waitProviderEvent(remediation.ReasonTooManyUnhealthy, "2 of 2 unhealthy")
+
+	e.mu.Lock()
+	delete(e.unhealth, "b")
+	e.mu.Unlock()
+	e.waitProxy("b", "healthy again, seen by the reconciler (Ready)", func(px *v1alpha1.Proxy) bool {
+		return meta.IsStatusConditionTrue(px.Status.Conditions, v1alpha1.ConditionReady)
+	})
+	e.stepAndWake(remediation.HeldRecheck, "a")
+	e.waitProxy("a", "rebooted once the brake released", func(px *v1alpha1.Proxy) bool { return hasRecord(px, 1, remediation.ActionReboot) })
+	e.waitProviderEvent(EventRemediationResumed, "1 of 2 unhealthy")
+}
+
+// waitProviderEvent waits for an Event of reason on the test's ProviderHealth (in the
+// default namespace, as for every cluster-scoped object) whose note holds text.
+func (e *remEnv) waitProviderEvent(reason, text string) {
+	e.t.Helper()
+	waitFor(e.t, waitLong, fmt.Sprintf("a %s Event on ProviderHealth %s saying %q", reason, e.provider, text), func() (bool, error) {
+		list := &eventsv1.EventList{}
+		if err := e.c.List(e.ctx, list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+			return false, err
+		}
+		var seen []string
+		for _, ev := range list.Items {
+			if ev.Regarding.Kind == "ProviderHealth" && ev.Regarding.Name == e.provider && ev.Reason == reason {
+				if strings.Contains(ev.Note, text) {
+					return true, nil
+				}
+				seen = append(seen, ev.Note)
+			}
+		}
+		return false, fmt.Errorf("%s Events: %q", reason, seen)
+	})
 }
