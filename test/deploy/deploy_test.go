@@ -147,8 +147,8 @@ func TestDeployedOperator(t *testing.T) {
 		metricsToken = checkMetrics(t, e, c, "https://"+serviceIP(t, c)+":8443/metrics")
 	})
 
-	sw.step("a Prometheus of the test's own scrapes both pods with the metrics-reader token", func() {
-		prom = startPrometheus(t, e, pods, metricsToken)
+	sw.step("a Prometheus of the test's own scrapes both manager pods with the metrics-reader token, and both gateway pods", func() {
+		prom = startPrometheus(t, e, pods, gatewayPods(t, c), metricsToken)
 	})
 
 	sw.step("the NetworkPolicy sample passes the API server's validation (kubectl apply --dry-run=server)", func() {
@@ -203,7 +203,7 @@ func TestDeployedOperator(t *testing.T) {
 		checkGateway(t, e, c, who, probeURL, ready)
 	})
 
-	sw.step("a real Prometheus: every dashboard query and alert expression evaluates, the Proxies panels return series while the Proxy is Ready", func() {
+	sw.step("a real Prometheus: every dashboard query and alert expression evaluates, the Proxies panels return series while the Proxy is Ready, and the Gateway panels of what the gateway carried", func() {
 		panels, err := framework.DashboardQueries(filepath.Join(e.root, "config", "grafana", "egress-proxies-operator.json"))
 		if err != nil {
 			t.Fatal(err)

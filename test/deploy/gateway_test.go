@@ -48,6 +48,27 @@ func waitGatewayAvailable(t *testing.T, c client.Client) {
 	}, testutil.Every(time.Second))
 }
 
+// gatewayPods waits for the gateway's Deployment and returns its two ready pods.
+func gatewayPods(t *testing.T, c client.Client) []corev1.Pod {
+	t.Helper()
+	waitGatewayAvailable(t, c)
+	var pods []corev1.Pod
+	testutil.WaitFor(t, time.Minute, "the gateway's 2 ready pods", func() (bool, error) {
+		var list corev1.PodList
+		if err := c.List(context.Background(), &list, client.InNamespace(namespace), client.MatchingLabels{"app.kubernetes.io/component": "gateway"}); err != nil {
+			return false, err
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && podReady(p) {
+				pods = append(pods, p)
+			}
+		}
+		return len(pods) == 2, fmt.Errorf("%d ready pods", len(pods))
+	}, testutil.Every(time.Second))
+	return pods
+}
+
 // gatewayCrawlerPod is crawlerPod using the gateway: HTTP_PROXY names the gateway's
 // Service with the caller's options in the user name (docs/gateway.md), and crawlerpod
 // -proxy-token adds the Pod's own projected ServiceAccount token as the proxy password.

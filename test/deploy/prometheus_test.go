@@ -34,8 +34,10 @@ type prometheus struct {
 }
 
 // startPrometheus starts it with a scrape config naming each pod (its address, and the
-// namespace and pod labels the ServiceMonitor's target discovery adds), every 2 s.
-func startPrometheus(t *testing.T, e env, pods []corev1.Pod, token string) *prometheus {
+// namespace and pod labels the ServiceMonitor's target discovery adds), every 2 s: the
+// manager's pods over HTTPS with the token, the gateway's over plain HTTP on its metrics
+// port, as config/prometheus's second ServiceMonitor scrapes them.
+func startPrometheus(t *testing.T, e env, pods, gateways []corev1.Pod, token string) *prometheus {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -53,6 +55,13 @@ func startPrometheus(t *testing.T, e env, pods []corev1.Pod, token string) *prom
 			"labels":  map[string]string{"namespace": p.Namespace, "pod": p.Name},
 		})
 	}
+	var gwTargets []any
+	for _, p := range gateways {
+		gwTargets = append(gwTargets, map[string]any{
+			"targets": []string{net.JoinHostPort(p.Status.PodIP, "9090")},
+			"labels":  map[string]string{"namespace": p.Namespace, "pod": p.Name},
+		})
+	}
 	cfg := map[string]any{
 		"global":     map[string]any{"scrape_interval": "2s", "evaluation_interval": "2s"},
 		"rule_files": []string{filepath.Join(e.root, "config", "prometheus", "rules.yaml")},
@@ -65,6 +74,11 @@ func startPrometheus(t *testing.T, e env, pods []corev1.Pod, token string) *prom
 			// label (the pool's) rather than the target's (the manager's).
 			"honor_labels":   true,
 			"static_configs": targets,
+		}, map[string]any{
+			"job_name":       "egress-proxies-operator-gateway",
+			"scheme":         "http",
+			"honor_labels":   true,
+			"static_configs": gwTargets,
 		}},
 	}
 	data, err := yaml.Marshal(cfg)
@@ -104,7 +118,7 @@ func startPrometheus(t *testing.T, e env, pods []corev1.Pod, token string) *prom
 			<-exited
 		}
 	})
-	testutil.WaitFor(t, 2*time.Minute, "Prometheus to scrape both pods over HTTPS with the metrics-reader token (up == 1)", func() (bool, error) {
+	testutil.WaitFor(t, 2*time.Minute, "Prometheus to scrape both manager pods over HTTPS with the metrics-reader token and the gateway's pods over HTTP (up == 1)", func() (bool, error) {
 		select {
 		case <-exited:
 			t.Fatalf("prometheus exited:\n%s", p.tail())
@@ -120,7 +134,7 @@ func startPrometheus(t *testing.T, e env, pods []corev1.Pod, token string) *prom
 				up++
 			}
 		}
-		return up == len(pods), fmt.Errorf("%d of %d targets up: %+v", up, len(pods), res)
+		return up == len(pods)+len(gateways), fmt.Errorf("%d of %d targets up: %+v", up, len(pods)+len(gateways), res)
 	}, testutil.Every(time.Second), testutil.OnTimeout(p.tail))
 	return p
 }
@@ -222,7 +236,9 @@ func (p *prometheus) checkRules(t *testing.T, want []framework.AlertRule) {
 
 // checkQueries evaluates every dashboard query and every alert expression, each of which
 // must evaluate without error; the queries of the dashboard's Proxies row must return
-// series while the Proxy is Ready. The probe failure ratio divides by failures seen: it
+// series while the Proxy is Ready, and so must those of the Gateway row once the gateway
+// has carried plain-HTTP requests (checkGateway), but for the ones that read tunnels or
+// failures, which this run makes none of. The probe failure ratio divides by failures seen: it
 // has no series while no probe has failed, which is checked rather than assumed. It
 // returns how many expressions were evaluated and how many returned series.
 func (p *prometheus) checkQueries(t *testing.T, panels []framework.PanelQuery, alerts []framework.AlertRule) (evaluated, withSeries int) {
@@ -230,7 +246,8 @@ func (p *prometheus) checkQueries(t *testing.T, panels []framework.PanelQuery, a
 	for _, q := range panels {
 		what := fmt.Sprintf("the dashboard's panel %q (row %s): %s", q.Panel, q.Row, q.Expr)
 		var n int
-		if q.Row == "Proxies" {
+		gatewayCarried := q.Row == "Gateway" && !strings.Contains(q.Expr, "tunnels_total") && !strings.Contains(q.Expr, "no_exit")
+		if q.Row == "Proxies" || gatewayCarried {
 			testutil.WaitFor(t, 3*time.Minute, what+" to return series", func() (bool, error) {
 				res, err := p.query(q.Expr)
 				if err != nil {
