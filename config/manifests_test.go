@@ -18,6 +18,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -239,45 +241,66 @@ func TestMetricsRBAC(t *testing.T) {
 	}
 }
 
-// The NetworkPolicy sample selects the manager's pods and admits, on ports the manager's
-// container names, crawlers to discovery and Prometheus to metrics, nothing else.
+// The NetworkPolicy samples select the manager's pods and the gateway's, and admit, on
+// ports their containers name, crawlers to discovery (the gateway's proxy and SOCKS5
+// ports) and Prometheus to metrics, nothing else.
 func TestNetworkPolicySample(t *testing.T) {
-	d, _ := deployed(t)
-	pod := d.Spec.Template
+	deps, _ := workloads(t)
 	files := kustomized(t, "network-policy")
-	if len(files) != 1 {
-		t.Fatalf("config/network-policy applies %v, want one NetworkPolicy", files)
+	if len(files) != 2 {
+		t.Fatalf("config/network-policy applies %v, want two NetworkPolicies", files)
 	}
-	var np networkingv1.NetworkPolicy
-	decodeStrict(t, files[0], documents(t, files[0])[0], &np)
-	for k, v := range np.Spec.PodSelector.MatchLabels {
-		if pod.Labels[k] != v {
-			t.Errorf("the policy selects %s=%s, the manager's pods carry %v", k, v, pod.Labels)
-		}
-	}
-	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
-		t.Errorf("policy types %v, want Ingress", np.Spec.PolicyTypes)
-	}
-	ports := map[string]bool{}
-	for _, p := range pod.Spec.Containers[0].Ports {
-		ports[p.Name] = true
-	}
-	var admitted []string
-	for _, r := range np.Spec.Ingress {
-		if len(r.From) == 0 || len(r.Ports) == 0 {
-			t.Errorf("an ingress rule %+v admits every source or every port", r)
-		}
-		for _, p := range r.Ports {
-			if p.Port == nil || !ports[p.Port.StrVal] {
-				t.Errorf("the policy admits port %v, not a port the manager's container names (%v)", p.Port, ports)
-				continue
+	want := map[string][]string{managerDeployment: {"discovery", "metrics"}, gatewayDeployment: {"metrics", "proxy", "socks"}}
+	covered := map[string]bool{}
+	for _, f := range files {
+		var np networkingv1.NetworkPolicy
+		decodeStrict(t, f, documents(t, f)[0], &np)
+		var who string
+		var pod corev1.PodTemplateSpec
+		for name, d := range deps {
+			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
 			}
-			admitted = append(admitted, p.Port.StrVal)
+			if sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				if who != "" {
+					t.Errorf("%s selects the pods of both %s and %s", f, who, name)
+				}
+				who, pod = name, d.Spec.Template
+			}
+		}
+		if who == "" {
+			t.Errorf("%s selects %v, the pods of no Deployment", f, np.Spec.PodSelector.MatchLabels)
+			continue
+		}
+		covered[who] = true
+		if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+			t.Errorf("%s: policy types %v, want Ingress", f, np.Spec.PolicyTypes)
+		}
+		ports := map[string]bool{}
+		for _, p := range pod.Spec.Containers[0].Ports {
+			ports[p.Name] = true
+		}
+		var admitted []string
+		for _, r := range np.Spec.Ingress {
+			if len(r.From) == 0 || len(r.Ports) == 0 {
+				t.Errorf("%s: an ingress rule %+v admits every source or every port", f, r)
+			}
+			for _, p := range r.Ports {
+				if p.Port == nil || !ports[p.Port.StrVal] {
+					t.Errorf("%s admits port %v, not a port %s's container names (%v)", f, p.Port, who, ports)
+					continue
+				}
+				admitted = append(admitted, p.Port.StrVal)
+			}
+		}
+		slices.Sort(admitted)
+		if !slices.Equal(admitted, want[who]) {
+			t.Errorf("%s admits %v to %s, want %v alone", f, admitted, who, want[who])
 		}
 	}
-	slices.Sort(admitted)
-	if !slices.Equal(admitted, []string{"discovery", "metrics"}) {
-		t.Errorf("the policy admits %v, want discovery and metrics alone", admitted)
+	if len(covered) != 2 {
+		t.Errorf("the policies cover %v, want the manager and the gateway", covered)
 	}
 	var k, dk struct{ Namespace, NamePrefix string }
 	decodeStrict(t, "network-policy/kustomization.yaml", mustRead(t, "network-policy/kustomization.yaml"), &struct {
