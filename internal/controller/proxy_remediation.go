@@ -54,7 +54,9 @@ func (r *ProxyReconciler) remediate(ctx context.Context, s *scope, p provider.Pr
 	if err != nil {
 		s.log.Error(err, "ignoring the remediation record; the next attempt starts over")
 	}
-	if self.Healthy && self.Record == nil {
+	if held, _ := r.brakes.Load(self.Group); self.Healthy && self.Record == nil && held != true {
+		// Nothing to do, and no brake of its provider's to release: its group is not
+		// gathered. (A pool's brake is the pool reconciler's to release.)
 		meta.RemoveStatusCondition(&px.Status.Conditions, remediation.ConditionRemediating)
 		return 0, false, nil
 	}
