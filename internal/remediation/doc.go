@@ -53,8 +53,9 @@
 //
 // Gather the States of a whole group at once (FromProxy, then CanReboot from the
 // provider, TargetDown and TargetUpSince from the health engine, the timeouts of the
-// Proxy or its pool's template), Plan, carry out each Action, then SetRecord and
-// SetCondition on the Proxy, record a Warning Event with the condition's reason and
+// Proxy or its pool's template), Plan, SetRecord (the controller writes it before the
+// action, carrying the version it read, so a pass that read a stale copy is refused
+// before it acts), carry out each Action, SetCondition on the Proxy, record a Warning Event with the condition's reason and
 // message for each action, count Concluded outcomes (ObserveConcluded) and the groups'
 // brakes (ObserveGroup), and requeue at Result.Next. A pool replaces a child by a new
 // Proxy: copying the Record to its successor keeps the attempt count and the growing

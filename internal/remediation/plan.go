@@ -42,10 +42,11 @@ type Decision struct {
 	// only a change of the proxy (or its group) can change the decision.
 	Next time.Time
 	// Record is the record to keep after this pass (with Action: the new attempt's),
-	// nil to keep none (remove a stored one). With an Action, persist it once the action
-	// is carried out (or taken on by the pool); an action that cannot be made now (a
-	// pool's maxSurge spent, a provider error) keeps the old record, and the next pass
-	// decides again.
+	// nil to keep none (remove a stored one). With an Action, persist it before the
+	// action is carried out (internal/controller does, with the version it read, so
+	// that a pass that decided from a stale copy is refused before it acts): the
+	// attempt then counts as made even if the action fails, and the next attempt
+	// follows after its wait.
 	Record *Record
 	// Held: the proxy is due, but its group's brake or a probe-target outage holds it.
 	Held bool
