@@ -16,11 +16,9 @@ import (
 	"testing"
 	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -114,26 +112,7 @@ func TestGatewayRunsUnderItsRBAC(t *testing.T) {
 	}
 
 	// A crawler of proxyNS: the shipped crawler ClusterRole bound there, its own token.
-	var crawler rbacv1.ClusterRole
-	decodeStrict(t, "rbac/crawler_role.yaml", documents(t, "rbac/crawler_role.yaml")[0], &crawler)
-	crawler.Name = proxyNS + "-crawler"
-	for _, o := range []client.Object{&crawler, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNS, Name: "crawler"}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNS, Name: "crawler"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: crawler.Name},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: proxyNS, Name: "crawler"}}}} {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Delete(context.Background(), o) })
-	}
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(proxyNS).CreateToken(ctx, "crawler", &authnv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	token := testenv.CrawlerToken(t, ctx, env, proxyNS)
 
 	bin := filepath.Join(dir, "gateway")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/gateway").CombinedOutput(); err != nil {
@@ -172,7 +151,7 @@ func TestGatewayRunsUnderItsRBAC(t *testing.T) {
 	}, testutil.OnTimeout(func() string { return "stderr:\n" + stderr.String() }))
 
 	hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
-		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: listen, User: url.UserPassword("me+ns="+proxyNS, tr.Status.Token)})}}
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: listen, User: url.UserPassword("me+ns="+proxyNS, token)})}}
 	get := func(target string) (*http.Response, string, error) {
 		res, err := hc.Get(target)
 		if err != nil {

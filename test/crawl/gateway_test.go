@@ -31,13 +31,9 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health/healthtest"
@@ -142,7 +138,7 @@ func startGatewayEnv(t *testing.T) *gwEnv {
 			Proxy: &v1alpha1.ProxyConfig{BasicAuth: &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: "proxy-auth"}}}}}); err != nil {
 		t.Fatal(err)
 	}
-	g.saToken = serviceAccountToken(t, env, root, gwForeignNS)
+	g.saToken = testenv.CrawlerToken(t, context.Background(), env, gwForeignNS)
 
 	disc, tokenFile := startManager(t, env, root)
 	c, err := client.New(client.Config{URL: "http://" + disc, Token: token})
@@ -184,42 +180,6 @@ func waitEgress(t *testing.T, env *testenv.Env) {
 		}
 		return len(got) == 4, fmt.Errorf("right egress addresses on %v", got)
 	}, testutil.Every(200*time.Millisecond))
-}
-
-// serviceAccountToken is a TokenRequest token of the ServiceAccount crawler in ns, with
-// the shipped crawler role (config/rbac/crawler_role.yaml) bound in ns alone.
-func serviceAccountToken(t *testing.T, env *testenv.Env, root, ns string) string {
-	t.Helper()
-	ctx := context.Background()
-	b, err := os.ReadFile(filepath.Join(root, "config/rbac/crawler_role.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(b, role); err != nil {
-		t.Fatal(err)
-	}
-	role.Name = "gateway-test-crawler"
-	role.ResourceVersion = ""
-	for _, o := range []ctrlclient.Object{role,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "crawler"}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "crawler"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "crawler"}}},
-	} {
-		if err := env.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "crawler", &authnv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr.Status.Token
 }
 
 // buildGateway builds cmd/gateway as testutil.BuildManager builds the manager.

@@ -11,23 +11,16 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	authnv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/gateway"
@@ -68,43 +61,6 @@ func startExit(t *testing.T, name, site string) *httptest.Server {
 	srv := httptest.NewServer(rp)
 	t.Cleanup(srv.Close)
 	return srv
-}
-
-// crawlerToken is a ServiceAccount token of ns, with the shipped crawler role bound in ns.
-func crawlerToken(t *testing.T, ctx context.Context, env *testenv.Env, ns string) string {
-	t.Helper()
-	_, here, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(here), "..", "..", "..", "config", "rbac", "crawler_role.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(b, role); err != nil {
-		t.Fatal(err)
-	}
-	role.Name = ns + "-crawler"
-	c := env.Client
-	if err := c.Create(ctx, role); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), role) })
-	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "crawler"}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "crawler"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "crawler"}}}); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "crawler", &authnv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr.Status.Token
 }
 
 // createExit creates an External Proxy for the exit at addr, Ready and healthy as the
@@ -158,7 +114,7 @@ func startGateway(t *testing.T, site http.HandlerFunc) *gwEnv {
 		createExit(t, ctx, env, e.nsA, name, strings.TrimPrefix(e.exits[name].URL, "http://"), fmt.Sprintf("198.51.100.%d", i+1))
 	}
 	createExit(t, ctx, env, e.nsB, "foreign", strings.TrimPrefix(startExit(t, "foreign", siteAddr).URL, "http://"), "198.51.100.9")
-	e.token = crawlerToken(t, ctx, env, e.nsA)
+	e.token = testenv.CrawlerToken(t, ctx, env, e.nsA)
 
 	mgr := env.NewManager(t, e.nsA, func(o *ctrl.Options) {
 		o.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{e.nsA: {}, e.nsB: {}}, ByObject: CacheByObject()}
