@@ -127,6 +127,9 @@ func (g *Gateway) handleConnect(cc *clientConn, br *bufio.Reader, bw *bufio.Writ
 		g.refuseHTTP(bw, r)
 		return
 	}
+	// Counted before the client can see the answer, so that whoever it tells finds the
+	// count already there.
+	g.count(kindTunnel, rt.namespace, rt.pool, rt.outcome())
 	bw.WriteString("HTTP/1.1 200 Connection established\r\n")
 	writeIdentity(bw, exit)
 	bw.WriteString("\r\n")
@@ -139,7 +142,6 @@ func (g *Gateway) handleConnect(cc *clientConn, br *bufio.Reader, bw *bufio.Writ
 		p, _ := br.Peek(n)
 		early = append([]byte(nil), p...)
 	}
-	g.count(kindTunnel, rt.namespace, rt.pool, rt.outcome())
 	cc.tunneled = true
 	g.startTunnel(cc.c, exitConn, early, rest, rt, exit)
 }
@@ -219,8 +221,8 @@ func (g *Gateway) handleForward(cc *clientConn, bw *bufio.Writer, req *http.Requ
 			continue
 		}
 		g.noteBan(rt, exit, resp)
+		g.count(kindRequest, rt.namespace, rt.pool, rt.outcome()) // before the client sees the answer
 		keep := g.writeResponse(bw, req, resp, exit, rt, clientClose || g.draining.Load())
-		g.count(kindRequest, rt.namespace, rt.pool, rt.outcome())
 		if up != nil {
 			g.metrics.bytes.WithLabelValues(rt.namespace, rt.pool, directionUp).Add(float64(up.n))
 		}

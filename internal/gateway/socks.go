@@ -49,6 +49,7 @@ func (g *Gateway) serveSOCKSConn(cc *clientConn) {
 		c.Write(socksReply(r.socks, ""))
 		return
 	}
+	g.count(kindTunnel, rt.namespace, rt.pool, rt.outcome()) // before the client sees the answer
 	if _, err := c.Write(socksReply(socksSucceeded, exit.EgressIP)); err != nil {
 		exitConn.Close()
 		return
@@ -59,7 +60,6 @@ func (g *Gateway) serveSOCKSConn(cc *clientConn) {
 		p, _ := br.Peek(n)
 		early = append([]byte(nil), p...)
 	}
-	g.count(kindTunnel, rt.namespace, rt.pool, rt.outcome())
 	cc.tunneled = true
 	g.startTunnel(c, exitConn, early, rest, rt, exit)
 }
@@ -96,8 +96,8 @@ func (g *Gateway) socksHandshake(c net.Conn, br *bufio.Reader) (*route, error) {
 	}
 	id, opts, r := g.authenticate(context.Background(), user, password)
 	if r != nil {
-		c.Write([]byte{socksAuthVersion, socksAuthRejected})
 		g.count(kindTunnel, opts.Namespace, opts.Pool, r.outcome)
+		c.Write([]byte{socksAuthVersion, socksAuthRejected})
 		return nil, fmt.Errorf("authentication: %s", r.msg)
 	}
 	if _, err := c.Write([]byte{socksAuthVersion, socksAuthSuccess}); err != nil {
