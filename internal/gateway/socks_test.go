@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/net/proxy"
+
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 // SOCKS5 with username/password, through a client library that contains none of the
@@ -143,7 +145,8 @@ func TestSOCKS5Replies(t *testing.T) {
 	if n := counterValue(t, h.reg, "proxy_operator_gateway_tunnels_total", "outcome", "auth_failed"); n != 4 {
 		t.Errorf("tunnels auth_failed = %v, want 4 (no method, bad token, bad option, foreign namespace)", n)
 	}
-	if !h.logs.contains(`unknown option \"colour\"`) {
-		t.Errorf("the log does not say why a SOCKS5 authentication failed")
-	}
+	// The gateway logs a refused handshake after it has answered it: wait for the line.
+	testutil.WaitFor(t, testutil.WaitLong, "the log to say why a SOCKS5 authentication failed (unknown option \"colour\")", func() (bool, error) {
+		return h.logs.contains(`unknown option \"colour\"`), nil
+	})
 }
