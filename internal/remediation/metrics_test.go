@@ -15,6 +15,10 @@ func TestMetrics(t *testing.T) {
 	if got := testutil.ToFloat64(remediationsTotal.WithLabelValues(ReasonBootTimeout, "Reboot", OutcomeFailed)); got != before+1 {
 		t.Errorf("remediations failed after one: %v, want %v", got, before+1)
 	}
+	// The package's collectors are global: start from none, so that the test reads the
+	// same with -count above 1.
+	faultToServing.Reset()
+	remediationsTotal.Reset()
 	ObserveConcluded(&Concluded{Reason: ReasonUnhealthy, Action: ActionReplace, Outcome: OutcomeSucceeded, FaultToServing: 7 * time.Minute})
 	want := `
 # HELP proxy_operator_remediation_fault_to_serving_seconds Time from a remediated fault's start (the instance's start for BootTimeout, the first failure for Unhealthy) to the proxy being healthy again, by reason.
