@@ -563,6 +563,9 @@ func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int,
 		mark = px.Status.Unreachable.DeepCopy()
 	}
 	attempts, wrote := 0, false
+	// The count this result advances, so that a write refused for a conflict and tried
+	// again on a fresh copy advances it once, not once per attempt.
+	failures := e.failuresOf(px)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if attempts++; attempts > 1 {
 			fresh := &v1alpha1.Proxy{}
@@ -573,6 +576,7 @@ func (e *Engine) record(ctx context.Context, px *v1alpha1.Proxy, r result) (int,
 				return nil
 			}
 			px = fresh
+			e.setFailures(px, failures)
 		}
 		var err error
 		wrote, err = e.write(ctx, px, r, now, mark)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/go-logr/logr"
 	"net/http/httptest"
+	"sync"
 	"testing"
 
 	eventsv1 "k8s.io/api/events/v1"
@@ -38,7 +39,7 @@ func newEngineEnv(t testing.TB, mutate func(*Options)) *engineEnv {
 	env := shared.Env(t)
 	ns := env.Namespace(t, ctx, "health")
 	mgr := env.NewManager(t, ns, func(o *ctrl.Options) {
-		o.Logger = zap.New(zap.UseDevMode(true), zap.WriteTo(testWriter{t}))
+		o.Logger = zap.New(zap.UseDevMode(true), zap.WriteTo(newTestWriter(t)))
 	})
 	target := whoamiServer(t)
 	// A probe that should succeed has all the time a loaded machine needs; tests of the
@@ -73,9 +74,29 @@ func whoamiServer(t testing.TB) string {
 	return srv.URL
 }
 
-type testWriter struct{ t testing.TB }
+// testWriter sends the manager's log to the test's log until the test ends; after that
+// (the event broadcaster can still retry a write then) it drops it, since a t.Log after
+// the test has completed panics.
+type testWriter struct {
+	t    testing.TB
+	mu   sync.Mutex
+	done bool
+}
 
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+func newTestWriter(t testing.TB) *testWriter {
+	w := &testWriter{t: t}
+	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
+	return w
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(string(p))
+	}
+	return len(p), nil
+}
 
 // proxyAt creates a Proxy whose status says what the reconciler would have published: its
 // address, a phase and the Provisioned condition.

@@ -9,8 +9,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -257,5 +259,42 @@ func TestRecordRecoveryFromACacheBehindItsOwnWrite(t *testing.T) {
 		}
 	default:
 		t.Errorf("no %s event for the recovery", v1alpha1.ReasonProbeSucceeded)
+	}
+}
+
+// A write refused for a conflict and tried again on a fresh copy counts the failed probe
+// once: the count was once advanced by each attempt, and a proxy was taken out after
+// fewer failed probes than the threshold (TestProbeTargetReachedOnlyThroughProxies saw 4
+// failures counted for 3 probes).
+func TestRecordCountsAFailureOnceAcrossAConflict(t *testing.T) {
+	px := runningProxy()
+	applies := 0
+	c := testenv.FakeClient(t, interceptor.Funcs{
+		SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			if applies++; applies == 1 {
+				return apierrors.NewConflict(schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "proxies"}, px.Name,
+					errors.New("the object has been modified"))
+			}
+			return c.SubResource(sub).Apply(ctx, obj, opts...)
+		},
+	}, px.DeepCopy())
+	eng, err := New(c, c, nil, Options{ProbeURL: "http://127.0.0.1:1/v1/whoami", FailureThreshold: 1}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := &v1alpha1.Proxy{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(px), listed); err != nil {
+		t.Fatal(err)
+	}
+	conflicts, wrote, err := eng.record(context.Background(), listed, result{err: errors.New("probe through 10.0.0.1:3128: connection refused")})
+	if err != nil || !wrote || conflicts != 1 {
+		t.Fatalf("record: %d conflicts, wrote %v, %v; want one conflict, then the write", conflicts, wrote, err)
+	}
+	got := &v1alpha1.Proxy{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(px), got); err != nil {
+		t.Fatal(err)
+	}
+	if n := got.Status.ConsecutiveProbeFailures; n != 1 || got.Status.Healthy {
+		t.Errorf("after one failed probe and a conflict: %d failures counted, healthy %v; want 1, out", n, got.Status.Healthy)
 	}
 }
