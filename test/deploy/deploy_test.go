@@ -126,14 +126,17 @@ func TestDeployedOperator(t *testing.T) {
 
 	discovery := "http://" + serviceIP(t, c) + ":8082"
 	sw.step("the discovery API refuses a caller without the bearer token, and a wrong one", func() {
-		testutil.WaitFor(t, 5*time.Minute, "the discovery token Secret to reach both pods (the kubelet syncs the optional volume)", func() (bool, error) {
+		testutil.WaitFor(t, 5*time.Minute, "the discovery token Secret to reach both pods (the kubelet syncs the optional volume), and the Service to reach them (kube-proxy programs it a moment after the pods are ready)", func() (bool, error) {
 			for _, p := range pods {
 				if code, body := framework.GetStatus(http.DefaultClient, "http://"+p.Status.PodIP+":8082/v1/proxies", token); code != http.StatusOK {
 					return false, fmt.Errorf("pod %s: %d %s", p.Name, code, body)
 				}
 			}
+			if code, body := framework.GetStatus(http.DefaultClient, discovery+"/v1/proxies", token); code != http.StatusOK {
+				return false, fmt.Errorf("the Service %s: %d %s", discovery, code, body)
+			}
 			return true, nil
-		}, testutil.Every(2*time.Second))
+		}, testutil.Every(time.Second))
 		for _, tok := range []string{"", "not-" + token} {
 			if code, body := framework.GetStatus(http.DefaultClient, discovery+"/v1/proxies", tok); code != http.StatusUnauthorized {
 				t.Errorf("discovery with token %q: %d %s, want 401", tok, code, body)
