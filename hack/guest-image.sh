@@ -39,7 +39,8 @@ INCLUDE=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,zstd,cloud-init
 TOOLS=(mmdebstrap dosfstools mtools fdisk e2fsprogs qemu-utils)
 
 CACHE_ROOT=${GUEST_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies-operator/guest-image}
-key=$(cat "$HACK/guest-image.sh" "$HACK/lib/guest-image-customize.sh" "$HACK/lib/guest-seed-files.sh" |
+key=$(cat "$HACK/guest-image.sh" "$HACK/lib/guest-image-customize.sh" "$HACK/lib/guest-seed-files.sh" \
+  "$HACK/../internal/proxyconfig/files/link-retry.sh" "$HACK/../internal/proxyconfig/files/link-retry.service" |
   { cat; printf '%s\n' "$MIRROR" "$SECURITY_MIRROR" "$SUITE" "$INCLUDE"; } | sha256sum | cut -c1-16)
 OUT_DIR=$CACHE_ROOT/$key
 IMAGE=$OUT_DIR/guest.qcow2

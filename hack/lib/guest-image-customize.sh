@@ -35,42 +35,12 @@ EOF
 in_root systemctl enable systemd-networkd.service >/dev/null 2>&1
 # The rename race above is narrowed by the match, not closed: now and then networkd still
 # fails the renamed link ("Failed to configure DHCPv4 client: Device or resource busy"),
-# marks it failed and never tries again. This unit watches the en* links for the first
-# five minutes of a boot and has networkd configure a failed one again, until one is
-# configured; it logs each retry to the journal and the console.
-put /usr/local/libexec/egress-proxies-operator-link-retry 0755 <<'EOF'
-#!/bin/sh
-i=0
-while [ "$i" -lt 150 ]; do
-  links=$(networkctl list --no-legend --no-pager 2>/dev/null)
-  for l in $(printf '%s\n' "$links" | awk '$2 ~ /^en/ && $5 == "failed" { print $2 }'); do
-    echo "link $l failed; asking networkd to configure it again"
-    networkctl reconfigure "$l"
-  done
-  if printf '%s\n' "$links" | awk '$2 ~ /^en/ && $5 == "configured" { ok = 1 } END { exit !ok }'; then
-    exit 0
-  fi
-  i=$((i + 1))
-  sleep 2
-done
-echo "no en* link configured after 300 s" >&2
-exit 1
-EOF
-put /etc/systemd/system/egress-proxies-operator-link-retry.service 0644 <<'EOF'
-[Unit]
-Description=Configure again an en* link systemd-networkd failed at boot
-DefaultDependencies=no
-After=systemd-networkd.service
-Wants=systemd-networkd.service
-Conflicts=shutdown.target
-Before=shutdown.target
-[Service]
-Type=simple
-ExecStart=/usr/local/libexec/egress-proxies-operator-link-retry
-StandardOutput=journal+console
-[Install]
-WantedBy=multi-user.target
-EOF
+# marks it failed and never tries again. The link-retry unit watches the en* links for the
+# first five minutes of a boot and has networkd configure a failed one again. Its files are
+# the ones the rendered cloud-config installs on any image (internal/proxyconfig/files).
+files="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/internal/proxyconfig/files"
+put /usr/local/libexec/egress-proxies-operator-link-retry 0755 <"$files/link-retry.sh"
+put /etc/systemd/system/egress-proxies-operator-link-retry.service 0644 <"$files/link-retry.service"
 in_root systemctl enable egress-proxies-operator-link-retry.service >/dev/null 2>&1
 # networkd normally waits for network-pre.target, which cloud-init's first stage holds back
 # for as long as Python takes to start (a minute and more under TCG). With cloud-init off

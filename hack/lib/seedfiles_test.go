@@ -109,15 +109,22 @@ func TestSeedFilesUnpackTheRenderedFiles(t *testing.T) {
 					t.Errorf("unit %s: got %q, want the rendered unit, mode 644", u, got[u])
 				}
 			}
-			if len(got) != len(want)+len(units) {
+			// The link-retry unit and its script, the same files the test image carries.
+			linkRetry := map[string]string{proxyconfig.LinkRetryUnitPath: "644 [Unit]", proxyconfig.LinkRetryScriptPath: "755 #!/bin/sh"}
+			for p, prefix := range linkRetry {
+				if !strings.HasPrefix(got[p], prefix) {
+					t.Errorf("%s: got %.40q, want it to start %q", p, got[p], prefix)
+				}
+			}
+			if len(got) != len(want)+len(units)+len(linkRetry) {
 				keys := make([]string, 0, len(got))
 				for k := range got {
 					keys = append(keys, k)
 				}
 				sort.Strings(keys)
-				t.Errorf("installed %d files %v, want the %d write_files and %d units", len(got), keys, len(want), len(units))
+				t.Errorf("installed %d files %v, want the %d write_files, %d units and the link retry's 2 files", len(got), keys, len(want), len(units))
 			}
-			if !strings.Contains(out, "unpacked "+strconv.Itoa(len(want)+len(units))+" rendered files") {
+			if !strings.Contains(out, "unpacked "+strconv.Itoa(len(want)+len(units)+len(linkRetry))+" rendered files") {
 				t.Errorf("output %q does not say how many files it unpacked", out)
 			}
 		})

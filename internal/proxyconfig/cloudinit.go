@@ -31,7 +31,11 @@ import (
 //     marker exists), a daemon-reload and the path unit's start. They cannot be write_files
 //     entries: write_files runs after bootcmd, and systemd reads tinyproxy.service when the
 //     boot begins, so without the reload the drop-in would take effect only on the next
-//     boot (and a unit named before its file exists is remembered as missing);
+//     boot (and a unit named before its file exists is remembered as missing); and the
+//     link-retry unit with its script (LinkRetryUnit, linkretry.go), started at once: on
+//     an image whose networkd failed the NIC at boot, cloud-init's network stage runs
+//     after systemd-networkd-wait-online gives up, and the unit then has the link
+//     configured again, so a stock image mends the DHCP race the test image mends itself;
 //   - write_files, right after bootcmd in the same stage: tinyproxy's configuration at
 //     TinyproxyConfPath (root:root 0600, since it may hold the password; tinyproxy reads it
 //     as root before it drops to its user), the nftables ruleset and the fence script, and
@@ -61,11 +65,16 @@ func CloudConfig(c Config) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	units := []struct{ path, content string }{
-		{TinyproxyDropInPath, tinyproxyDropIn(c.WireGuard != nil)},
-		{FenceRetryUnitPath, fenceRetryUnit},
-		{TinyproxyStartUnitPath, tinyproxyStartUnit},
-		{TinyproxyPathUnitPath, tinyproxyPathUnit},
+	units := []struct {
+		path, content string
+		mode          int64
+	}{
+		{TinyproxyDropInPath, tinyproxyDropIn(c.WireGuard != nil), 0o644},
+		{FenceRetryUnitPath, fenceRetryUnit, 0o644},
+		{TinyproxyStartUnitPath, tinyproxyStartUnit, 0o644},
+		{TinyproxyPathUnitPath, tinyproxyPathUnit, 0o644},
+		{LinkRetryScriptPath, linkRetryScript, 0o755},
+		{LinkRetryUnitPath, linkRetryUnit, 0o644},
 	}
 	files := []struct{ path, perm, content string }{
 		{TinyproxyConfPath, "0600", conf},
@@ -84,7 +93,7 @@ func CloudConfig(c Config) ([]byte, error) {
 
 	early := make([]earlyFile, 0, len(units)+len(files))
 	for _, u := range units {
-		early = append(early, earlyFile{path: u.path, mode: 0o644, content: u.content})
+		early = append(early, earlyFile{path: u.path, mode: u.mode, content: u.content})
 	}
 	for _, f := range files {
 		early = append(early, earlyFile{path: f.path, mode: parsePerm(f.perm), content: f.content})
@@ -108,15 +117,19 @@ func CloudConfig(c Config) ([]byte, error) {
     settings: [no_replace, recurse_list]
 bootcmd:
   - |
-    mkdir -p ` + path.Dir(TinyproxyDropInPath) + `
+    mkdir -p ` + path.Dir(TinyproxyDropInPath) + ` ` + path.Dir(LinkRetryScriptPath) + `
 `)
 	for _, u := range units {
 		b.WriteString("    cat >" + u.path + " <<'EOF'\n")
 		indent(&b, "    ", u.content)
 		b.WriteString("    EOF\n")
+		if u.mode != 0o644 {
+			b.WriteString(fmt.Sprintf("    chmod %04o %s\n", u.mode, u.path))
+		}
 	}
 	b.WriteString(`    systemctl daemon-reload
     systemctl start --no-block ` + TinyproxyPathUnit + `
+    systemctl start --no-block ` + LinkRetryUnit + `
 write_files:
 `)
 	for _, f := range files {

@@ -66,8 +66,8 @@ func earlyFilesOf(t *testing.T, doc []byte) []earlyEntry {
 }
 
 // TestEarlyFilesAreTheDocumentsFiles checks that the archive on the comment line holds
-// exactly what cloud-init installs from the same document: bootcmd's units (0644, as its
-// cat > writes them) and then write_files' files with their permissions, byte for byte,
+// exactly what cloud-init installs from the same document: bootcmd's files (0644, as its
+// cat > writes them, unless a chmod follows) and then write_files' files with their permissions, byte for byte,
 // the marker last, so an image that unpacks it early has tinyproxy's configuration and
 // fence complete before the path unit sees the marker.
 func TestEarlyFilesAreTheDocumentsFiles(t *testing.T) {
@@ -86,9 +86,23 @@ func TestEarlyFilesAreTheDocumentsFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			var want []earlyEntry
-			paths, units, _ := bootUnits(t, doc)
+			paths, units, commands := bootUnits(t, doc)
+			modes := map[string]int64{}
+			for _, c := range commands {
+				if f := strings.Fields(c); len(f) == 3 && f[0] == "chmod" {
+					m, err := strconv.ParseInt(f[1], 8, 64)
+					if err != nil {
+						t.Fatalf("bootcmd %q: %v", c, err)
+					}
+					modes[f[2]] = m
+				}
+			}
 			for _, p := range paths {
-				want = append(want, earlyEntry{Path: p, Mode: 0o644, Content: units[p]})
+				mode, ok := modes[p]
+				if !ok {
+					mode = 0o644
+				}
+				want = append(want, earlyEntry{Path: p, Mode: mode, Content: units[p]})
 			}
 			var cc struct {
 				WriteFiles []struct {

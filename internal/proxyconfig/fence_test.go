@@ -88,13 +88,15 @@ func TestFenceUnitsRendered(t *testing.T) {
 		t.Fatal(err)
 	}
 	paths, files, commands := bootUnits(t, doc)
-	if diff := cmp.Diff([]string{TinyproxyDropInPath, FenceRetryUnitPath, TinyproxyStartUnitPath, TinyproxyPathUnitPath}, paths); diff != "" {
+	if diff := cmp.Diff([]string{TinyproxyDropInPath, FenceRetryUnitPath, TinyproxyStartUnitPath, TinyproxyPathUnitPath,
+		LinkRetryScriptPath, LinkRetryUnitPath}, paths); diff != "" {
 		t.Errorf("files bootcmd writes (-want +got):\n%s", diff)
 	}
-	wantCommands := []string{"mkdir -p " + path.Dir(TinyproxyDropInPath), "systemctl daemon-reload",
-		"systemctl start --no-block " + TinyproxyPathUnit}
+	wantCommands := []string{"mkdir -p " + path.Dir(TinyproxyDropInPath) + " " + path.Dir(LinkRetryScriptPath),
+		"chmod 0755 " + LinkRetryScriptPath, "systemctl daemon-reload",
+		"systemctl start --no-block " + TinyproxyPathUnit, "systemctl start --no-block " + LinkRetryUnit}
 	if diff := cmp.Diff(wantCommands, commands); diff != "" {
-		t.Errorf("bootcmd's commands besides the files (-want +got), the reload, then the path unit's start, last:\n%s", diff)
+		t.Errorf("bootcmd's commands besides the files (-want +got), the reload, then the path unit's and the link retry's starts, last:\n%s", diff)
 	}
 	for unit, p := range map[string]string{FenceRetryUnit: FenceRetryUnitPath, TinyproxyPathUnit: TinyproxyPathUnitPath, TinyproxyStartUnit: TinyproxyStartUnitPath} {
 		if path.Dir(p) != "/etc/systemd/system" || path.Base(p) != unit {

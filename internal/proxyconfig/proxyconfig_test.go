@@ -83,9 +83,12 @@ func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
 	if len(cc.Packages) != 0 {
 		t.Errorf("packages %v", cc.Packages)
 	}
-	wantBoot := "mkdir -p /etc/systemd/system/tinyproxy.service.d\ncat >" + TinyproxyDropInPath + " <<'EOF'\n" +
+	wantBoot := "mkdir -p /etc/systemd/system/tinyproxy.service.d /usr/local/libexec\ncat >" + TinyproxyDropInPath + " <<'EOF'\n" +
 		tinyproxyDropIn(false) + "EOF\ncat >" + FenceRetryUnitPath + " <<'EOF'\n" + fenceRetryUnit + "EOF\ncat >" +
-		TinyproxyStartUnitPath + " <<'EOF'\n" + tinyproxyStartUnit + "EOF\ncat >" + TinyproxyPathUnitPath + " <<'EOF'\n" + tinyproxyPathUnit + "EOF\nsystemctl daemon-reload\nsystemctl start --no-block " + TinyproxyPathUnit + "\n"
+		TinyproxyStartUnitPath + " <<'EOF'\n" + tinyproxyStartUnit + "EOF\ncat >" + TinyproxyPathUnitPath + " <<'EOF'\n" + tinyproxyPathUnit +
+		"EOF\ncat >" + LinkRetryScriptPath + " <<'EOF'\n" + linkRetryScript + "EOF\nchmod 0755 " + LinkRetryScriptPath +
+		"\ncat >" + LinkRetryUnitPath + " <<'EOF'\n" + linkRetryUnit +
+		"EOF\nsystemctl daemon-reload\nsystemctl start --no-block " + TinyproxyPathUnit + "\nsystemctl start --no-block " + LinkRetryUnit + "\n"
 	if len(cc.Bootcmd) != 1 || cc.Bootcmd[0] != wantBoot {
 		t.Errorf("bootcmd %q, want [%q]", cc.Bootcmd, wantBoot)
 	}
