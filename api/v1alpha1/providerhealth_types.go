@@ -44,6 +44,14 @@ type ProviderHealthStatus struct {
 	// +listType=atomic
 	// +optional
 	Targets []ProviderTargetStatus `json:"targets,omitempty"`
+	// Conditions of the provider. RemediationAllowed is False (reason TooManyUnhealthy)
+	// while remediation of the provider's standalone Proxies is held in some zone because
+	// more of them than maxUnhealthy are unhealthy at once, True (WithinMaxUnhealthy)
+	// otherwise; the message names the counts. Recomputed on every round of checks.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // ProviderHealth is the health of one configured provider; it is named after the provider.

@@ -5,6 +5,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
@@ -28,14 +31,17 @@ import (
 // sends and discovery hands out on request (?credentials=true). It returns the discovery
 // API's server (nil when it is off), whose drain run waits for. target is handed the
 // health engine, which tells remediation whether the probe target itself is down.
-func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions, wake func(context.Context, client.ObjectKey), creds proxyconfig.CredentialsFunc, target func(controller.ProbeTargetWatch)) (*listeningServer, error) {
+// brake gives the monitor each provider's RemediationAllowed condition.
+func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions, wake func(context.Context, client.ObjectKey), creds proxyconfig.CredentialsFunc, target func(controller.ProbeTargetWatch),
+	brake func(context.Context, string, time.Time) (metav1.Condition, error)) (*listeningServer, error) {
 	monitor := &controller.ProviderHealthMonitor{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Providers: providers,
-		Interval:  h.ProviderCheckInterval,
-		Timeout:   h.ProviderCheckTimeout,
-		Log:       ctrl.Log.WithName("providerhealth"),
+		Remediation: brake,
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Providers:   providers,
+		Interval:    h.ProviderCheckInterval,
+		Timeout:     h.ProviderCheckTimeout,
+		Log:         ctrl.Log.WithName("providerhealth"),
 	}
 	engine, err := health.New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("proxy-health"),
 		health.Options{ProbeURL: h.ProxyProbeURL, Interval: h.ProxyCheckInterval, HeartbeatInterval: h.StatusHeartbeat,

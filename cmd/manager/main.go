@@ -425,7 +425,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 		return nil, fmt.Errorf("readiness checks: %w", err)
 	}
 	return setupHealth(mgr, providers, o.health, r.Wake, proxyconfig.SnapshotCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials,
-		func(w controller.ProbeTargetWatch) { r.ProbeTarget, o.probeTarget = w, w })
+		func(w controller.ProbeTargetWatch) { r.ProbeTarget, o.probeTarget = w, w }, r.ProviderRemediation)
 }
 
 func closeProviders(providers map[string]provider.Provider, log interface{ Error(error, string, ...any) }) {

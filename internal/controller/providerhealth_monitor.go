@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -55,6 +56,10 @@ type ProviderHealthMonitor struct {
 	Log     logr.Logger
 	// TracerProvider opens the providerhealth.check spans (otel's global one when nil).
 	TracerProvider trace.TracerProvider
+	// Remediation, when set, gives the RemediationAllowed condition of a provider's
+	// standalone Proxies (ProxyReconciler.ProviderRemediation), published with each
+	// round's status. An error keeps the condition the object has.
+	Remediation func(ctx context.Context, provider string, now time.Time) (metav1.Condition, error)
 
 	mu      sync.Mutex
 	targets map[string][]string // per provider, the targets the gauge has series for
@@ -140,7 +145,16 @@ func (m *ProviderHealthMonitor) checkOne(ctx context.Context, name string, p pro
 	}
 	m.updateGauge(name, statuses)
 	m.Log.V(1).Info("provider checked", "provider", name, "ready", st.Ready)
-	if err := m.publish(ctx, name, st); err != nil {
+	var brake *metav1.Condition
+	if m.Remediation != nil {
+		c, err := m.Remediation(ctx, name, now)
+		if err != nil {
+			m.Log.Error(err, "working out whether remediation is allowed; the RemediationAllowed condition is kept as it is", "provider", name)
+		} else {
+			brake = &c
+		}
+	}
+	if err := m.publish(ctx, name, st, brake); err != nil {
 		span.RecordError(err)
 		return err
 	}
@@ -200,8 +214,10 @@ func statusFor(statuses []provider.TargetStatus, now time.Time) v1alpha1.Provide
 }
 
 // publish writes st to the ProviderHealth named name, creating the object if missing.
-// The monitor applies the whole status as the providerhealth field manager, its only writer.
-func (m *ProviderHealthMonitor) publish(ctx context.Context, name string, st v1alpha1.ProviderHealthStatus) error {
+// The monitor applies the whole status as the providerhealth field manager, its only
+// writer. The object's conditions are kept, with brake (when not nil) set among them:
+// its last transition time moves only when its status does.
+func (m *ProviderHealthMonitor) publish(ctx context.Context, name string, st v1alpha1.ProviderHealthStatus, brake *metav1.Condition) error {
 	reader := m.reader()
 	ph := &v1alpha1.ProviderHealth{}
 	err := reader.Get(ctx, client.ObjectKey{Name: name}, ph)
@@ -214,6 +230,16 @@ func (m *ProviderHealthMonitor) publish(ctx context.Context, name string, st v1a
 	}
 	if err != nil {
 		return fmt.Errorf("getting or creating providerhealth %s: %w", name, err)
+	}
+	for _, c := range ph.Status.Conditions {
+		st.Conditions = append(st.Conditions, *c.DeepCopy())
+	}
+	if brake != nil {
+		brake.ObservedGeneration = ph.Generation
+		if st.LastChecked != nil {
+			brake.LastTransitionTime = *st.LastChecked // the round's time, should it transition
+		}
+		meta.SetStatusCondition(&st.Conditions, *brake)
 	}
 	if err := statusapply.Status(ctx, m.Client, ph, &st, statusapply.ProviderHealth); err != nil {
 		return fmt.Errorf("applying status of providerhealth %s: %w", name, err)

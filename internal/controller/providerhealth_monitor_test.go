@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -226,5 +227,68 @@ func TestProviderHealthOfRemovedProviderDeleted(t *testing.T) {
 	}
 	if err := shared.Client(t).Delete(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "ph-removed-1"}}); err != nil {
 		t.Error(err)
+	}
+}
+
+// The monitor publishes the RemediationAllowed condition its Remediation func gives with
+// each round: its transition time moves only when its status does, and a round whose
+// func fails keeps the condition the object has.
+func TestProviderHealthPublishesRemediationAllowed(t *testing.T) {
+	ctx := testContext(t)
+	const name = "ph-brake"
+	_ = shared.Client(t).Delete(ctx, &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC).Truncate(time.Second)
+	var give metav1.Condition
+	var fail error
+	m := &ProviderHealthMonitor{Client: shared.Client(t), Providers: map[string]provider.Provider{name: providertest.NewFake()},
+		Log: logr.Discard(), now: func() time.Time { return now },
+		Remediation: func(_ context.Context, p string, at time.Time) (metav1.Condition, error) {
+			if p != name || !at.Equal(now) {
+				t.Errorf("Remediation(%q, %v), want (%q, %v)", p, at, name, now)
+			}
+			return give, fail
+		}}
+	cond := func(round string) metav1.Condition {
+		t.Helper()
+		for _, c := range getPH(t, ctx, name).Status.Conditions {
+			if c.Type == ConditionRemediationAllowed {
+				return c
+			}
+		}
+		t.Fatalf("%s: no %s condition on ProviderHealth %s", round, ConditionRemediationAllowed, name)
+		return metav1.Condition{}
+	}
+	held := metav1.Condition{Type: ConditionRemediationAllowed, Status: metav1.ConditionFalse, Reason: "TooManyUnhealthy",
+		Message: "standalone proxies of provider/ph-brake: 3 of 5 unhealthy, more than 2: remediation held"}
+	give = held
+	m.CheckAll(ctx)
+	if c := cond("engaged"); c.Status != metav1.ConditionFalse || c.Message != held.Message || !c.LastTransitionTime.Time.Equal(now) {
+		t.Errorf("engaged: %+v", c)
+	}
+	engagedAt := now
+
+	// A later round with the same status and new counts keeps the transition time.
+	now = now.Add(time.Minute)
+	give.Message = "standalone proxies of provider/ph-brake: 4 of 5 unhealthy, more than 2: remediation held"
+	m.CheckAll(ctx)
+	if c := cond("still held"); c.Message != give.Message || !c.LastTransitionTime.Time.Equal(engagedAt) {
+		t.Errorf("still held: %+v, want the new message and the transition at %v", c, engagedAt)
+	}
+
+	// A round whose func fails keeps the condition as it is.
+	now = now.Add(time.Minute)
+	fail = errors.New("listing proxies: the cache is not synced")
+	m.CheckAll(ctx)
+	if c := cond("func failed"); c.Status != metav1.ConditionFalse || c.Message != give.Message {
+		t.Errorf("after a failed round: %+v, want the condition kept", c)
+	}
+
+	// Released.
+	now, fail = now.Add(time.Minute), nil
+	give = metav1.Condition{Type: ConditionRemediationAllowed, Status: metav1.ConditionTrue, Reason: PoolReasonWithinMaxUnhealthy,
+		Message: "standalone proxies of provider/ph-brake: 1 of 5 unhealthy, at most 2: remediation allowed"}
+	m.CheckAll(ctx)
+	if c := cond("released"); c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Time.Equal(now) {
+		t.Errorf("released: %+v", c)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -229,13 +230,58 @@ func (r *ProxyReconciler) remediationGroup(ctx context.Context, px *v1alpha1.Pro
 	}
 	var out []v1alpha1.Proxy
 	for _, m := range list.Items {
-		ref := metav1.GetControllerOfNoCopy(&m)
-		if m.Spec.Mode != v1alpha1.ProxyModeExternal && (ref == nil || ref.Kind != "ProxyPool") &&
-			m.Spec.Provider == px.Spec.Provider && m.Spec.Placement.Zone == px.Spec.Placement.Zone {
+		if standaloneOf(&m, px.Spec.Provider) && m.Spec.Placement.Zone == px.Spec.Placement.Zone {
 			out = append(out, m)
 		}
 	}
 	return out, nil, nil
+}
+
+// standaloneOf reports whether m is a standalone Managed Proxy of provider: a member of
+// one of the provider's host groups, not of a pool's.
+func standaloneOf(m *v1alpha1.Proxy, provider string) bool {
+	ref := metav1.GetControllerOfNoCopy(m)
+	return m.Spec.Mode != v1alpha1.ProxyModeExternal && (ref == nil || ref.Kind != "ProxyPool") && m.Spec.Provider == provider
+}
+
+// ProviderRemediation is the RemediationAllowed condition of provider's ProviderHealth
+// at now: the brake of each host group of its standalone Proxies (one per zone), worked
+// out from the Proxies as the reconciler would. False (TooManyUnhealthy) naming every
+// held group and its counts, True (WithinMaxUnhealthy) otherwise. The provider health
+// monitor publishes it every round, so it is right again after a restart even where no
+// reconcile has looked at the group.
+func (r *ProxyReconciler) ProviderRemediation(ctx context.Context, providerName string, now time.Time) (metav1.Condition, error) {
+	list := &v1alpha1.ProxyList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return metav1.Condition{}, fmt.Errorf("listing proxies for the remediation brake of provider %s: %w", providerName, err)
+	}
+	var states []remediation.State
+	for i := range list.Items {
+		if m := &list.Items[i]; standaloneOf(m, providerName) {
+			states = append(states, r.remediationState(m, m.Spec.Remediation, false))
+		}
+	}
+	res, _ := remediation.Plan(remediation.Input{Now: now, Policy: r.Remediation, Proxies: states}) // a held group's message says why
+	c := metav1.Condition{Type: ConditionRemediationAllowed, Status: metav1.ConditionTrue, Reason: PoolReasonWithinMaxUnhealthy}
+	var held, allowed []string
+	for _, g := range res.Groups {
+		line := "standalone proxies of " + g.Name + ": " + g.Message
+		if g.Held {
+			held = append(held, line)
+		} else {
+			allowed = append(allowed, line)
+		}
+	}
+	switch {
+	case len(held) > 0:
+		c.Status, c.Reason = metav1.ConditionFalse, remediation.ReasonTooManyUnhealthy
+		c.Message = strings.Join(held, "; ")
+	case len(allowed) > 0:
+		c.Message = strings.Join(allowed, "; ")
+	default:
+		c.Message = "no standalone Managed proxies of provider " + providerName + ": remediation allowed"
+	}
+	return c, nil
 }
 
 // remediationSpec is the spec.remediation that applies to px: its pool's template's for

@@ -19,8 +19,11 @@ const (
 	// the pool's children than maxUnhealthy are past their boot or unhealthy timeout and
 	// remediation is held in the pool, True (reason WithinMaxUnhealthy) otherwise; the
 	// message names the counts.
-	PoolConditionRemediationAllowed = "RemediationAllowed"
-	PoolReasonWithinMaxUnhealthy    = "WithinMaxUnhealthy"
+	PoolConditionRemediationAllowed = ConditionRemediationAllowed
+	// ConditionRemediationAllowed is the brake's condition on a ProxyPool (its children)
+	// and on a ProviderHealth (the provider's standalone Proxies, by zone).
+	ConditionRemediationAllowed  = "RemediationAllowed"
+	PoolReasonWithinMaxUnhealthy = "WithinMaxUnhealthy"
 	// EventRemediationResumed: the brake released.
 	EventRemediationResumed = "RemediationResumed"
 )

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -415,14 +416,36 @@ func TestRemediationHostBrakeOnProviderHealth(t *testing.T) {
 		})
 	}
 	e.waitProviderEvent(remediation.ReasonTooManyUnhealthy, "2 of 2 unhealthy")
+	// The monitor's round publishes the brake as the ProviderHealth's condition.
+	e.waitProviderCondition(metav1.ConditionFalse, remediation.ReasonTooManyUnhealthy, "2 of 2 unhealthy")
 
 	e.mu.Lock()
 	delete(e.unhealth, "b")
 	e.mu.Unlock()
 	// b's own reconcile, as it turns healthy, releases the brake: no wait for a's recheck.
 	e.waitProviderEvent(EventRemediationResumed, "1 of 2 unhealthy")
+	e.waitProviderCondition(metav1.ConditionTrue, PoolReasonWithinMaxUnhealthy, "1 of 2 unhealthy")
 	e.stepAndWake(remediation.HeldRecheck, "a")
 	e.waitProxy("a", "rebooted once the brake released", func(px *v1alpha1.Proxy) bool { return hasRecord(px, 1, remediation.ActionReboot) })
+}
+
+// waitProviderCondition runs rounds of a provider health monitor over the test's
+// provider (with the reconciler's ProviderRemediation, as the manager wires it) until
+// its ProviderHealth's RemediationAllowed condition has status and reason and a message
+// holding text.
+func (e *remEnv) waitProviderCondition(status metav1.ConditionStatus, reason, text string) {
+	e.t.Helper()
+	m := &ProviderHealthMonitor{Client: e.c, Providers: map[string]provider.Provider{e.provider: e.pr.Providers[e.provider]},
+		Log: logr.Discard(), Remediation: e.pr.ProviderRemediation, now: e.clock.Now}
+	waitFor(e.t, waitLong, fmt.Sprintf("ProviderHealth %s RemediationAllowed=%s %s saying %q", e.provider, status, reason, text), func() (bool, error) {
+		m.CheckAll(e.ctx)
+		ph := &v1alpha1.ProviderHealth{}
+		if err := e.c.Get(e.ctx, client.ObjectKey{Name: e.provider}, ph); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(ph.Status.Conditions, ConditionRemediationAllowed)
+		return c != nil && c.Status == status && c.Reason == reason && strings.Contains(c.Message, text), fmt.Errorf("condition %+v", c)
+	})
 }
 
 // waitProviderEvent waits for an Event of reason on the test's ProviderHealth (in the
