@@ -13,7 +13,11 @@
 # Knobs: SMOKE_NAME (epo-smoke), SMOKE_HTTP_PORT (18080), SMOKE_DEADLINE (seconds per wait,
 # 900: TCG on a busy machine is slow), SMOKE_IMAGE (a qcow2 to boot instead of
 # hack/guest-image.sh's), SMOKE_RENDER_TREE (the source tree whose renderer makes the
-# user-data: another commit's, for comparisons; this one's by default), KEEP, and one of:
+# user-data: another commit's, for comparisons; this one's by default), KEEP,
+# SMOKE_REBOOTS (0: after the first boot works, reset the domain this many times, each
+# boot waited for until its proxy answers, and count the boots whose network networkd
+# failed with "Device or resource busy" and the link-retry unit's retries; the last
+# line is then `BOOTS ...`, see hack/bench/guest-boots.sh), and one of:
 #   SMOKE_CLOSED=1        a seed without the operator's configuration: once cloud-init has
 #                         finished, nothing may answer on 3128 (the image has no tinyproxy
 #                         configuration of its own) and tinyproxy must not be running;
@@ -247,3 +251,42 @@ $journal"
   log "the fence gave up waiting for the address, its retry started tinyproxy once the address came, behind the fence"
 fi
 echo "TIMING start->agent $(since "$t0" "$t1")s agent->proxy $(since "$t1" "$t2")s start->proxy $(since "$t0" "$t2")s"
+
+# SMOKE_REBOOTS: every boot's network must come up, whatever networkd did on the way. The
+# first boot above counts too. A boot whose proxy never answers is counted stuck, with
+# networkd's view of it, and the boots go on; the script fails at the end if any was.
+REBOOTS=${SMOKE_REBOOTS:-0}
+((REBOOTS > 0)) || exit 0
+boot_id() { guest_exec /bin/cat /proc/sys/kernel/random/boot_id 2>/dev/null | head -n 1; }
+new_boot() { local b; b=$(boot_id) && [[ -n $b && $b != "$last_boot" ]]; }
+boots=0 stuck=0 busy_boots=0 retries=0
+count_boot() { # seconds: this boot's journal, counted
+  local journal busy retried
+  journal=$(guest_exec /usr/bin/journalctl -b -o cat --no-pager -u systemd-networkd.service -u egress-proxies-operator-link-retry.service) || journal=""
+  busy=$(grep -c "Device or resource busy" <<<"$journal" || true)
+  retried=$(grep -c "asking networkd to configure it again" <<<"$journal" || true)
+  boots=$((boots + 1)) retries=$((retries + retried))
+  ((busy > 0)) && busy_boots=$((busy_boots + 1))
+  echo "BOOT $boots proxy-after ${1}s busy $busy link-retries $retried"
+}
+count_boot "$(since "$t0" "$t2")"
+last_boot=$(boot_id)
+for ((i = 1; i <= REBOOTS; i++)); do
+  tr=$(now)
+  "${VIRSH[@]}" reset "$NAME" >/dev/null
+  if ! wait_until "$DEADLINE" "boot $((i + 1)) to start (a new boot id through the guest agent)" new_boot; then
+    boots=$((boots + 1)) stuck=$((stuck + 1))
+    echo "BOOT $boots stuck: the guest agent never answered with a new boot id"
+    continue
+  fi
+  last_boot=$(boot_id)
+  if ! wait_until "$DEADLINE" "boot $((i + 1)): a request through http://$ip:3128" through_proxy "$ip"; then
+    boots=$((boots + 1)) stuck=$((stuck + 1))
+    echo "BOOT $boots stuck: no answer through http://$ip:3128; networkd says:"
+    guest_exec /usr/bin/networkctl list --no-pager || true
+    continue
+  fi
+  count_boot "$(since "$tr" "$(now)")"
+done
+echo "BOOTS $boots stuck $stuck busy-boots $busy_boots link-retries $retries"
+((stuck == 0)) || die "$stuck of $boots boots never served"

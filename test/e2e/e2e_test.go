@@ -136,6 +136,7 @@ func TestProxyLifecycle(t *testing.T) {
 	px, sec := sampleProxy(t, h, ns)
 	px.Spec.Proxy.AllowedDestinations = []v1alpha1.CIDR{v1alpha1.CIDR(edge.allowed + "/32")}
 	px.Spec.CloudInit = edge.routeCloudInit()
+	px.Spec.Remediation = &v1alpha1.ProxyRemediation{UnhealthyTimeout: &metav1.Duration{Duration: e2eUnhealthyTimeout}}
 	s := &story{t: t, c: c, host: host, mgr: mgr, key: client.ObjectKeyFromObject(px), vm: px.InstanceName()}
 	host.RemoveInstance(s.vm)
 	host.RemoveBaseImage(imageKey)
@@ -190,9 +191,10 @@ func TestProxyLifecycle(t *testing.T) {
 	second.log(t)
 	t.Logf("first IP %s, after replacement %s", ip, s.mustProxy().Status.IP)
 
-	s.deleteLeavesNothing(ctx, discovery, creds, who, whoURL)
+	// The guest whose network breaks is mended while the other guest is checked.
+	s.mendsBrokenNetwork(ctx, func() { noFence.check(ctx) })
 
-	noFence.check(ctx)
+	s.deleteLeavesNothing(ctx, discovery, creds, who, whoURL)
 }
 
 func (s *story) mustProxy() *v1alpha1.Proxy {
