@@ -32,10 +32,12 @@ import (
 //     entries: write_files runs after bootcmd, and systemd reads tinyproxy.service when the
 //     boot begins, so without the reload the drop-in would take effect only on the next
 //     boot (and a unit named before its file exists is remembered as missing); and the
-//     link-retry unit with its script (LinkRetryUnit, linkretry.go), started at once: on
-//     an image whose networkd failed the NIC at boot, cloud-init's network stage runs
-//     after systemd-networkd-wait-online gives up, and the unit then has the link
-//     configured again, so a stock image mends the DHCP race the test image mends itself;
+//     link-retry unit with its script (LinkRetryUnit, linkretry.go), enabled and started
+//     at once: on an image whose networkd failed the NIC at boot, cloud-init's network
+//     stage runs after systemd-networkd-wait-online gives up, and the unit then has the
+//     link configured again, so a stock image mends the DHCP race the test image mends
+//     itself; enabled, it starts with networkd on every later boot (a remediation's
+//     reboot) instead of waiting for cloud-init;
 //   - write_files, right after bootcmd in the same stage: tinyproxy's configuration at
 //     TinyproxyConfPath (root:root 0600, since it may hold the password; tinyproxy reads it
 //     as root before it drops to its user), the nftables ruleset and the fence script, and
@@ -129,6 +131,7 @@ bootcmd:
 	}
 	b.WriteString(`    systemctl daemon-reload
     systemctl start --no-block ` + TinyproxyPathUnit + `
+    systemctl enable --quiet ` + LinkRetryUnit + `
     systemctl start --no-block ` + LinkRetryUnit + `
 write_files:
 `)

@@ -94,7 +94,7 @@ func TestFenceUnitsRendered(t *testing.T) {
 	}
 	wantCommands := []string{"mkdir -p " + path.Dir(TinyproxyDropInPath) + " " + path.Dir(LinkRetryScriptPath),
 		"chmod 0755 " + LinkRetryScriptPath, "systemctl daemon-reload",
-		"systemctl start --no-block " + TinyproxyPathUnit, "systemctl start --no-block " + LinkRetryUnit}
+		"systemctl start --no-block " + TinyproxyPathUnit, "systemctl enable --quiet " + LinkRetryUnit, "systemctl start --no-block " + LinkRetryUnit}
 	if diff := cmp.Diff(wantCommands, commands); diff != "" {
 		t.Errorf("bootcmd's commands besides the files (-want +got), the reload, then the path unit's and the link retry's starts, last:\n%s", diff)
 	}

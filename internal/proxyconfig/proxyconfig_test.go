@@ -88,7 +88,7 @@ func TestCloudConfigIsTheIntendedYAML(t *testing.T) {
 		TinyproxyStartUnitPath + " <<'EOF'\n" + tinyproxyStartUnit + "EOF\ncat >" + TinyproxyPathUnitPath + " <<'EOF'\n" + tinyproxyPathUnit +
 		"EOF\ncat >" + LinkRetryScriptPath + " <<'EOF'\n" + linkRetryScript + "EOF\nchmod 0755 " + LinkRetryScriptPath +
 		"\ncat >" + LinkRetryUnitPath + " <<'EOF'\n" + linkRetryUnit +
-		"EOF\nsystemctl daemon-reload\nsystemctl start --no-block " + TinyproxyPathUnit + "\nsystemctl start --no-block " + LinkRetryUnit + "\n"
+		"EOF\nsystemctl daemon-reload\nsystemctl start --no-block " + TinyproxyPathUnit + "\nsystemctl enable --quiet " + LinkRetryUnit + "\nsystemctl start --no-block " + LinkRetryUnit + "\n"
 	if len(cc.Bootcmd) != 1 || cc.Bootcmd[0] != wantBoot {
 		t.Errorf("bootcmd %q, want [%q]", cc.Bootcmd, wantBoot)
 	}
