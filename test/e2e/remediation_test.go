@@ -37,7 +37,7 @@ func (s *story) bootID() string {
 // down through the guest agent, as a guest whose network failed is left) and waits for
 // the operator to mend it with nobody's help: the probes fail and the Proxy leaves
 // rotation; after spec.remediation.unhealthyTimeout it is rebooted (the same domain,
-// reset: a new boot id, the same UUID), with a Warning Event UnhealthyTimeout and the
+// reset: a new boot id, the same UUID), with a Warning Event Unhealthy and the
 // Remediating condition; the guest boots, its network comes up again, and the Proxy is
 // Ready. during runs between the fault and the wait for the reboot (the other guest's
 // check), so its time overlaps the unhealthy timeout. It logs the time from the fault to
