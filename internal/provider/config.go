@@ -28,13 +28,16 @@ type ProviderConfig struct {
 	KVM *KVMConfig `json:"kvm,omitempty"`
 	// GCE is the block of a gce entry.
 	GCE *GCEConfig `json:"gce,omitempty"`
+	// HCloud is the block of an hcloud (Hetzner Cloud) entry.
+	HCloud *HCloudConfig `json:"hcloud,omitempty"`
 }
 
 // Provider type names.
 const (
-	TypeKVM2 = "kvm2"
-	TypeKVM  = "kvm"
-	TypeGCE  = "gce"
+	TypeKVM2   = "kvm2"
+	TypeKVM    = "kvm"
+	TypeGCE    = "gce"
+	TypeHCloud = "hcloud"
 )
 
 // LoadConfig reads and validates the providers config file at path.
@@ -119,11 +122,11 @@ func (pc ProviderConfig) validate() []error {
 		// The name becomes the ProviderHealth object's name and a metrics label.
 		problems = append(problems, fmt.Errorf("name %q is not a valid object name: %s", pc.Name, strings.Join(msgs, "; ")))
 	}
-	set := map[string]bool{TypeKVM2: pc.KVM2 != nil, TypeKVM: pc.KVM != nil, TypeGCE: pc.GCE != nil}
+	set := map[string]bool{TypeKVM2: pc.KVM2 != nil, TypeKVM: pc.KVM != nil, TypeGCE: pc.GCE != nil, TypeHCloud: pc.HCloud != nil}
 	switch pc.Type {
 	case "":
 		return append(problems, fmt.Errorf("type is required (one of %s)", strings.Join(knownTypes, ", ")))
-	case TypeKVM2, TypeKVM, TypeGCE:
+	case TypeKVM2, TypeKVM, TypeGCE, TypeHCloud:
 	default:
 		return append(problems, fmt.Errorf("unknown type %q (one of %s)", pc.Type, strings.Join(knownTypes, ", ")))
 	}
@@ -138,6 +141,8 @@ func (pc ProviderConfig) validate() []error {
 	switch pc.Type {
 	case TypeGCE:
 		return append(problems, pc.GCE.Validate(pc.Type)...)
+	case TypeHCloud:
+		return append(problems, pc.HCloud.Validate(pc.Type)...)
 	case TypeKVM:
 		return append(problems, pc.KVM.Validate(pc.Type)...)
 	}
@@ -145,7 +150,7 @@ func (pc ProviderConfig) validate() []error {
 }
 
 // knownTypes are the types the config has a block for, sorted.
-var knownTypes = []string{TypeGCE, TypeKVM, TypeKVM2}
+var knownTypes = []string{TypeGCE, TypeHCloud, TypeKVM, TypeKVM2}
 
 // unknownFields walks the decoded document against Config's json tags and reports every
 // key no field takes, with its path. Keys must match a tag exactly (encoding/json alone

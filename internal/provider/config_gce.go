@@ -280,17 +280,7 @@ func gceImageProblem(ref string) string {
 // (ranges that are not CIDRs are left to their own check). A dual-stack provider splits
 // them into a rule per family instead.
 func MixedFamilies(ranges []string) string {
-	var v4, v6 string
-	for _, r := range ranges {
-		pfx, err := netip.ParsePrefix(r)
-		switch {
-		case err != nil:
-		case pfx.Addr().Is4() && v4 == "":
-			v4 = r
-		case pfx.Addr().Is6() && v6 == "":
-			v6 = r
-		}
-	}
+	v4, v6 := firstOfFamilies(ranges)
 	if v4 == "" || v6 == "" {
 		return ""
 	}

@@ -187,8 +187,8 @@ func TestParseConfigEntryRules(t *testing.T) {
 			[]string{`provider "KVM_Home": name "KVM_Home" is not a valid object name: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`}},
 		{"duplicate names", []ProviderConfig{{Name: "a", Type: TypeKVM2, KVM2: kvm()}, {Name: "b", Type: TypeKVM2, KVM2: kvm()}, {Name: "a", Type: TypeKVM, KVM: kvm()}},
 			[]string{`provider "a": name is already used by providers[0]`}},
-		{"missing type", []ProviderConfig{{Name: "a", KVM2: kvm()}}, []string{`provider "a": type is required (one of gce, kvm, kvm2)`}},
-		{"unknown type", []ProviderConfig{{Name: "a", Type: "gcp", KVM2: kvm()}}, []string{`provider "a": unknown type "gcp" (one of gce, kvm, kvm2)`}},
+		{"missing type", []ProviderConfig{{Name: "a", KVM2: kvm()}}, []string{`provider "a": type is required (one of gce, hcloud, kvm, kvm2)`}},
+		{"unknown type", []ProviderConfig{{Name: "a", Type: "gcp", KVM2: kvm()}}, []string{`provider "a": unknown type "gcp" (one of gce, hcloud, kvm, kvm2)`}},
 		{"gce type with a kvm2 block", []ProviderConfig{{Name: "a", Type: "gce", KVM2: kvm()}}, []string{`provider "a": a kvm2: block does not match type gce`, `provider "a": type gce needs a gce: block`}},
 		{"missing block", []ProviderConfig{{Name: "a", Type: TypeKVM2}}, []string{`provider "a": type kvm2 needs a kvm2: block`}},
 		{"block of the other type", []ProviderConfig{{Name: "a", Type: TypeKVM2, KVM: kvm()}},
@@ -198,7 +198,7 @@ func TestParseConfigEntryRules(t *testing.T) {
 		{"problems of several entries in config order", []ProviderConfig{
 			{Name: "b", Type: TypeKVM2, KVM2: func() *KVMConfig { c := kvm(); c.Hosts = nil; return c }()},
 			{Name: "a", Type: "nope"},
-		}, []string{`provider "b": kvm2: hosts needs at least one entry`, `provider "a": unknown type "nope" (one of gce, kvm, kvm2)`}},
+		}, []string{`provider "b": kvm2: hosts needs at least one entry`, `provider "a": unknown type "nope" (one of gce, hcloud, kvm, kvm2)`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
