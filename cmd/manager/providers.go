@@ -12,6 +12,7 @@ import (
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/hcloud"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2"
 )
 
@@ -31,6 +32,10 @@ func registry(installID string) provider.Registry {
 		// Compute Engine VMs; the API clients are made on first use.
 		provider.TypeGCE: func(pc provider.ProviderConfig, log logr.Logger) (provider.Provider, error) {
 			return gce.New(pc, log, gce.WithInstallID(installID))
+		},
+		// Hetzner Cloud servers; the token file is read on every call.
+		provider.TypeHCloud: func(pc provider.ProviderConfig, log logr.Logger) (provider.Provider, error) {
+			return hcloud.New(pc, log, hcloud.WithInstallID(installID))
 		},
 	}
 }

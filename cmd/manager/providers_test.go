@@ -9,6 +9,7 @@ import (
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/gce"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/hcloud"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2"
 )
 
@@ -64,6 +65,34 @@ func TestRegistryBuildsGCE(t *testing.T) {
 		Placement: provider.Placement{Zone: "us-east1-b", MachineType: "small", Image: "ubuntu-2404"}})
 	if want := `placement.zone "us-east1-b" is not in gce.zones`; err == nil || err.Error() != want || provider.Class(err) != provider.ErrPermanent {
 		t.Errorf("create in an unknown zone: %v, want permanent %q", err, want)
+	}
+}
+
+// TestRegistryBuildsHCloud: a providers file with an hcloud entry builds an hcloud
+// provider carrying the registry's install ID, without reading the token or dialling,
+// and its placement checks answer with the hcloud block's name.
+func TestRegistryBuildsHCloud(t *testing.T) {
+	path := writeFile(t, "providers.yaml", `providers:
+- name: hetzner-eu
+  type: hcloud
+  hcloud:
+    tokenFile: /nonexistent/token
+    locations: [fsn1, nbg1]
+    serverTypes: [cx23]
+    images: [ubuntu-24.04]
+`)
+	p := buildProviders(t, path)["hetzner-eu"]
+	h, ok := p.(interface{ Unwrap() provider.Provider }).Unwrap().(*hcloud.Provider)
+	if !ok || h.InstallID() != "install-test" {
+		t.Fatalf("hetzner-eu: built %T without the registry's install ID", p)
+	}
+	if _, ok := provider.RebooterOf(p); !ok {
+		t.Error("hetzner-eu cannot reboot")
+	}
+	_, err := p.Create(t.Context(), provider.CreateRequest{Name: "proxy-0123456789abcdef", UID: "u",
+		Placement: provider.Placement{Zone: "hel1", MachineType: "cx23", Image: "ubuntu-24.04"}})
+	if want := `placement.zone "hel1" is not in hcloud.locations [fsn1 nbg1]`; err == nil || err.Error() != want || provider.Class(err) != provider.ErrPermanent {
+		t.Errorf("create in an unlisted location: %v, want permanent %q", err, want)
 	}
 }
 
