@@ -555,11 +555,7 @@ func (p *Proxy) CurrentProbeTarget() string {
 	if p.Status.IP == "" {
 		return ""
 	}
-	port := p.Spec.Port
-	if port == 0 {
-		port = 3128
-	}
-	addr := net.JoinHostPort(p.Status.IP, strconv.Itoa(int(port)))
+	addr := net.JoinHostPort(p.Status.IP, strconv.Itoa(int(p.Port())))
 	if p.Status.ProviderID == "" {
 		return addr
 	}
