@@ -44,7 +44,7 @@ func seed(s *Server) {
 	all := []string{"fsn1", "nbg1", "hel1", "ash", "hil", "sin"}
 	st := func(id int64, name, desc, cpu, arch string, cores int, mem float32, disk int, hourly, monthly string, locs []string) schema.ServerType {
 		t := schema.ServerType{ID: id, Name: name, Description: desc, Category: "shared", Cores: cores, Memory: mem, Disk: disk,
-			StorageType: "local", CPUType: cpu, Architecture: arch, IncludedTraffic: 20 << 40,
+			StorageType: "local", CPUType: cpu, Architecture: arch,
 			Prices: typePrices(hourly, monthly, 20<<40, locs...)}
 		for _, l := range locs {
 			loc := s.location(l)
@@ -55,8 +55,13 @@ func seed(s *Server) {
 	announced := time.Date(2025, 10, 16, 0, 0, 0, 0, time.UTC)
 	gone := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	cx22 := st(104, "cx22", "CX22", "shared", "x86", 2, 4, 40, "0.0060", "3.7900", eu)
+	// The API moved deprecation to each location (the type-wide one is phased out);
+	// cx22 carries both, as types deprecated during the change do.
 	cx22.Deprecated = true
 	cx22.Deprecation = &schema.DeprecationInfo{Announced: announced, UnavailableAfter: gone}
+	for i := range cx22.Locations {
+		cx22.Locations[i].Deprecation = cx22.Deprecation
+	}
 	s.serverTypes = []schema.ServerType{
 		st(114, "cx23", "CX23", "shared", "x86", 2, 4, 40, "0.0048", "2.9900", eu),
 		st(115, "cpx22", "CPX22", "shared", "x86", 2, 4, 80, "0.0096", "5.9900", all),

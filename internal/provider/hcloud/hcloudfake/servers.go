@@ -285,7 +285,7 @@ func (s *Server) newServer(name, status string, st *schema.ServerType, loc *sche
 	sv := &server{Server: schema.Server{
 		ID: s.id(), Name: name, Status: status, Created: s.now(),
 		ServerType: *st, Location: *loc, Image: img, Labels: copyLabels(labels),
-		IncludedTraffic: uint64(st.IncludedTraffic), PrimaryDiskSize: st.Disk,
+		IncludedTraffic: includedTraffic(st, loc.Name), PrimaryDiskSize: st.Disk,
 		PrivateNet: []schema.ServerPrivateNet{}, Volumes: []int64{}, LoadBalancers: []int64{},
 	}}
 	v4, v6 := s.addrFor()
@@ -297,6 +297,17 @@ func (s *Server) newServer(name, status string, st *schema.ServerType, loc *sche
 	}
 	s.servers[sv.ID] = sv
 	return sv
+}
+
+// includedTraffic is the traffic a server type includes in a location (its price
+// entry there says; the type's own field is always 0 now).
+func includedTraffic(st *schema.ServerType, loc string) uint64 {
+	for _, p := range st.Prices {
+		if p.Location == loc {
+			return p.IncludedTraffic
+		}
+	}
+	return 0
 }
 
 func idOrName(r schema.IDOrName) string {
