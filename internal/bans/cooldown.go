@@ -188,7 +188,7 @@ func expires(c *v1alpha1.ProxyCooldown, p Policy) time.Time {
 	return c.Until.Time
 }
 
-// Apply returns cds with r applied at now, and whether anything changed. cds is not
+// CooldownsAfter returns cds after r, taken at now, and whether anything changed. cds is not
 // modified.
 //   - banned: a ban of a pair that is not cooling from a ban adds one to its streak and
 //     cools it for BanCooldown(streak); a ban reported while the pair still cools from one
@@ -197,7 +197,7 @@ func expires(c *v1alpha1.ProxyCooldown, p Policy) time.Time {
 //     later end it already has; the streak is not touched.
 //   - ok: after the cooldown ended, forgets the pair (the streak starts over); while it
 //     still cools, changes nothing (a request started before the ban).
-func Apply(cds []v1alpha1.ProxyCooldown, r Report, now time.Time, p Policy) ([]v1alpha1.ProxyCooldown, bool) {
+func CooldownsAfter(cds []v1alpha1.ProxyCooldown, r Report, now time.Time, p Policy) ([]v1alpha1.ProxyCooldown, bool) {
 	p = p.withDefaults()
 	i := slices.IndexFunc(cds, func(c v1alpha1.ProxyCooldown) bool { return c.Site == r.Site })
 	var cur v1alpha1.ProxyCooldown

@@ -60,7 +60,7 @@ func newState(t *testing.T, p Policy) *state {
 
 func (s *state) report(o Outcome, retry time.Duration) bool {
 	var changed bool
-	s.cds, changed = Apply(s.cds, Report{Site: "example.com", Outcome: o, RetryAfter: retry}, s.clk.Now(), s.p)
+	s.cds, changed = CooldownsAfter(s.cds, Report{Site: "example.com", Outcome: o, RetryAfter: retry}, s.clk.Now(), s.p)
 	return changed
 }
 
@@ -201,7 +201,7 @@ func TestPruneKeepsTheLatestHundred(t *testing.T) {
 	var cds []v1alpha1.ProxyCooldown
 	for i := range MaxEntries + 20 {
 		// Site i is throttled for i+1 minutes: sites 0..19 expire soonest.
-		cds, _ = Apply(cds, Report{Site: fmt.Sprintf("site%03d.com", i), Outcome: Throttled, RetryAfter: time.Duration(i+1) * time.Minute}, clk.Now(), DefaultPolicy)
+		cds, _ = CooldownsAfter(cds, Report{Site: fmt.Sprintf("site%03d.com", i), Outcome: Throttled, RetryAfter: time.Duration(i+1) * time.Minute}, clk.Now(), DefaultPolicy)
 	}
 	out, dropped := Prune(cds, clk.Now(), DefaultPolicy)
 	if !dropped || len(out) != MaxEntries {
@@ -228,7 +228,7 @@ func TestRetireCountsSitesBannedWithinTheWindow(t *testing.T) {
 	at := func(d time.Duration, site string, o Outcome) {
 		t.Helper()
 		var changed bool
-		if cds, changed = Apply(cds, Report{Site: site, Outcome: o}, t0.Add(d), p); !changed {
+		if cds, changed = CooldownsAfter(cds, Report{Site: site, Outcome: o}, t0.Add(d), p); !changed {
 			t.Fatalf("%s on %s at +%v changed nothing", o, site, d)
 		}
 	}

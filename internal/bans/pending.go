@@ -38,15 +38,15 @@ func init() {
 }
 
 // pendingPair is what the reports of one (proxy, site) pair taken since its last write
-// amount to: at most four reports that Apply turns into the entry the reports give one
+// amount to: at most four reports that CooldownsAfter turns into the entry the reports give one
 // by one, as long as no cooldown, the pair's own or one the reports start (but a
 // throttle's followed by an ok), ends between the first and the last of them (a write
-// follows within about a second). A report of an outcome Apply does not know counts and
+// follows within about a second). A report of an outcome CooldownsAfter does not know counts and
 // changes nothing.
 //   - an ok forgets an ended cooldown, so it counts only before any ban, and after the
-//     end of the throttles before it (as Apply keeps it, rounded up to the second); then
+//     end of the throttles before it (as CooldownsAfter keeps it, rounded up to the second); then
 //     it is all that counts so far, since it forgets what came before. An ok while a
-//     reported ban or throttle cools changes nothing, as in Apply.
+//     reported ban or throttle cools changes nothing, as in CooldownsAfter.
 //   - a ban while the pair cools from a ban changes nothing, so only the first counts.
 //   - throttles only move the end later, so the throttles before the first ban fold into
 //     one from the first of them to the latest end, and those after it into another.
@@ -96,7 +96,7 @@ func (p *pendingPair) addN(r Report, at time.Time, n int32) {
 		}
 		p.unreachable += max(n, 1)
 	case OK:
-		if p.bannedAt.IsZero() && !at.Before(ceilSecond(p.before.end)) { // the end Apply keeps
+		if p.bannedAt.IsZero() && !at.Before(ceilSecond(p.before.end)) { // the end CooldownsAfter keeps
 			*p = pendingPair{okAt: at, reports: p.reports}
 		}
 	case Throttled:

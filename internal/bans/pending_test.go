@@ -66,10 +66,10 @@ func TestPendingPairFoldsLikeReportsOneByOne(t *testing.T) {
 		for name, start := range starts {
 			want, got := start, start
 			for _, r := range reps {
-				want, _ = Apply(want, r.Report, r.at, DefaultPolicy)
+				want, _ = CooldownsAfter(want, r.Report, r.at, DefaultPolicy)
 			}
 			for _, r := range p.fold("a.com") {
-				got, _ = Apply(got, r.Report, r.at, DefaultPolicy)
+				got, _ = CooldownsAfter(got, r.Report, r.at, DefaultPolicy)
 			}
 			if !sameCooldowns(got, want) {
 				t.Fatalf("from %s, reports %s: folded %+v, one by one %+v", name, describe(reps), got, want)

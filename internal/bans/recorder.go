@@ -8,19 +8,17 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
 )
 
 // FieldManager owns status.cooldowns and status.unreachable of every Proxy, and nothing
-// else.
-const FieldManager = "proxy-feedback"
+// else (statusapply.ProxyFeedback).
+const FieldManager = statusapply.ProxyFeedback
 
 // DefaultWriteInterval is the least time between two status writes of one Proxy.
 const DefaultWriteInterval = time.Second
@@ -30,7 +28,7 @@ const DefaultWriteInterval = time.Second
 const conflictRetries = 5
 
 // Recorder takes crawler reports on every replica and writes them into the Proxies'
-// status.cooldowns (and status.unreachable, ApplyUnreachable), at most once per Proxy per WriteInterval: the reports that arrive
+// status.cooldowns (and status.unreachable, UnreachableAfter), at most once per Proxy per WriteInterval: the reports that arrive
 // meanwhile are applied together in the next write, those of one (proxy, site) pair
 // folded into one (pendingPair), and at most MaxPendingPairsPerProxy and MaxPendingPairs
 // pairs wait; a report for a new pair past either bound is dropped and counted in
@@ -278,7 +276,7 @@ func (r *Recorder) write(ctx context.Context, key types.NamespacedName, pending 
 				st := px.Status.DeepCopy()
 				st.Unreachable = unreach
 				var res string
-				unreach, res = ApplyUnreachable(st, rep.at, rep.n, r.UnreachableHoldoff)
+				unreach, res = UnreachableAfter(st, rep.at, rep.n, r.UnreachableHoldoff)
 				n := max(rep.n, 1)
 				if res == UnreachableMarked { // the first opens the mark, the others count on it
 					results[res]++
@@ -289,7 +287,7 @@ func (r *Recorder) write(ctx context.Context, key types.NamespacedName, pending 
 				continue
 			}
 			var c bool
-			cds, c = Apply(cds, rep.Report, rep.at, policy)
+			cds, c = CooldownsAfter(cds, rep.Report, rep.at, policy)
 			changed = changed || c
 		}
 		cds, pruned := Prune(cds, r.Clock.Now(), policy)
@@ -297,7 +295,7 @@ func (r *Recorder) write(ctx context.Context, key types.NamespacedName, pending 
 			countUnreachable(results)
 			return false, nil
 		}
-		err := r.apply(ctx, px, cds, unreach)
+		err := r.applyStatus(ctx, px, cds, unreach)
 		if err == nil {
 			countUnreachable(results)
 			return true, nil
@@ -322,43 +320,25 @@ func countUnreachable(results map[string]int32) {
 	}
 }
 
-// apply writes cds as the Proxy's status.cooldowns and u as its status.unreachable, the
-// only fields FieldManager applies, if px's resourceVersion is still current.
-func (r *Recorder) apply(ctx context.Context, px *v1alpha1.Proxy, cds []v1alpha1.ProxyCooldown, mark *v1alpha1.ProxyUnreachable) error {
-	status := map[string]any{}
-	if mark != nil {
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(mark)
-		if err != nil {
-			return err
-		}
-		status["unreachable"] = m
-	}
-	if len(cds) > 0 {
-		list := make([]any, len(cds))
-		for i := range cds {
-			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&cds[i])
-			if err != nil {
-				return err
-			}
-			list[i] = m
-		}
-		status["cooldowns"] = list
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{"status": status}}
-	u.SetAPIVersion(v1alpha1.GroupVersion.String())
-	u.SetKind("Proxy")
-	u.SetNamespace(px.Namespace)
-	u.SetName(px.Name)
-	u.SetResourceVersion(px.ResourceVersion)
-	return r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
-		client.FieldOwner(FieldManager), client.ForceOwnership)
+// feedbackStatus is the part of a Proxy's status FieldManager owns.
+type feedbackStatus struct {
+	Cooldowns   []v1alpha1.ProxyCooldown   `json:"cooldowns,omitempty"`
+	Unreachable *v1alpha1.ProxyUnreachable `json:"unreachable,omitempty"`
+}
+
+// applyStatus writes cds as the Proxy's status.cooldowns and mark as its
+// status.unreachable, the only fields FieldManager applies, if px's resourceVersion is
+// still current (through statusapply, like every status writer).
+func (r *Recorder) applyStatus(ctx context.Context, px *v1alpha1.Proxy, cds []v1alpha1.ProxyCooldown, mark *v1alpha1.ProxyUnreachable) error {
+	return statusapply.Status(ctx, r.Client, px, &feedbackStatus{Cooldowns: cds, Unreachable: mark}, FieldManager,
+		statusapply.IfVersion(px.ResourceVersion))
 }
 
 // PolicyFor is the cooldown policy of px (read through c): its pool's spec.bans over def.
 func PolicyFor(ctx context.Context, c client.Reader, px *v1alpha1.Proxy, def Policy) (Policy, error) {
 	p := def
-	ref := metav1.GetControllerOfNoCopy(px)
-	if ref == nil || ref.Kind != "ProxyPool" || ref.APIVersion != v1alpha1.GroupVersion.String() {
+	ref, ok := v1alpha1.ControllingPool(px)
+	if !ok {
 		return p, nil
 	}
 	pool := &v1alpha1.ProxyPool{}

@@ -48,14 +48,21 @@ func UnreachableOpen(st *v1alpha1.ProxyStatus) bool {
 	return u != nil && (p == nil || u.ReportedAt.After(p.ReportedAt.Time))
 }
 
-// ApplyUnreachable returns st's mark with n unreachable reports taken at at laid on it,
+// HandedOut reports whether discovery hands px out: it has an address, it is serving
+// (v1alpha1's (*Proxy).Serving: healthy, Ready, not deleting, not cordoned) and no
+// crawler's unreachable report waits for a probe to answer it (UnreachableOpen).
+func HandedOut(px *v1alpha1.Proxy) bool {
+	return px.Status.IP != "" && px.Serving() && !UnreachableOpen(&px.Status)
+}
+
+// UnreachableAfter returns st's mark with n unreachable reports taken at at laid on it,
 // and what became of them (one of the Unreachable* results):
 //   - a mark still open counts them;
 //   - within holdoff after a passing probe answered the last mark, they are ignored and
 //     the mark is returned unchanged;
 //   - otherwise they open a new mark at at (kept after the answered one's time, whatever
 //     the replicas' clocks), which holds the proxy out until a probe answers it.
-func ApplyUnreachable(st *v1alpha1.ProxyStatus, at time.Time, n int32, holdoff time.Duration) (*v1alpha1.ProxyUnreachable, string) {
+func UnreachableAfter(st *v1alpha1.ProxyStatus, at time.Time, n int32, holdoff time.Duration) (*v1alpha1.ProxyUnreachable, string) {
 	if n <= 0 {
 		n = 1
 	}

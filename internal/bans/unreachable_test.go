@@ -25,7 +25,7 @@ func answer(reported, probed time.Time, passed bool) *v1alpha1.ProxyUnreachableP
 // A report opens a mark, later ones count on it until a probe answers it; after a
 // passing answer reports are ignored for the holdoff, after a failing one they open a new
 // mark at once.
-func TestApplyUnreachable(t *testing.T) {
+func TestUnreachableAfter(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
 	holdoff := time.Minute
 	for _, tc := range []struct {
@@ -51,12 +51,12 @@ func TestApplyUnreachable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.st.DeepCopy()
-			got, res := ApplyUnreachable(&tc.st, tc.at, tc.n, holdoff)
+			got, res := UnreachableAfter(&tc.st, tc.at, tc.n, holdoff)
 			if res != tc.result || !got.ReportedAt.Equal(&tc.want.ReportedAt) || got.Reports != tc.want.Reports {
 				t.Errorf("got %v %d reports, %s; want %v %d reports, %s", got.ReportedAt, got.Reports, res, tc.want.ReportedAt, tc.want.Reports, tc.result)
 			}
 			if tc.st.Unreachable != nil && tc.st.Unreachable.Reports != before.Unreachable.Reports {
-				t.Error("ApplyUnreachable modified the status it was given")
+				t.Error("UnreachableAfter modified the status it was given")
 			}
 			st := tc.st
 			st.Unreachable = got

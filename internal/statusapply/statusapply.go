@@ -44,8 +44,12 @@ const (
 	ProviderHealth = "providerhealth"
 	// ProxyBans is the leader's ban controller: a Proxy's coolingSites and Retired
 	// condition, a ProxyPool's saturatedSites, retirements and Saturated condition. (A Proxy's
-	// cooldowns are internal/bans.FieldManager's, written on every replica.)
+	// cooldowns are ProxyFeedback's, written on every replica.)
 	ProxyBans = "proxy-bans"
+	// ProxyFeedback is the ban recorder (internal/bans.Recorder, whose FieldManager it
+	// is), on every replica: a Proxy's cooldowns and unreachable mark, from the crawlers'
+	// reports.
+	ProxyFeedback = "proxy-feedback"
 )
 
 // Option adjusts one Status call.

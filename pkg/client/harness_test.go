@@ -37,7 +37,7 @@ const (
 )
 
 // fleet is the discovery server as the manager runs it, over Proxies held in memory
-// instead of an informer cache: every accepted report goes through bans.Apply into the
+// instead of an informer cache: every accepted report goes through bans.CooldownsAfter into the
 // Proxy's status.cooldowns at once, and the next request sees the new snapshot.
 type fleet struct {
 	mu      sync.Mutex
@@ -76,10 +76,10 @@ func (f *fleet) Add(key types.NamespacedName, r bans.Report) {
 	for _, px := range f.proxies {
 		if px.Namespace == key.Namespace && px.Name == key.Name {
 			if r.Outcome == bans.Unreachable {
-				px.Status.Unreachable, _ = bans.ApplyUnreachable(&px.Status, time.Now(), 1, bans.DefaultUnreachableHoldoff)
+				px.Status.Unreachable, _ = bans.UnreachableAfter(&px.Status, time.Now(), 1, bans.DefaultUnreachableHoldoff)
 				continue
 			}
-			if cds, changed := bans.Apply(px.Status.Cooldowns, r, time.Now(), bans.DefaultPolicy); changed {
+			if cds, changed := bans.CooldownsAfter(px.Status.Cooldowns, r, time.Now(), bans.DefaultPolicy); changed {
 				px.Status.Cooldowns = cds
 			}
 		}
