@@ -28,7 +28,6 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
 )
 
@@ -113,11 +112,8 @@ func proxyBansChanged(o, n *v1alpha1.Proxy) bool {
 			meta.FindStatusCondition(n.Status.Conditions, v1alpha1.ConditionRetired))
 }
 
-// serving: discovery hands the proxy out (Ready, healthy, not cordoned, not deleted).
-func serving(px *v1alpha1.Proxy) bool {
-	e, ok := discovery.EntryFor(px)
-	return ok && e.Healthy
-}
+// serving: discovery hands the proxy out (bans.HandedOut).
+func serving(px *v1alpha1.Proxy) bool { return bans.HandedOut(px) }
 
 // proxyBansStatus is the part of a Proxy's status proxy-bans owns.
 type proxyBansStatus struct {
@@ -197,11 +193,8 @@ func (r *BansReconciler) retire(ctx context.Context, px *v1alpha1.Proxy, sites [
 		client.FieldOwner(statusapply.ProxyBans)); err != nil {
 		return fmt.Errorf("retiring proxy %s/%s (%s): %w", px.Namespace, px.Name, reason, err)
 	}
-	pool := ""
-	if ref := metav1.GetControllerOfNoCopy(px); ref != nil && ref.Kind == "ProxyPool" {
-		pool = ref.Name
-	}
-	proxyRetirements.WithLabelValues(px.Namespace, pool).Inc()
+	pool, _ := v1alpha1.ControllingPool(px)
+	proxyRetirements.WithLabelValues(px.Namespace, pool.Name).Inc()
 	if r.Recorder != nil {
 		r.Recorder.Eventf(px, nil, corev1.EventTypeWarning, v1alpha1.ConditionRetired, "Retire", "Cordoned: %s", reason)
 	}

@@ -83,10 +83,7 @@ func snapshotOwner(obj client.Object) string {
 	if obj == nil {
 		return ""
 	}
-	ref := metav1.GetControllerOfNoCopy(obj)
-	if ref == nil || ref.Kind != "Proxy" || ref.APIVersion != v1alpha1.GroupVersion.String() {
-		return ""
-	}
+	ref, _ := v1alpha1.ControllingProxy(obj)
 	return ref.Name
 }
 

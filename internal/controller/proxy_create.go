@@ -305,8 +305,8 @@ func sourceRanges(px *v1alpha1.Proxy) []string {
 // poolOf names the ProxyPool that controls px, from its controller reference; zero for a
 // standalone Proxy.
 func poolOf(px *v1alpha1.Proxy) provider.PoolRef {
-	ref := metav1.GetControllerOf(px)
-	if ref == nil || ref.Kind != "ProxyPool" || !strings.HasPrefix(ref.APIVersion, v1alpha1.GroupVersion.Group+"/") {
+	ref, ok := v1alpha1.ControllingPool(px)
+	if !ok {
 		return provider.PoolRef{}
 	}
 	return provider.PoolRef{Namespace: px.Namespace, Name: ref.Name, UID: string(ref.UID)}

@@ -155,13 +155,9 @@ func shortHash(v any) string {
 	return hex.EncodeToString(sum[:])[:16]
 }
 
-// controllingPool is the name of the ProxyPool controlling px, or "". The controller
-// reference decides, not the pool label, which anyone may set.
+// controllingPool is the name of the ProxyPool controlling px, or "".
 func controllingPool(px *v1alpha1.Proxy) string {
-	ref := metav1.GetControllerOfNoCopy(px)
-	if ref == nil || ref.Kind != "ProxyPool" || ref.APIVersion != v1alpha1.GroupVersion.String() {
-		return ""
-	}
+	ref, _ := v1alpha1.ControllingPool(px)
 	return ref.Name
 }
 

@@ -189,8 +189,8 @@ func remediationFault(rec *remediation.Record) string {
 // controllingPool is the ProxyPool that controls px, nil for a standalone Proxy (or one
 // whose pool is gone).
 func (r *ProxyReconciler) controllingPool(ctx context.Context, px *v1alpha1.Proxy) (*v1alpha1.ProxyPool, error) {
-	ref := metav1.GetControllerOfNoCopy(px)
-	if ref == nil || ref.Kind != "ProxyPool" {
+	ref, ok := v1alpha1.ControllingPool(px)
+	if !ok {
 		return nil, nil
 	}
 	pool := &v1alpha1.ProxyPool{}
@@ -240,8 +240,8 @@ func (r *ProxyReconciler) remediationGroup(ctx context.Context, px *v1alpha1.Pro
 // standaloneOf reports whether m is a standalone Managed Proxy of provider: a member of
 // one of the provider's host groups, not of a pool's.
 func standaloneOf(m *v1alpha1.Proxy, provider string) bool {
-	ref := metav1.GetControllerOfNoCopy(m)
-	return m.Spec.Mode != v1alpha1.ProxyModeExternal && (ref == nil || ref.Kind != "ProxyPool") && m.Spec.Provider == provider
+	_, pooled := v1alpha1.ControllingPool(m)
+	return m.Spec.Mode != v1alpha1.ProxyModeExternal && !pooled && m.Spec.Provider == provider
 }
 
 // ProviderRemediation is the RemediationAllowed condition of provider's ProviderHealth

@@ -97,7 +97,7 @@ func (r *ProxyPoolReconciler) observeEgress(ctx context.Context, s *poolScope) e
 // the credentials snapshot of every child (proxy_snapshot.go), one more with each child:
 // handed to a child, either would leave it waiting for a configuration forever.
 func notAnExit(sec *corev1.Secret) string {
-	if ref := metav1.GetControllerOfNoCopy(sec); ref != nil && ref.Kind == "Proxy" && ref.APIVersion == v1alpha1.GroupVersion.String() {
+	if ref, ok := v1alpha1.ControllingProxy(sec); ok {
 		return "the credentials snapshot of proxy " + ref.Name
 	}
 	if len(bytes.TrimSpace(sec.Data[proxyconfig.SecretKeyWireGuard])) == 0 {

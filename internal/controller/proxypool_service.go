@@ -61,10 +61,7 @@ func (r *ProxyPoolReconciler) publish(ctx context.Context, s *poolScope) error {
 
 // ensureService creates or updates the Service name, owned by the pool.
 func (r *ProxyPoolReconciler) ensureService(ctx context.Context, pool *v1alpha1.ProxyPool, name string) error {
-	port := pool.Spec.Template.Spec.Port
-	if port == 0 {
-		port = 3128
-	}
+	port := pool.Spec.Template.Spec.PortOrDefault()
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pool.Namespace}}
 	_, err := controllerutil.CreateOrPatch(ctx, r.Client, svc, func() error {
 		if svc.ResourceVersion != "" && !metav1.IsControlledBy(svc, pool) {
@@ -276,13 +273,9 @@ func endpointOf(px *v1alpha1.Proxy) (discoveryv1.Endpoint, int32, bool) {
 	if ip == nil || ip.To4() == nil {
 		return discoveryv1.Endpoint{}, 0, false
 	}
-	port := px.Spec.Port
-	if port == 0 {
-		port = 3128
-	}
+	port := px.Port()
 	deleting := !px.DeletionTimestamp.IsZero()
-	healthy := px.Status.Healthy && px.Status.Phase == v1alpha1.PhaseReady && !deleting &&
-		px.Annotations[v1alpha1.CordonAnnotation] != "true"
+	healthy := px.Serving()
 	ep := discoveryv1.Endpoint{
 		Addresses: []string{ip.String()},
 		Conditions: discoveryv1.EndpointConditions{

@@ -133,8 +133,8 @@ func (h ownedHandler[T]) Generic(_ context.Context, e event.TypedGenericEvent[T]
 }
 
 func (h ownedHandler[T]) add(obj T, q poolQueue) {
-	ref := metav1.GetControllerOf(obj)
-	if ref == nil || ref.Kind != "ProxyPool" || ref.APIVersion != v1alpha1.GroupVersion.String() {
+	ref, ok := v1alpha1.ControllingPool(obj)
+	if !ok {
 		return
 	}
 	q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}}, h.window)

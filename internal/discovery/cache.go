@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -97,29 +97,67 @@ func (s *CacheSource) Snapshot(ctx context.Context) (*Snapshot, error) {
 func sameEntry(a, b *v1alpha1.Proxy) bool {
 	ea, oka := EntryFor(a)
 	eb, okb := EntryFor(b)
-	if oka != okb {
+	return oka == okb && ea.equal(&eb)
+}
+
+// equal reports whether e and f are the same entry, compared as values: the comparable
+// fields with one ==, the labels, credentials part and cooldowns by content.
+// TestEntryEqualSeesEveryField changes each field of Entry in turn and fails for a field
+// this leaves out.
+func (e *Entry) equal(f *Entry) bool {
+	return e.scalars() == f.scalars() && maps.Equal(e.Labels, f.Labels) &&
+		sameAuth(e.auth, f.auth) && slices.EqualFunc(e.cooldowns, f.cooldowns, sameCooldown)
+}
+
+// entryScalars is the comparable part of an Entry.
+type entryScalars struct {
+	name, namespace, url, mode, provider, region, zone, pool, egressIP, urlIPv6 string
+	healthy                                                                     bool
+}
+
+func (e *Entry) scalars() entryScalars {
+	return entryScalars{e.Name, e.Namespace, e.URL, e.Mode, e.Provider, e.Region, e.Zone, e.Pool, e.EgressIP, e.urlIPv6, e.Healthy}
+}
+
+// sameAuth compares what authOf keeps of a Proxy.
+func sameAuth(a, b *v1alpha1.Proxy) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	pa, pb := a.Spec.Proxy, b.Spec.Proxy // authOf sets spec.proxy to basicAuth alone, or nil
+	if (pa == nil) != (pb == nil) || (pa != nil && !ptrEqual(pa.BasicAuth, pb.BasicAuth)) {
 		return false
 	}
-	return ea.Name == eb.Name && ea.Namespace == eb.Namespace && ea.URL == eb.URL && ea.Mode == eb.Mode &&
-		ea.Provider == eb.Provider && ea.Region == eb.Region && ea.Zone == eb.Zone && ea.Pool == eb.Pool &&
-		ea.Healthy == eb.Healthy && ea.EgressIP == eb.EgressIP && ea.urlIPv6 == eb.urlIPv6 && maps.Equal(ea.Labels, eb.Labels) &&
-		equality.Semantic.DeepEqual(ea.auth, eb.auth) && equality.Semantic.DeepEqual(ea.cooldowns, eb.cooldowns)
+	return a.Namespace == b.Namespace && a.Name == b.Name && a.UID == b.UID && a.Spec.Mode == b.Spec.Mode &&
+		a.Status.CredentialsSecret == b.Status.CredentialsSecret
+}
+
+// sameCooldown compares two cooldowns field by field, their times as instants.
+func sameCooldown(a, b v1alpha1.ProxyCooldown) bool {
+	return a.Site == b.Site && a.Until.Equal(&b.Until) && a.Bans == b.Bans && a.LastOutcome == b.LastOutcome &&
+		a.LastBanned.Equal(b.LastBanned)
+}
+
+// ptrEqual reports whether a and b are both nil or point to equal values.
+func ptrEqual[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // EntryFor is how a Proxy appears in the API; ok is false for a Proxy without an address.
-// A proxy counts as healthy only while the health engine holds it Ready, it is not
-// being deleted (a Ready proxy that the reconciler is replacing is not handed out), it
-// is not cordoned and no crawler's unreachable report waits for a probe to answer it
-// (status.unreachable newer than status.unreachableProbe). Pool is the ProxyPool that controls it, if any.
+// A proxy counts as healthy only while bans.HandedOut holds: the health engine holds it
+// Ready, it is not being deleted (a Ready proxy that the reconciler is replacing is not
+// handed out), it is not cordoned and no crawler's unreachable report waits for a probe
+// to answer it (status.unreachable newer than status.unreachableProbe). Pool is the
+// ProxyPool that controls it, if any (v1alpha1.ControllingPool).
 func EntryFor(px *v1alpha1.Proxy) (Entry, bool) {
 	st := &px.Status
 	if st.IP == "" {
 		return Entry{}, false
 	}
-	port := px.Spec.Port
-	if port == 0 {
-		port = 3128
-	}
+	port := px.Port()
 	var lbl map[string]string
 	if len(px.Labels) > 0 {
 		lbl = make(map[string]string, len(px.Labels))
@@ -138,11 +176,10 @@ func EntryFor(px *v1alpha1.Proxy) (Entry, bool) {
 		Region:    px.Spec.Placement.Region,
 		Zone:      px.Spec.Placement.Zone,
 		Pool:      poolOf(px),
-		Healthy: st.Healthy && st.Phase == v1alpha1.PhaseReady && px.DeletionTimestamp == nil &&
-			px.Annotations[v1alpha1.CordonAnnotation] != "true" && !bans.UnreachableOpen(st),
-		EgressIP: st.EgressIP,
-		Labels:   lbl,
-		urlIPv6:  urlIPv6(st.IPv6, port),
+		Healthy:   bans.HandedOut(px),
+		EgressIP:  st.EgressIP,
+		Labels:    lbl,
+		urlIPv6:   urlIPv6(st.IPv6, port),
 	}, true
 }
 
@@ -152,6 +189,12 @@ func urlIPv6(ip string, port int32) string {
 		return ""
 	}
 	return "http://" + net.JoinHostPort(ip, strconv.Itoa(int(port)))
+}
+
+// poolOf is the name of the ProxyPool controlling px, or "".
+func poolOf(px *v1alpha1.Proxy) string {
+	ref, _ := v1alpha1.ControllingPool(px)
+	return ref.Name
 }
 
 // authOf is the part of px its credentials lookup reads, or nil when its proxy demands no

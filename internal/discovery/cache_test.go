@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -156,7 +158,7 @@ func TestCacheSource(t *testing.T) {
 // (lastProbeTime, latency, the condition's message) do not.
 func TestSameEntry(t *testing.T) {
 	if n := reflect.TypeOf(Entry{}).NumField(); n != 14 {
-		t.Fatalf("Entry has %d fields; compare the new ones in sameEntry and count them here", n)
+		t.Fatalf("Entry has %d fields; compare the new ones in Entry.equal and count them here", n)
 	}
 	base := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "p", Labels: map[string]string{"a": "b"}},
 		Spec:   v1alpha1.ProxySpec{Provider: "kvm2-home", Port: 3128, Placement: v1alpha1.ProxyPlacement{Zone: "z"}},
@@ -200,5 +202,129 @@ func listed(list func(string) string, query, want string) func() (bool, error) {
 	return func() (bool, error) {
 		got := list(query)
 		return got == want, fmt.Errorf("listed %q", got)
+	}
+}
+
+// BenchmarkSameEntry is the informer's test of each Proxy update: the health engine's
+// per-round write (lastProbeTime, latency) of a Proxy with labels, basic auth and two
+// cooldowns, which leaves its entry the same.
+//
+//	go test -run '^$' -bench SameEntry -benchmem ./internal/discovery/
+func BenchmarkSameEntry(b *testing.B) {
+	now := metav1.Now()
+	old := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "p", Labels: map[string]string{"a": "b", "tier": "gold"}},
+		Spec: v1alpha1.ProxySpec{Provider: "kvm2-home", Port: 3128, Placement: v1alpha1.ProxyPlacement{Zone: "z"},
+			Proxy: &v1alpha1.ProxyConfig{BasicAuth: authRef("auth-a")}},
+		Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, IP: "192.0.2.1", Healthy: true, EgressIP: "198.51.100.1",
+			Cooldowns: []v1alpha1.ProxyCooldown{
+				{Site: "example.com", Until: now, LastOutcome: v1alpha1.CooldownBanned},
+				{Site: "example.org", Until: now, LastOutcome: v1alpha1.CooldownBanned},
+			}}}
+	cur := old.DeepCopy()
+	cur.Status.LastProbeTime, cur.Status.ProbeLatencyMilliseconds = &now, 12
+	b.ReportAllocs()
+	for b.Loop() {
+		if !sameEntry(old, cur) {
+			b.Fatal("a probe write changed the entry")
+		}
+	}
+}
+
+// Every field of Entry counts in equal: changing any one of them, exported or not, makes
+// two entries differ, so a field added to Entry and left out of equal (which would keep
+// discovery serving the old value) fails here. Equal values held apart (two maps, two
+// auth Proxies, two cooldown slices of the same content) compare equal.
+func TestEntryEqualSeesEveryField(t *testing.T) {
+	typ := reflect.TypeOf(Entry{})
+	for i := range typ.NumField() {
+		fld := typ.Field(i)
+		var base, changed Entry
+		field := reflect.ValueOf(&changed).Elem().Field(i)
+		// Unexported fields too: set through their address.
+		field = reflect.NewAt(fld.Type, unsafe.Pointer(field.UnsafeAddr())).Elem()
+		switch {
+		case fld.Type.Kind() == reflect.String:
+			field.SetString("x")
+		case fld.Type.Kind() == reflect.Bool:
+			field.SetBool(true)
+		case fld.Type == reflect.TypeOf(map[string]string(nil)):
+			field.Set(reflect.ValueOf(map[string]string{"a": "b"}))
+		case fld.Type == reflect.TypeOf((*v1alpha1.Proxy)(nil)):
+			field.Set(reflect.ValueOf(&v1alpha1.Proxy{}))
+		case fld.Type == reflect.TypeOf([]v1alpha1.ProxyCooldown(nil)):
+			field.Set(reflect.ValueOf([]v1alpha1.ProxyCooldown{{Site: "example.com"}}))
+		default:
+			t.Fatalf("Entry.%s is a %s: teach this test to change it, and compare it in Entry.equal", fld.Name, fld.Type)
+		}
+		if base.equal(&changed) || changed.equal(&base) {
+			t.Errorf("Entry.%s changed and equal still reports the entries the same: compare it in Entry.equal", fld.Name)
+		}
+	}
+
+	until := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	full := func() Entry {
+		return Entry{Name: "p", Namespace: "n", URL: "http://192.0.2.1:3128", Mode: "Managed", Provider: "kvm2-home",
+			Region: "eu", Zone: "z", Pool: "pool", Healthy: true, EgressIP: "198.51.100.1", Labels: map[string]string{"a": "b"},
+			auth: authOf(&v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "p", UID: "u"},
+				Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeManaged, Proxy: &v1alpha1.ProxyConfig{BasicAuth: authRef("auth-a")}}}),
+			cooldowns: []v1alpha1.ProxyCooldown{{Site: "example.com", Until: until, Bans: 2, LastOutcome: v1alpha1.CooldownBanned, LastBanned: &until}},
+			urlIPv6:   "http://[2001:db8::1]:3128"}
+	}
+	a, b := full(), full()
+	if !a.equal(&b) {
+		t.Errorf("two entries built alike differ:\n%+v\n%+v", a, b)
+	}
+}
+
+// The parts of Entry compared by content: each field authOf keeps of a Proxy, and each
+// field of a cooldown.
+func TestEntryEqualAuthAndCooldowns(t *testing.T) {
+	authed := func(change func(*v1alpha1.Proxy)) *v1alpha1.Proxy {
+		px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "p", UID: "u"},
+			Spec:   v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeManaged, Proxy: &v1alpha1.ProxyConfig{BasicAuth: authRef("auth-a")}},
+			Status: v1alpha1.ProxyStatus{CredentialsSecret: "snap-1"}}
+		change(px)
+		return authOf(px)
+	}
+	base := Entry{auth: authed(func(*v1alpha1.Proxy) {})}
+	for name, change := range map[string]func(*v1alpha1.Proxy){
+		"namespace":          func(p *v1alpha1.Proxy) { p.Namespace = "m" },
+		"name":               func(p *v1alpha1.Proxy) { p.Name = "q" },
+		"uid":                func(p *v1alpha1.Proxy) { p.UID = "v" },
+		"mode":               func(p *v1alpha1.Proxy) { p.Spec.Mode = v1alpha1.ProxyModeExternal },
+		"credentials secret": func(p *v1alpha1.Proxy) { p.Status.CredentialsSecret = "snap-2" },
+		"basic auth secret":  func(p *v1alpha1.Proxy) { p.Spec.Proxy.BasicAuth = authRef("auth-b") },
+		"basic auth removed": func(p *v1alpha1.Proxy) { p.Spec.Proxy = nil },
+	} {
+		changed := Entry{auth: authed(change)}
+		if base.equal(&changed) {
+			t.Errorf("auth: a changed %s leaves the entries the same", name)
+		}
+	}
+
+	if n := reflect.TypeOf(v1alpha1.ProxyCooldown{}).NumField(); n != 5 {
+		t.Fatalf("ProxyCooldown has %d fields; compare the new ones in sameCooldown and change them here", n)
+	}
+	t0 := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	t1 := metav1.NewTime(t0.Add(time.Second))
+	cd := v1alpha1.ProxyCooldown{Site: "example.com", Until: t0, Bans: 1, LastOutcome: v1alpha1.CooldownBanned, LastBanned: &t0}
+	same := cd
+	same.Until = metav1.NewTime(t0.In(time.FixedZone("elsewhere", 3600))) // the same instant
+	if !sameCooldown(cd, same) {
+		t.Error("the same instant in another zone makes two cooldowns differ")
+	}
+	for name, change := range map[string]func(*v1alpha1.ProxyCooldown){
+		"site":            func(c *v1alpha1.ProxyCooldown) { c.Site = "example.org" },
+		"until":           func(c *v1alpha1.ProxyCooldown) { c.Until = t1 },
+		"bans":            func(c *v1alpha1.ProxyCooldown) { c.Bans = 2 },
+		"last outcome":    func(c *v1alpha1.ProxyCooldown) { c.LastOutcome = v1alpha1.CooldownOutcome("other") },
+		"last banned":     func(c *v1alpha1.ProxyCooldown) { c.LastBanned = &t1 },
+		"last banned nil": func(c *v1alpha1.ProxyCooldown) { c.LastBanned = nil },
+	} {
+		changed := cd
+		change(&changed)
+		if sameCooldown(cd, changed) {
+			t.Errorf("cooldown: a changed %s leaves it the same", name)
+		}
 	}
 }

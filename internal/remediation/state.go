@@ -79,7 +79,7 @@ const (
 // returned beside the State, which is complete otherwise.
 func FromProxy(px *v1alpha1.Proxy) (State, error) {
 	st := State{Key: px.Namespace + "/" + px.Name, Group: HostGroup(px.Spec.Provider, px.Spec.Placement.Zone)}
-	if ref := metav1.GetControllerOfNoCopy(px); ref != nil && ref.Kind == "ProxyPool" {
+	if ref, ok := v1alpha1.ControllingPool(px); ok {
 		st.Group = PoolGroup(px.Namespace, ref.Name)
 	}
 	conds := px.Status.Conditions
