@@ -62,21 +62,21 @@ func TestVerifyEgress(t *testing.T) {
 // A mismatch takes a healthy proxy out of rotation at once (no threshold), with one
 // Warning Event on entering it and none while it lasts; the address the target saw is
 // the status's egressIP.
-func TestApplyEgressMismatch(t *testing.T) {
+func TestLayResultEgressMismatch(t *testing.T) {
 	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, IP: "10.0.0.5"}}
 	now := time.Now()
-	if tr := apply(px, result{latency: time.Millisecond, egressIP: "198.51.100.7", verified: true}, now, 3, ""); tr == nil || tr.reason != v1alpha1.ReasonProbeSucceeded ||
+	if tr := layResult(px, result{latency: time.Millisecond, egressIP: "198.51.100.7", verified: true}, now, 3, ""); tr == nil || tr.reason != v1alpha1.ReasonProbeSucceeded ||
 		!strings.Contains(tr.note, "egress IP 198.51.100.7 (the egressIP its WireGuard Secret states)") {
 		t.Fatalf("verified probe: %+v", tr)
 	}
 	mismatch := verifyEgress(result{latency: time.Millisecond, egressIP: "203.0.113.1"}, netip.MustParseAddr("198.51.100.7"), "10.0.0.5:3128")
-	tr := apply(px, mismatch, now, 3, "")
+	tr := layResult(px, mismatch, now, 3, "")
 	c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy)
 	if tr == nil || tr.typ != corev1.EventTypeWarning || tr.reason != v1alpha1.ReasonEgressMismatch || px.Status.Healthy ||
 		c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonEgressMismatch || px.Status.EgressIP != "203.0.113.1" {
 		t.Fatalf("first mismatch: event %+v, status %+v", tr, px.Status)
 	}
-	if tr := apply(px, mismatch, now, 3, ""); tr != nil {
+	if tr := layResult(px, mismatch, now, 3, ""); tr != nil {
 		t.Errorf("second mismatch: event %+v, want none while it lasts", tr)
 	}
 }

@@ -48,7 +48,6 @@ const (
 	// DefaultBootProbeWindow is how long after turning Running a Proxy is probed every
 	// BootProbeInterval; then it waits for the rounds like any other.
 	DefaultBootProbeWindow = 2 * time.Minute
-	defaultPort            = 3128
 )
 
 // Options configure an Engine.
@@ -508,11 +507,7 @@ func (e *Engine) retire(ctx context.Context, px *v1alpha1.Proxy) {
 }
 
 func proxyURL(px *v1alpha1.Proxy) *url.URL {
-	port := px.Spec.Port
-	if port == 0 {
-		port = defaultPort
-	}
-	return &url.URL{Scheme: "http", Host: net.JoinHostPort(px.Status.IP, strconv.Itoa(int(port)))}
+	return &url.URL{Scheme: "http", Host: net.JoinHostPort(px.Status.IP, strconv.Itoa(int(px.Port())))}
 }
 
 func (e *Engine) probeOne(ctx context.Context, px *v1alpha1.Proxy) result {
@@ -610,7 +605,7 @@ func (e *Engine) write(ctx context.Context, px *v1alpha1.Proxy, r result, now ti
 		px.Status.UnreachableProbe = &v1alpha1.ProxyUnreachableProbe{ReportedAt: mark.ReportedAt,
 			ProbedAt: metav1.NewTime(now), Passed: r.err == nil}
 	}
-	tr := apply(px, r, now, threshold, hint)
+	tr := layResult(px, r, now, threshold, hint)
 	if mark != nil && tr != nil && r.err != nil {
 		tr.note = fmt.Sprintf("proxy is unhealthy: a crawler reported it unreachable and a probe confirmed it; last: %v", r.err)
 	}

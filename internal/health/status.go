@@ -24,13 +24,13 @@ type transition struct {
 	typ, reason, note string
 }
 
-// apply lays the probe result r onto px's status: only the fields the health engine owns
+// layResult lays the probe result r onto px's status: only the fields the health engine owns
 // (healthStatusOf). The Proxy reconciler moves the phase between Running and Ready from
 // the Healthy condition and probeTarget. hint, when not empty,
 // is added to the failure message of a Proxy that has not passed a probe yet (its
 // provider's ProbeHinter). It returns the Event to record, if the proxy changed between
 // healthy and unhealthy.
-func apply(px *v1alpha1.Proxy, r result, now time.Time, threshold int32, hint string) *transition {
+func layResult(px *v1alpha1.Proxy, r result, now time.Time, threshold int32, hint string) *transition {
 	st := &px.Status
 	t := metav1.NewTime(now)
 	st.LastProbeTime = &t

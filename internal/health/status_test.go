@@ -22,7 +22,7 @@ type seen struct {
 	event    string
 }
 
-func TestApplyNoFlapping(t *testing.T) {
+func TestLayResultNoFlapping(t *testing.T) {
 	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.1"}}
 	ok := result{latency: 12 * time.Millisecond, egressIP: "198.51.100.1"}
 	bad := result{err: errors.New("probe through 192.0.2.1:3128: connection refused"), latency: time.Millisecond}
@@ -45,7 +45,7 @@ func TestApplyNoFlapping(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i, s := range steps {
 		now = now.Add(30 * time.Second)
-		tr := apply(px, s.r, now, 3, "")
+		tr := layResult(px, s.r, now, 3, "")
 		c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy)
 		got := seen{shown(px), px.Status.Healthy, c.Status, px.Status.ConsecutiveProbeFailures, ""}
 		if tr != nil {
@@ -64,10 +64,10 @@ func TestApplyNoFlapping(t *testing.T) {
 }
 
 // The engine never moves a proxy out of a phase the reconciler owns.
-func TestApplyLeavesOtherPhases(t *testing.T) {
+func TestLayResultLeavesOtherPhases(t *testing.T) {
 	for _, ph := range []v1alpha1.ProxyPhase{v1alpha1.PhaseProvisioning, v1alpha1.PhaseFailed, v1alpha1.PhaseDeleting} {
 		px := &v1alpha1.Proxy{Status: v1alpha1.ProxyStatus{Phase: ph}}
-		apply(px, result{}, time.Now(), 3, "")
+		layResult(px, result{}, time.Now(), 3, "")
 		if px.Status.Phase != ph {
 			t.Errorf("%s became %s", ph, px.Status.Phase)
 		}
@@ -77,20 +77,20 @@ func TestApplyLeavesOtherPhases(t *testing.T) {
 // TestApplyHintOnlyWhileNeverAnswered: the provider's hint (gce: the image may lack
 // cloud-init) is in the Healthy message while the Proxy has not passed a probe, and not
 // once it has.
-func TestApplyHintOnlyWhileNeverAnswered(t *testing.T) {
+func TestLayResultHintOnlyWhileNeverAnswered(t *testing.T) {
 	const hint = "the image may lack cloud-init"
 	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.1"}}
 	bad := result{err: errors.New("probe through 192.0.2.1:3128: connection refused")}
 	msg := func() string {
 		return meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy).Message
 	}
-	apply(px, bad, time.Now(), 3, hint)
+	layResult(px, bad, time.Now(), 3, hint)
 	if want := "probes failing; last: probe through 192.0.2.1:3128: connection refused; " + hint; msg() != want {
 		t.Errorf("never answered: message %q, want %q", msg(), want)
 	}
-	apply(px, result{latency: time.Millisecond}, time.Now(), 3, hint)
+	layResult(px, result{latency: time.Millisecond}, time.Now(), 3, hint)
 	for range 3 {
-		apply(px, bad, time.Now(), 3, hint)
+		layResult(px, bad, time.Now(), 3, hint)
 	}
 	if px.Status.Healthy || strings.Contains(msg(), hint) {
 		t.Errorf("answered once, then failing: healthy %v, message %q; want unhealthy without the hint", px.Status.Healthy, msg())
@@ -101,14 +101,14 @@ func TestApplyHintOnlyWhileNeverAnswered(t *testing.T) {
 // engine's to write: a good probe makes the successor Ready (the reconciler's readiness
 // then removes the notice, TestReadiness in internal/controller), and the engine's apply
 // carries no Preempted at all.
-func TestApplyLeavesPreemptedToTheReconciler(t *testing.T) {
+func TestLayResultLeavesPreemptedToTheReconciler(t *testing.T) {
 	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.1",
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted}}}}
-	apply(px, result{err: errors.New("connection refused")}, time.Now(), 3, "")
+	layResult(px, result{err: errors.New("connection refused")}, time.Now(), 3, "")
 	if meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionPreempted) == nil {
 		t.Error("a failed probe removed the Preempted condition")
 	}
-	apply(px, result{latency: time.Millisecond}, time.Now(), 3, "")
+	layResult(px, result{latency: time.Millisecond}, time.Now(), 3, "")
 	if own := healthStatusOf(&px.Status); shown(px) != v1alpha1.PhaseReady || meta.FindStatusCondition(own.Conditions, v1alpha1.ConditionPreempted) != nil {
 		t.Errorf("phase shown %s, the engine's conditions %+v: want Ready, and no Preempted in the engine's apply", shown(px), own.Conditions)
 	}
