@@ -314,13 +314,24 @@ func (s *Server) getPrimaryIP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getPricing(w http.ResponseWriter, r *http.Request) {
 	p := schema.Pricing{
 		Currency: "EUR", VATRate: "19.00",
-		Image:        schema.PricingImage{PricePerGBMonth: price("0.0110")},
-		Traffic:      schema.PricingTraffic{PricePerTB: price("1.0000")},
-		ServerBackup: schema.PricingServerBackup{Percentage: "20.00"},
-		Volume:       schema.PricingVolume{PricePerGBPerMonth: price("0.0440")},
-		FloatingIPs:  []schema.PricingFloatingIPType{}, LoadBalancerTypes: []schema.PricingLoadBalancerType{},
-		PrimaryIPs: slices.Clone(s.ipPrices),
+		Image:             schema.PricingImage{PricePerGBMonth: price("0.0110")},
+		Traffic:           schema.PricingTraffic{PricePerTB: price("1.0000")},
+		ServerBackup:      schema.PricingServerBackup{Percentage: "20.00"},
+		Volume:            schema.PricingVolume{PricePerGBPerMonth: price("0.0440")},
+		LoadBalancerTypes: []schema.PricingLoadBalancerType{},
+		PrimaryIPs:        slices.Clone(s.ipPrices),
 	}
+	// floating_ips lists the same types as primary_ips, as the real answer does:
+	// hcloud-go v2.52.0 sizes its primary IP prices by len(floating_ips) and panics on
+	// an answer with fewer floating IP types than primary IP types.
+	for _, ip := range s.ipPrices {
+		ft := schema.PricingFloatingIPType{Type: ip.Type}
+		for _, pr := range ip.Prices {
+			ft.Prices = append(ft.Prices, schema.PricingFloatingIPTypePrice{Location: pr.Location, PriceMonthly: price("3.0000")})
+		}
+		p.FloatingIPs = append(p.FloatingIPs, ft)
+	}
+	p.FloatingIP = schema.PricingFloatingIP{PriceMonthly: price("3.0000")}
 	for _, st := range s.serverTypes {
 		p.ServerTypes = append(p.ServerTypes, schema.PricingServerType{ID: st.ID, Name: st.Name, Prices: st.Prices})
 	}

@@ -1,6 +1,7 @@
 package hcloudfake
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -137,17 +138,17 @@ func TestPowerActions(t *testing.T) {
 	s, c := fake(t)
 	sv := mustCreate(t, c, "power", nil)
 	for _, step := range []struct {
-		do      func(*hcloud.Server) (*hcloud.Action, *hcloud.Response, error)
+		do      func(context.Context, *hcloud.Server) (*hcloud.Action, *hcloud.Response, error)
 		command string
 		status  hcloud.ServerStatus
 	}{
-		{func(x *hcloud.Server) (*hcloud.Action, *hcloud.Response, error) { return c.Server.Reboot(t.Context(), x) }, "reboot_server", hcloud.ServerStatusRunning},
-		{func(x *hcloud.Server) (*hcloud.Action, *hcloud.Response, error) { return c.Server.Reset(t.Context(), x) }, "reset_server", hcloud.ServerStatusRunning},
-		{func(x *hcloud.Server) (*hcloud.Action, *hcloud.Response, error) { return c.Server.Shutdown(t.Context(), x) }, "shutdown_server", hcloud.ServerStatusOff},
-		{func(x *hcloud.Server) (*hcloud.Action, *hcloud.Response, error) { return c.Server.Poweron(t.Context(), x) }, "start_server", hcloud.ServerStatusRunning},
-		{func(x *hcloud.Server) (*hcloud.Action, *hcloud.Response, error) { return c.Server.Poweroff(t.Context(), x) }, "stop_server", hcloud.ServerStatusOff},
+		{c.Server.Reboot, "reboot_server", hcloud.ServerStatusRunning},
+		{c.Server.Reset, "reset_server", hcloud.ServerStatusRunning},
+		{c.Server.Shutdown, "shutdown_server", hcloud.ServerStatusOff},
+		{c.Server.Poweron, "start_server", hcloud.ServerStatusRunning},
+		{c.Server.Poweroff, "stop_server", hcloud.ServerStatusOff},
 	} {
-		a, _, err := step.do(sv)
+		a, _, err := step.do(t.Context(), sv)
 		if err != nil || a.Command != step.command || a.Status != hcloud.ActionStatusRunning {
 			t.Fatalf("%s: %+v, %v", step.command, a, err)
 		}

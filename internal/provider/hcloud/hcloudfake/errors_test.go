@@ -1,0 +1,216 @@
+package hcloudfake
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+)
+
+// TestInjectedErrorShapes: every code injected on a route reaches the client as a
+// hcloud.Error that hcloud.IsError recognises, with the real API's status; invalid_input
+// carries its fields. The client here does not retry, so retried codes show too.
+func TestInjectedErrorShapes(t *testing.T) {
+	for _, tc := range []struct {
+		code   hcloud.ErrorCode
+		status int
+	}{
+		{hcloud.ErrorCodeRateLimitExceeded, 429},
+		{hcloud.ErrorCodeResourceUnavailable, 403},
+		{hcloud.ErrorCodeUniquenessError, 409},
+		{hcloud.ErrorCodeInvalidInput, 400},
+		{hcloud.ErrorCodePlacementError, 412},
+		{hcloud.ErrorCodeLocked, 423},
+		{hcloud.ErrorCodeConflict, 409},
+		{hcloud.ErrorCodeNotFound, 404},
+		{hcloud.ErrorCodeForbidden, 403},
+		{hcloud.ErrorCodeUnauthorized, 401},
+		{hcloud.ErrorCodeServerError, 500},
+		{hcloud.ErrorCodeServiceError, 503},
+		{hcloud.ErrorCodeResourceLimitExceeded, 403},
+		{hcloud.ErrorCodeTimeout, 504},
+		{hcloud.ErrorCodeMaintenance, 503},
+		{hcloud.ErrorCodeJSONError, 400},
+		{hcloud.ErrorCodeProtected, 403},
+		{hcloud.ErrorCodeBadGateway, 502},
+		{hcloud.ErrorCodeFirewallAlreadyApplied, 422},
+	} {
+		t.Run(string(tc.code), func(t *testing.T) {
+			s, c := fake(t, hcloud.WithRetryOpts(hcloud.RetryOpts{MaxRetries: 0}))
+			f := Failure{Code: string(tc.code), Message: "injected " + string(tc.code)}
+			if tc.code == hcloud.ErrorCodeInvalidInput {
+				f.Fields = map[string][]string{"name": {"is bad"}}
+			}
+			s.Fail(ServersCreate, f)
+			_, err := create(t, c, "p", nil)
+			if !hcloud.IsError(err, tc.code) {
+				t.Fatalf("got %v", err)
+			}
+			he := apiErr(t, err)
+			if he.Response().StatusCode != tc.status || StatusOf(string(tc.code)) != tc.status || he.Message != "injected "+string(tc.code) {
+				t.Errorf("status %d (StatusOf %d), message %q; want %d", he.Response().StatusCode, StatusOf(string(tc.code)), he.Message, tc.status)
+			}
+			if tc.code == hcloud.ErrorCodeInvalidInput {
+				if got := fieldsOf(t, err); got["name"][0] != "is bad" {
+					t.Errorf("fields %v", got)
+				}
+			}
+			if len(s.Servers()) != 0 {
+				t.Error("a failed create made a server")
+			}
+			// One call only: the next goes through.
+			if _, err := create(t, c, "p", nil); err != nil {
+				t.Errorf("after the failure: %v", err)
+			}
+		})
+	}
+}
+
+// TestStatusOverrideAndQueue: Failure.Status overrides the status; failures queue in
+// order, a zero Failure letting its call through.
+func TestStatusOverrideAndQueue(t *testing.T) {
+	s, c := fake(t, hcloud.WithRetryOpts(hcloud.RetryOpts{MaxRetries: 0}))
+	s.Fail(LocationsList, Failure{})
+	s.Fail(LocationsList, Failure{Code: "service_error", Status: 502})
+	if _, err := c.Location.All(t.Context()); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	_, err := c.Location.All(t.Context())
+	if !hcloud.IsError(err, hcloud.ErrorCodeServiceError) || apiErr(t, err).Response().StatusCode != 502 {
+		t.Fatalf("second call: %v", err)
+	}
+	if _, err := c.Location.All(t.Context()); err != nil {
+		t.Fatalf("third call: %v", err)
+	}
+}
+
+// TestRateLimit: every answer carries RateLimit-Limit, -Remaining and -Reset; an empty
+// budget is 429 rate_limit_exceeded with the reset in the future; an injected 429 is
+// retried by the client after its backoff and then succeeds.
+func TestRateLimit(t *testing.T) {
+	s, c := fake(t, hcloud.WithRetryOpts(hcloud.RetryOpts{MaxRetries: 0}))
+	_, resp, err := c.Location.List(t.Context(), hcloud.LocationListOpts{})
+	if err != nil || resp.Meta.Ratelimit.Limit != 3600 || resp.Meta.Ratelimit.Remaining != 3599 || resp.Meta.Ratelimit.Reset.Before(time.Now().Add(-time.Second)) {
+		t.Fatalf("rate limit %+v, %v", resp.Meta.Ratelimit, err)
+	}
+	s.SetRateLimit(2, 0)
+	for i := range 2 {
+		if _, _, err := c.Location.List(t.Context(), hcloud.LocationListOpts{}); err != nil {
+			t.Fatalf("call %d within the limit: %v", i, err)
+		}
+	}
+	_, resp, err = c.Location.List(t.Context(), hcloud.LocationListOpts{})
+	if !hcloud.IsError(err, hcloud.ErrorCodeRateLimitExceeded) || resp.StatusCode != 429 || resp.Meta.Ratelimit.Remaining != 0 || !resp.Meta.Ratelimit.Reset.After(time.Now()) {
+		t.Fatalf("beyond the limit: %v, %+v", err, resp.Meta.Ratelimit)
+	}
+
+	s2, retrying := fake(t)
+	s2.Fail(ServersList, Failure{Code: "rate_limit_exceeded", ResetAfter: time.Minute})
+	if _, err := retrying.Server.All(t.Context()); err != nil {
+		t.Fatalf("retried list: %v", err)
+	}
+	calls := s2.Calls()
+	if len(calls) != 2 || calls[0].Status != 429 || calls[1].Status != 200 {
+		t.Errorf("calls %+v", calls)
+	}
+}
+
+// TestRateLimitRefills: with a refill period the budget comes back; waited for by
+// polling the fake, with a generous deadline.
+func TestRateLimitRefills(t *testing.T) {
+	s, c := fake(t, hcloud.WithRetryOpts(hcloud.RetryOpts{MaxRetries: 0}))
+	s.SetRateLimit(1, 20*time.Millisecond)
+	if _, _, err := c.Location.List(t.Context(), hcloud.LocationListOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	limited := false
+	for {
+		_, _, err := c.Location.List(t.Context(), hcloud.LocationListOpts{})
+		if err == nil && limited {
+			return
+		}
+		if hcloud.IsError(err, hcloud.ErrorCodeRateLimitExceeded) {
+			limited = true
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no refill after 10 s (limited seen: %v)", limited)
+		}
+	}
+}
+
+// TestTokens: an unknown token is 401 unauthorized on every route; a read-only token
+// reads but its writes are 403 forbidden; the Authorization header is recorded.
+func TestTokens(t *testing.T) {
+	s, c := fake(t)
+	bad := client(s, "wrong-token")
+	if _, err := bad.Location.All(t.Context()); !hcloud.IsError(err, hcloud.ErrorCodeUnauthorized) || apiErr(t, err).Response().StatusCode != 401 {
+		t.Fatalf("wrong token: %v", err)
+	}
+	if _, err := create(t, bad, "p", nil); !hcloud.IsError(err, hcloud.ErrorCodeUnauthorized) {
+		t.Fatalf("wrong token, create: %v", err)
+	}
+	s.SetTokens(map[string]bool{Token: true, "read-only": false})
+	ro := client(s, "read-only")
+	if _, err := ro.Server.All(t.Context()); err != nil {
+		t.Fatalf("read-only read: %v", err)
+	}
+	if _, err := create(t, ro, "p", nil); !hcloud.IsError(err, hcloud.ErrorCodeForbidden) {
+		t.Fatalf("read-only write: %v", err)
+	}
+	if _, err := create(t, c, "p", nil); err != nil {
+		t.Fatal(err)
+	}
+	calls := s.Calls()
+	last := calls[len(calls)-1]
+	if last.Route != ServersCreate || last.Authorization != "Bearer "+Token || !strings.Contains(last.Body, `"user_data":"#cloud-config\n"`) || last.Status != 201 {
+		t.Errorf("last call %+v", last)
+	}
+	if s.CallCount(ServersCreate) != 3 || s.CallCount(LocationsList) != 1 {
+		t.Errorf("counts: create %d, locations %d", s.CallCount(ServersCreate), s.CallCount(LocationsList))
+	}
+}
+
+// TestLatency: SetLatency delays each answer (the call takes at least that long) and a
+// caller's deadline shorter than it fails the call.
+func TestLatency(t *testing.T) {
+	s, c := fake(t, hcloud.WithRetryOpts(hcloud.RetryOpts{MaxRetries: 0}))
+	s.SetLatency(100 * time.Millisecond)
+	start := time.Now()
+	if _, err := c.Location.All(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Errorf("answered in %v", d)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := c.Location.All(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("short deadline: %v", err)
+	}
+}
+
+// TestUnservedRouteAndBadBodies: a route the fake does not serve is 404 not_found; a
+// body that is not JSON is json_error; GET /actions without id is invalid_input.
+func TestUnservedRouteAndBadBodies(t *testing.T) {
+	_, c := fake(t, hcloud.WithRetryOpts(hcloud.RetryOpts{MaxRetries: 0}))
+	if _, err := c.Volume.All(t.Context()); !hcloud.IsError(err, hcloud.ErrorCodeNotFound) {
+		t.Errorf("volumes: %v", err)
+	}
+	req, _ := c.NewRequest(t.Context(), http.MethodPost, "/servers", strings.NewReader("{not json"))
+	if _, err := c.Do(req, nil); !hcloud.IsError(err, hcloud.ErrorCodeJSONError) {
+		t.Errorf("bad JSON: %v", err)
+	}
+	if _, err := c.Action.All(t.Context()); !hcloud.IsError(err, hcloud.ErrorCodeInvalidInput) {
+		t.Errorf("all actions: %v", err)
+	}
+	if a, _, err := c.Action.GetByID(t.Context(), 12345); a != nil || err != nil {
+		t.Errorf("unknown action: %v, %v", a, err)
+	}
+}
