@@ -40,9 +40,10 @@ type catalogue struct {
 
 // Check reports one status per configured location, in config order. One round reads the
 // token, the API's locations (which tells the token is valid), its server types and the
-// project's servers, primary IPs and firewalls (six requests). A location is ready when
-// the API knows it, every configured server type is known and at least one of them is
-// available there now, and the project is below the limits the config gives.
+// project's servers, primary IPs and firewalls (five requests, more when a list has more
+// than one page). A location is ready when the API knows it, every configured server type
+// is known and at least one of them is available there now, and the project is below the
+// limits the config gives.
 func (p *Provider) Check(ctx context.Context) []provider.TargetStatus {
 	out := make([]provider.TargetStatus, 0, len(p.cfg.Locations))
 	start := time.Now()

@@ -21,6 +21,9 @@ var errAlreadyExists = errors.New("already exists")
 // (resource_in_use): the server's deletion has not released it yet.
 var errInUse = errors.New("in use")
 
+// errCredentials marks an unauthorized or forbidden answer: the token is refused.
+var errCredentials = errors.New("token refused")
+
 // Mapping is how one error code of the API (in an error answer, or in a failed action's
 // error) is classed.
 type Mapping struct {
@@ -45,14 +48,14 @@ var Mappings = []Mapping{
 	{hc.ErrorCodeUniquenessError, "adopt", "`uniqueness_error` (a server or firewall of that name exists)"},
 	{hc.ErrorCodeInvalidInput, "permanent", "`invalid_input` (400): the message names each field the API refused and what it stands for (`server_type`: `placement.machineType`, `location`: `placement.zone`, `image`: `placement.image`, `user_data`: the cloud-init, `rules`: the source ranges)"},
 	{hc.ErrorCodeJSONError, "permanent", "`json_error`"},
-	{hc.ErrorCodeUnauthorized, "permanent", "`unauthorized` (401: the token is unknown or revoked); the message names `hcloud.tokenFile`"},
-	{hc.ErrorCodeForbidden, "permanent", "`forbidden` (403: a read-only token); the message names `hcloud.tokenFile`"},
+	{hc.ErrorCodeUnauthorized, "permanent", "`unauthorized` (401: the token is unknown or revoked); the message names `hcloud.tokenFile`. From Delete it is ErrTransient, so that a refused token never lets a Proxy go while its server runs"},
+	{hc.ErrorCodeForbidden, "permanent", "`forbidden` (403: a read-only token); the message names `hcloud.tokenFile`; ErrTransient from Delete, as `unauthorized`"},
 	{hc.ErrorCodeProtected, "permanent", "`protected` (someone turned on the server's delete protection)"},
 	{hc.ErrorCodeResourceLocked, "permanent", "`resource_locked` (Hetzner locked the resource; only support can unlock it)"},
 	{hc.ErrorCodeInvalidServerType, "permanent", "`invalid_server_type`"},
 	{hc.ErrorUnsupportedError, "permanent", "`unsupported_error`"},
 	{hc.ErrorDeprecatedAPIEndpoint, "permanent", "`deprecated_api_endpoint`"},
-	{hc.ErrorCodeNotFound, "notfound", "`not_found` (404): Get and Reboot say ErrNotFound, Delete success; on a create it is ErrPermanent (a resource the request names does not exist)"},
+	{hc.ErrorCodeNotFound, "notfound", "`not_found` (404): Get and Reboot say ErrNotFound, Delete success; on a create it is ErrPermanent (a resource the request names does not exist), and as a failed action's code ErrTransient (what the action worked on vanished)"},
 	{hc.ErrorCodeLocked, "transient", "`locked` (423: another action is running on the resource)"},
 	{hc.ErrorCodeConflict, "transient", "`conflict` (409: the resource changed during the request)"},
 	{hc.ErrorCodeResourceInUse, "transient", "`resource_in_use` (a firewall still applied to the server being deleted)"},
@@ -145,7 +148,8 @@ func (p *Provider) byCode(code string, status int, wrapped error, resp *hc.Respo
 		return provider.NotFound(wrapped)
 	case "permanent":
 		if code == string(hc.ErrorCodeUnauthorized) || code == string(hc.ErrorCodeForbidden) {
-			return provider.Permanent(fmt.Errorf("%w; the API refuses the token in hcloud.tokenFile %s: it needs a valid token with Read & Write permission", wrapped, p.cfg.TokenFile))
+			return provider.Permanent(&markedError{mark: errCredentials, err: fmt.Errorf(
+				"%w; the API refuses the token in hcloud.tokenFile %s: it needs a valid token with Read & Write permission", wrapped, p.cfg.TokenFile)})
 		}
 		return provider.Permanent(wrapped)
 	}
@@ -221,6 +225,16 @@ func isNotFound(err error) bool { return hc.IsError(err, hc.ErrorCodeNotFound) }
 // retry mends.
 func notNotFound(err error) error {
 	if errors.Is(err, provider.ErrNotFound) {
+		return provider.Transient(errors.New(err.Error()))
+	}
+	return err
+}
+
+// credentialsRetried turns the ErrPermanent of a refused token into ErrTransient, for
+// Delete: a permanent Delete lets the Proxy go, and a token is mended by rotating the
+// Secret, which the next call reads.
+func credentialsRetried(err error) error {
+	if errors.Is(err, errCredentials) {
 		return provider.Transient(errors.New(err.Error()))
 	}
 	return err

@@ -85,8 +85,12 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 
 // Delete removes the server providerID names and the Proxy's firewall (whether or not a
 // server was found, when the firewall is this install's). Gone, or not this install's,
-// is success.
+// is success. A refused token is transient here, never permanent.
 func (p *Provider) Delete(ctx context.Context, id string) error {
+	return credentialsRetried(p.delete(ctx, id))
+}
+
+func (p *Provider) delete(ctx context.Context, id string) error {
 	name, err := parseProviderID(id)
 	if err != nil {
 		return err
