@@ -30,7 +30,7 @@ type KVMConfig struct {
 	// Images is the image catalogue, keyed by the name placement.image uses. Its URLs are
 	// the cluster admin's and are fetched as they are.
 	Images map[string]KVMImage `json:"images,omitempty"`
-	// AllowedImageURLPrefixes fences the URLs a Proxy gives in placement.image, which are
+	// AllowedImageURLPrefixes limits the URLs a Proxy gives in placement.image, which are
 	// the tenant's: when set, only URLs under one of these prefixes are fetched (an empty
 	// list admits none, so placement.image must be a catalogue key); when absent, any
 	// http(s) URL is, but never from a loopback, link-local, unspecified or cloud metadata

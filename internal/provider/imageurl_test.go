@@ -70,7 +70,7 @@ func TestImageURLPrefixMatches(t *testing.T) {
 	}
 }
 
-// Absent and empty mean different things (any URL, fenced by address; no URL at all), so
+// Absent and empty mean different things (any URL, checked by address; no URL at all), so
 // both the parser and WithDefaults keep them apart.
 func TestKVMConfigAllowedImageURLPrefixesAbsentVersusEmpty(t *testing.T) {
 	doc := func(line string) []byte {

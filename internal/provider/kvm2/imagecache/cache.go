@@ -76,7 +76,7 @@ const (
 
 // Cache is a provider's image cache: the background jobs that fetch base images
 // (jobs.go), the per-(host, volume) fetch locks those jobs take, the HTTP client behind
-// the URL fence (fence.go) and the time limits, which tests shorten. A Create asks it for
+// the image URL policy (urlpolicy.go) and the time limits, which tests shorten. A Create asks it for
 // a base (Base) and gets the cached copy or the pending result of the job fetching it.
 type Cache struct {
 	typ       string
@@ -91,7 +91,7 @@ type Cache struct {
 	jobs   *jobs
 	client *http.Client
 	// Dialer connects the HTTP client; tests replace its Resolver and Dial.
-	Dialer *FenceDialer
+	Dialer *PolicyDialer
 	// Download bounds the HTTP download; 0 means the transfer budget less
 	// defaultDownloadMargin (or a tenth of the budget, when that is shorter).
 	Download time.Duration
@@ -103,10 +103,10 @@ type Cache struct {
 
 // New builds the image cache of one provider.
 func New(cfg Config) *Cache {
-	dialer := newFenceDialer()
+	dialer := newPolicyDialer()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = dialer.DialContext
-	tr.Proxy = fenceProxy
+	tr.Proxy = policyProxy
 	// An image is fetched once per host; an idle connection kept for a next fetch that
 	// may never come is only a goroutine pair and a socket held open.
 	tr.DisableKeepAlives = true
@@ -121,7 +121,7 @@ func New(cfg Config) *Cache {
 		volumeXML:     cfg.VolumeXML,
 		failed:        cfg.Failed,
 		jobs:          newJobs(),
-		client:        &http.Client{Transport: tr, CheckRedirect: fenceRedirect},
+		client:        &http.Client{Transport: tr, CheckRedirect: policyRedirect},
 		Dialer:        dialer,
 		Head:          defaultHeadBudget,
 		ProgressEvery: defaultProgressEvery,
@@ -143,7 +143,7 @@ func (c *Cache) Running() int {
 func (c *Cache) Client() *http.Client { return c.client }
 
 // Plan resolves placement.image for a Create and puts a URL given in the Proxy through
-// the fence before anything else happens, so a refused URL fails the Create permanently
+// the policy before anything else happens, so a refused URL fails the Create permanently
 // even when a base for it is cached on the host.
 func (c *Cache) Plan(ref string) (Image, error) {
 	img, err := Resolve(c.typ, c.cfg.Images, ref)
@@ -154,7 +154,7 @@ func (c *Cache) Plan(ref string) (Image, error) {
 	if err != nil {
 		return Image{}, provider.Permanent(err) // Resolve parsed it already
 	}
-	return img, c.fenceFor(img).admit(u, false)
+	return img, c.policyFor(img).admit(u, false)
 }
 
 // ImageLockKey names the base volume of img in h's pool by where the pool is reached (the

@@ -80,11 +80,11 @@ func (c *Cache) Fetch(ctx context.Context, log logr.Logger, b Storage, h provide
 
 // GetImage sends one request for img's URL and returns the response when its status and
 // length make an image of it. The request asks for the body as it is: a transparently
-// compressed body would hide its length. A URL from the Proxy goes through the URL fence
-// (fence.go): its refusals are permanent and named as they are.
+// compressed body would hide its length. A URL from the Proxy goes through the image URL
+// policy (urlpolicy.go): its refusals are permanent and named as they are.
 func (c *Cache) GetImage(ctx context.Context, method string, img Image) (*http.Response, error) {
 	src := urlForUsers(img.URL)
-	ctx = withFence(ctx, c.fenceFor(img))
+	ctx = withPolicy(ctx, c.policyFor(img))
 	req, err := http.NewRequestWithContext(ctx, method, img.URL, nil)
 	if err != nil {
 		return nil, provider.Permanent(fmt.Errorf("image URL %s: %w", src, err))
@@ -97,7 +97,7 @@ func (c *Cache) GetImage(ctx context.Context, method string, img Image) (*http.R
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		if IsFenceError(err) {
+		if IsPolicyError(err) {
 			return nil, err
 		}
 		return nil, provider.Transient(fmt.Errorf("fetching image %s: %w", src, err))

@@ -26,7 +26,7 @@ type Image struct {
 	Format   string
 	Firmware string
 	// fromSpec: the URL came from the Proxy's placement.image, not the catalogue, and is
-	// fetched behind the URL fence (fence.go).
+	// fetched behind the image URL policy (urlpolicy.go).
 	fromSpec bool
 }
 

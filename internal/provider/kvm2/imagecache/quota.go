@@ -57,12 +57,12 @@ func (c *Cache) checkPoolSpace(ctx context.Context, b Storage, h provider.KVMHos
 // imageLength asks the image URL for its size without downloading it: a HEAD, or when the
 // mirror answers HEAD with anything but 2xx (many refuse it, with 405, 403 or 501 alike) a
 // GET whose body is closed unread, and whose status is then the one that counts. A URL the
-// fence refuses is not asked again.
+// policy refuses is not asked again.
 func (c *Cache) imageLength(ctx context.Context, img Image) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.Head)
 	defer cancel()
 	resp, err := c.GetImage(ctx, http.MethodHead, img)
-	if err != nil && (IsFenceError(err) || provider.Class(err) == provider.ErrTransient && ctx.Err() != nil) {
+	if err != nil && (IsPolicyError(err) || provider.Class(err) == provider.ErrTransient && ctx.Err() != nil) {
 		return 0, err
 	}
 	if err != nil {

@@ -19,10 +19,10 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
-// testNet stands in for DNS and for routing below the fence: names resolve through a map,
+// testNet stands in for DNS and for routing below the policy: names resolve through a map,
 // never through real DNS, and a dial to a routed address goes to a local listener instead.
 // A routed address is an ordinary, allowed one (TEST-NET-1), so a fetch can start from a
-// server the fence lets through, while the servers all listen on 127.0.0.1. The fence
+// server the policy lets through, while the servers all listen on 127.0.0.1. The policy
 // checks the address before the dial reaches testNet, so the routes cannot hide what it
 // checks; every address dialled is recorded.
 type testNet struct {
@@ -66,15 +66,15 @@ const (
 	mirrorAddr = "192.0.2.10"
 )
 
-// fenceEnv is a testEnv with an image server whose provider fetches over a testNet, with
-// the fence setting prefixes (nil: absent).
-type fenceEnv struct {
+// urlPolicyEnv is a testEnv with an image server whose provider fetches over a testNet, with
+// the policy setting prefixes (nil: absent).
+type urlPolicyEnv struct {
 	*testEnv
 	net  *testNet
 	port string // the image server's port; the mirror's URLs use it too
 }
 
-func newFenceEnv(t *testing.T, prefixes *[]string) *fenceEnv {
+func newURLPolicyEnv(t *testing.T, prefixes *[]string) *urlPolicyEnv {
 	t.Helper()
 	e := newTestEnv(t, withImageServer(nil), withTestHost("img"))
 	e.p.cfg.AllowedImageURLPrefixes = prefixes
@@ -94,18 +94,18 @@ func newFenceEnv(t *testing.T, prefixes *[]string) *fenceEnv {
 	}
 	e.p.images.Dialer.Resolver = n
 	e.p.images.Dialer.Dial = n.dial
-	return &fenceEnv{testEnv: e, net: n, port: port}
+	return &urlPolicyEnv{testEnv: e, net: n, port: port}
 }
 
 // mirrorURL is a URL on the allowed mirror, path and query as given.
-func (e *fenceEnv) mirrorURL(pathQuery string) string {
+func (e *urlPolicyEnv) mirrorURL(pathQuery string) string {
 	return "http://" + net.JoinHostPort(mirrorName, e.port) + pathQuery
 }
 
 // loopbackURL is a URL on the image server's real, loopback address.
-func (e *fenceEnv) loopbackURL(pathQuery string) string { return e.srv.URL + pathQuery }
+func (e *urlPolicyEnv) loopbackURL(pathQuery string) string { return e.srv.URL + pathQuery }
 
-func (e *fenceEnv) createImage(name, ref string) (provider.Instance, error) {
+func (e *urlPolicyEnv) createImage(name, ref string) (provider.Instance, error) {
 	req := testRequest(name)
 	req.Placement.Zone = e.host
 	req.Placement.Image = ref
@@ -124,8 +124,8 @@ func redirector(t *testing.T, location string) (*httptest.Server, *atomic.Int32)
 	return s, &hits
 }
 
-func TestFenceFetchesAnAllowedURLWithoutPrefixes(t *testing.T) {
-	e := newFenceEnv(t, nil)
+func TestImageURLPolicyFetchesAnAllowedURLWithoutPrefixes(t *testing.T) {
+	e := newURLPolicyEnv(t, nil)
 	raw := e.mirrorURL("/images/noble.qcow2")
 	if _, err := e.createImage("vm-a", raw); err != nil {
 		t.Fatal(err)
@@ -148,8 +148,8 @@ func TestFenceFetchesAnAllowedURLWithoutPrefixes(t *testing.T) {
 // A URL under an allowed prefix is fetched whatever its address: here the image server's
 // own loopback one, as a LAN mirror named by an admin would be. A redirect that stays under
 // the prefix is followed.
-func TestFencePrefixAdmitsAnyAddress(t *testing.T) {
-	e := newFenceEnv(t, nil)
+func TestImageURLPolicyPrefixAdmitsAnyAddress(t *testing.T) {
+	e := newURLPolicyEnv(t, nil)
 	hop, hits := redirector(t, e.loopbackURL("/images/debian.qcow2"))
 	e.p.cfg.AllowedImageURLPrefixes = &[]string{e.loopbackURL("/images/"), hop.URL + "/go/"}
 	if _, err := e.createImage("vm-a", hop.URL+"/go/debian.qcow2"); err != nil {
@@ -160,79 +160,79 @@ func TestFencePrefixAdmitsAnyAddress(t *testing.T) {
 	}
 }
 
-// Catalogue URLs are the admin's and are not fenced, even with an empty prefix list.
-func TestFenceLeavesTheCatalogueAlone(t *testing.T) {
-	e := newFenceEnv(t, &[]string{})
+// Catalogue URLs are the admin's and are not checked, even with an empty prefix list.
+func TestImageURLPolicyLeavesTheCatalogueAlone(t *testing.T) {
+	e := newURLPolicyEnv(t, &[]string{})
 	if _, err := e.create("vm-a"); err != nil { // debian-13, on 127.0.0.1
 		t.Fatal(err)
 	}
 	e.wantCached(t)
 }
 
-func TestFenceRefusals(t *testing.T) {
+func TestImageURLPolicyRefusals(t *testing.T) {
 	const setting = "kvm2.allowedImageURLPrefixes"
 	for _, tc := range []struct {
 		name     string
-		prefixes func(e *fenceEnv) *[]string
-		ref      func(e *fenceEnv) string
-		host     func(e *fenceEnv) string // the host the message names; the URL's when nil
+		prefixes func(e *urlPolicyEnv) *[]string
+		ref      func(e *urlPolicyEnv) string
+		host     func(e *urlPolicyEnv) string // the host the message names; the URL's when nil
 		msg      string
-		hop      func(e *fenceEnv) string // when set, ref is a redirector to this location
+		hop      func(e *urlPolicyEnv) string // when set, ref is a redirector to this location
 	}{
-		{name: "loopback literal", ref: func(e *fenceEnv) string { return e.loopbackURL("/images/x.qcow2") },
+		{name: "loopback literal", ref: func(e *urlPolicyEnv) string { return e.loopbackURL("/images/x.qcow2") },
 			msg: "the URL goes to 127.0.0.1, a loopback address, which a placement.image URL may not reach unless " + setting + " allows it"},
-		{name: "loopback v6 literal", ref: func(e *fenceEnv) string { return "http://[::1]:" + e.port + "/images/x.qcow2" },
+		{name: "loopback v6 literal", ref: func(e *urlPolicyEnv) string { return "http://[::1]:" + e.port + "/images/x.qcow2" },
 			msg: "the URL goes to ::1, a loopback address"},
-		{name: "v4-mapped loopback literal", ref: func(e *fenceEnv) string { return "http://[::ffff:127.0.0.1]:" + e.port + "/x" },
+		{name: "v4-mapped loopback literal", ref: func(e *urlPolicyEnv) string { return "http://[::ffff:127.0.0.1]:" + e.port + "/x" },
 			msg: "the URL goes to ::ffff:127.0.0.1, a loopback address"},
-		{name: "link-local literal", ref: func(*fenceEnv) string { return "http://169.254.10.20/x.qcow2" },
+		{name: "link-local literal", ref: func(*urlPolicyEnv) string { return "http://169.254.10.20/x.qcow2" },
 			msg: "the URL goes to 169.254.10.20, a link-local address"},
-		{name: "link-local v6 literal", ref: func(*fenceEnv) string { return "http://[fe80::1]/x.qcow2" },
+		{name: "link-local v6 literal", ref: func(*urlPolicyEnv) string { return "http://[fe80::1]/x.qcow2" },
 			msg: "the URL goes to fe80::1, a link-local address"},
-		{name: "metadata address", ref: func(*fenceEnv) string { return "http://169.254.169.254/latest/meta-data/" },
+		{name: "metadata address", ref: func(*urlPolicyEnv) string { return "http://169.254.169.254/latest/meta-data/" },
 			msg: "the URL goes to 169.254.169.254, the cloud metadata address"},
-		{name: "metadata v6 address", ref: func(*fenceEnv) string { return "http://[fd00:ec2::254]/latest/meta-data/" },
+		{name: "metadata v6 address", ref: func(*urlPolicyEnv) string { return "http://[fd00:ec2::254]/latest/meta-data/" },
 			msg: "the URL goes to fd00:ec2::254, the cloud metadata address"},
-		{name: "unspecified", ref: func(e *fenceEnv) string { return "http://0.0.0.0:" + e.port + "/x" },
+		{name: "unspecified", ref: func(e *urlPolicyEnv) string { return "http://0.0.0.0:" + e.port + "/x" },
 			msg: "the URL goes to 0.0.0.0, an unspecified address"},
-		{name: "unspecified v6", ref: func(e *fenceEnv) string { return "http://[::]:" + e.port + "/x" },
+		{name: "unspecified v6", ref: func(e *urlPolicyEnv) string { return "http://[::]:" + e.port + "/x" },
 			msg: "the URL goes to ::, an unspecified address"},
-		{name: "name resolving to loopback", ref: func(e *fenceEnv) string { return "http://rebind.example.test:" + e.port + "/x.qcow2" },
+		{name: "name resolving to loopback", ref: func(e *urlPolicyEnv) string { return "http://rebind.example.test:" + e.port + "/x.qcow2" },
 			msg: "host rebind.example.test resolves to 127.0.0.1, a loopback address"},
-		{name: "name resolving to mapped loopback", ref: func(e *fenceEnv) string { return "http://mapped.example.test:" + e.port + "/x" },
+		{name: "name resolving to mapped loopback", ref: func(e *urlPolicyEnv) string { return "http://mapped.example.test:" + e.port + "/x" },
 			msg: "host mapped.example.test resolves to ::ffff:127.0.0.1, a loopback address"},
-		{name: "name resolving to metadata", ref: func(*fenceEnv) string { return "http://metadata.example.test/latest/meta-data/" },
+		{name: "name resolving to metadata", ref: func(*urlPolicyEnv) string { return "http://metadata.example.test/latest/meta-data/" },
 			msg: "host metadata.example.test resolves to 169.254.169.254, the cloud metadata address, which is never fetched, whatever " + setting + " allows"},
-		{name: "name resolving to link-local v6", ref: func(*fenceEnv) string { return "http://ll6.example.test/x" },
+		{name: "name resolving to link-local v6", ref: func(*urlPolicyEnv) string { return "http://ll6.example.test/x" },
 			msg: "host ll6.example.test resolves to fe80::1, a link-local address"},
-		{name: "redirect to loopback literal", hop: func(e *fenceEnv) string { return e.loopbackURL("/images/x.qcow2") },
+		{name: "redirect to loopback literal", hop: func(e *urlPolicyEnv) string { return e.loopbackURL("/images/x.qcow2") },
 			msg: "the redirect to host 127.0.0.1:%PORT% goes to 127.0.0.1, a loopback address"},
-		{name: "redirect to metadata", hop: func(*fenceEnv) string { return "http://169.254.169.254/latest/meta-data/" },
+		{name: "redirect to metadata", hop: func(*urlPolicyEnv) string { return "http://169.254.169.254/latest/meta-data/" },
 			msg: "the redirect to host 169.254.169.254 goes to 169.254.169.254, the cloud metadata address"},
-		{name: "redirect to a name resolving to loopback", hop: func(e *fenceEnv) string { return "http://rebind.example.test:" + e.port + "/x" },
+		{name: "redirect to a name resolving to loopback", hop: func(e *urlPolicyEnv) string { return "http://rebind.example.test:" + e.port + "/x" },
 			msg: "host rebind.example.test resolves to 127.0.0.1, a loopback address"},
-		{name: "prefix mismatch", prefixes: func(e *fenceEnv) *[]string { return &[]string{e.loopbackURL("/other/")} },
-			ref: func(e *fenceEnv) string { return e.loopbackURL("/images/x.qcow2") },
+		{name: "prefix mismatch", prefixes: func(e *urlPolicyEnv) *[]string { return &[]string{e.loopbackURL("/other/")} },
+			ref: func(e *urlPolicyEnv) string { return e.loopbackURL("/images/x.qcow2") },
 			msg: "the URL is under no prefix of " + setting},
-		{name: "prefix mismatch by dot segments", prefixes: func(e *fenceEnv) *[]string { return &[]string{e.loopbackURL("/images/")} },
-			ref: func(e *fenceEnv) string { return e.loopbackURL("/images/../secret") },
+		{name: "prefix mismatch by dot segments", prefixes: func(e *urlPolicyEnv) *[]string { return &[]string{e.loopbackURL("/images/")} },
+			ref: func(e *urlPolicyEnv) string { return e.loopbackURL("/images/../secret") },
 			msg: "the URL is under no prefix of " + setting},
-		{name: "empty prefix list", prefixes: func(*fenceEnv) *[]string { return &[]string{} },
-			ref: func(e *fenceEnv) string { return e.mirrorURL("/images/x.qcow2") },
+		{name: "empty prefix list", prefixes: func(*urlPolicyEnv) *[]string { return &[]string{} },
+			ref: func(e *urlPolicyEnv) string { return e.mirrorURL("/images/x.qcow2") },
 			msg: setting + " is empty, so placement.image must name a key of kvm2.images"},
-		{name: "redirect out of the prefixes", prefixes: func(e *fenceEnv) *[]string { return &[]string{"http://%HOP%/"} },
-			hop: func(e *fenceEnv) string { return e.loopbackURL("/images/x.qcow2") },
+		{name: "redirect out of the prefixes", prefixes: func(e *urlPolicyEnv) *[]string { return &[]string{"http://%HOP%/"} },
+			hop: func(e *urlPolicyEnv) string { return e.loopbackURL("/images/x.qcow2") },
 			msg: "the redirect to host 127.0.0.1:%PORT% is under no prefix of " + setting},
-		{name: "prefix matching the metadata address", prefixes: func(*fenceEnv) *[]string { return &[]string{"http://169.254.169.254/"} },
-			ref: func(*fenceEnv) string { return "http://169.254.169.254/latest/meta-data/" },
+		{name: "prefix matching the metadata address", prefixes: func(*urlPolicyEnv) *[]string { return &[]string{"http://169.254.169.254/"} },
+			ref: func(*urlPolicyEnv) string { return "http://169.254.169.254/latest/meta-data/" },
 			msg: "the URL goes to 169.254.169.254, the cloud metadata address, which is never fetched, whatever " + setting + " allows"},
 		{name: "prefix matching a name resolving to metadata",
-			prefixes: func(*fenceEnv) *[]string { return &[]string{"http://metadata.example.test/"} },
-			ref:      func(*fenceEnv) string { return "http://metadata.example.test/latest/meta-data/" },
+			prefixes: func(*urlPolicyEnv) *[]string { return &[]string{"http://metadata.example.test/"} },
+			ref:      func(*urlPolicyEnv) string { return "http://metadata.example.test/latest/meta-data/" },
 			msg:      "host metadata.example.test resolves to 169.254.169.254, the cloud metadata address, which is never fetched, whatever " + setting + " allows"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newFenceEnv(t, nil)
+			e := newURLPolicyEnv(t, nil)
 			ref, hops := "", (*atomic.Int32)(nil)
 			var hopHost string
 			if tc.hop != nil {
@@ -285,17 +285,17 @@ func TestFenceRefusals(t *testing.T) {
 	}
 }
 
-// A base cached for a URL before the fence refused it is not used: the refusal comes
+// A base cached for a URL before the policy refused it is not used: the refusal comes
 // before the pool is looked at.
-func TestFenceRefusesACachedURL(t *testing.T) {
-	e := newFenceEnv(t, &[]string{})
+func TestImageURLPolicyRefusesACachedURL(t *testing.T) {
+	e := newURLPolicyEnv(t, &[]string{})
 	raw := e.mirrorURL("/images/x.qcow2")
 	e.img = must(imagecache.Resolve("kvm2", nil, raw))
 	e.putCached(t, e.srv.digest)
 	_, err := e.createImage("vm-a", raw)
 	wantClass(t, err, provider.ErrPermanent, nil)
-	if !imagecache.IsFenceError(err) {
-		t.Fatalf("Create: %v, want the fence's refusal", err)
+	if !imagecache.IsPolicyError(err) {
+		t.Fatalf("Create: %v, want the policy's refusal", err)
 	}
 	if _, ok := e.volume(overlayVolName("vm-a")); ok {
 		t.Fatal("an overlay was created over a refused image")
@@ -314,7 +314,7 @@ func TestImageURLRedacted(t *testing.T) {
 			}
 		}
 	}
-	e := newFenceEnv(t, nil)
+	e := newURLPolicyEnv(t, nil)
 	raw := "http://op:s3cret@" + net.JoinHostPort(mirrorName, e.port) + "/images/x.qcow2?sig=t0ken"
 	shown := e.mirrorURL("/images/x.qcow2")
 	check := func(t *testing.T, err error) {

@@ -14,10 +14,10 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
 
-// The URL fence. A URL given in a Proxy's placement.image is the tenant's: whoever may
+// The image URL policy. A URL given in a Proxy's placement.image is the tenant's: whoever may
 // create a Proxy would otherwise make the operator fetch any address it can reach and read
 // the answer back from the Proxy's status. The catalogue's URLs are the cluster admin's and
-// pass unfenced. A fenced request carries its urlFence in its context, where the image
+// pass unchecked. A checked request carries its urlPolicy in its context, where the image
 // client's dialer, proxy choice and redirect check find it:
 //
 //   - with allowedImageURLPrefixes set, the URL and every redirect target must lie under
@@ -28,8 +28,8 @@ import (
 //     Checking the resolved address at dial time, and dialling exactly that address, is
 //     what defeats a name that resolves elsewhere the second time (DNS rebinding).
 
-// urlFence is the policy of one fenced fetch.
-type urlFence struct {
+// urlPolicy is the policy of one checked fetch.
+type urlPolicy struct {
 	// block is the provider's config block (kvm2 or kvm), for messages.
 	block string
 	// host is the placement.image URL's host, which every refusal names.
@@ -39,24 +39,24 @@ type urlFence struct {
 	prefixes []provider.ImageURLPrefix
 }
 
-// fenceError is a refusal. It is permanent: the same URL is refused again.
-type fenceError struct{ msg string }
+// policyError is a refusal. It is permanent: the same URL is refused again.
+type policyError struct{ msg string }
 
-func (e *fenceError) Error() string { return e.msg }
+func (e *policyError) Error() string { return e.msg }
 
 // setting names allowedImageURLPrefixes in the provider's block.
-func (f *urlFence) setting() string { return f.block + ".allowedImageURLPrefixes" }
+func (f *urlPolicy) setting() string { return f.block + ".allowedImageURLPrefixes" }
 
-func (f *urlFence) refuse(format string, args ...any) error {
-	return provider.Permanent(&fenceError{msg: fmt.Sprintf("placement.image URL host %s refused: ", f.host) + fmt.Sprintf(format, args...)})
+func (f *urlPolicy) refuse(format string, args ...any) error {
+	return provider.Permanent(&policyError{msg: fmt.Sprintf("placement.image URL host %s refused: ", f.host) + fmt.Sprintf(format, args...)})
 }
 
-// fenceFor is the fence of img, or nil for a catalogue image.
-func (c *Cache) fenceFor(img Image) *urlFence {
+// policyFor is the policy of img, or nil for a catalogue image.
+func (c *Cache) policyFor(img Image) *urlPolicy {
 	if !img.fromSpec {
 		return nil
 	}
-	f := &urlFence{block: c.typ, host: urlHost(img.URL), listed: c.cfg.AllowedImageURLPrefixes != nil}
+	f := &urlPolicy{block: c.typ, host: urlHost(img.URL), listed: c.cfg.AllowedImageURLPrefixes != nil}
 	for _, s := range c.cfg.ImageURLPrefixes() {
 		// Validation has parsed every entry already; one that fails here matches nothing.
 		if pre, err := provider.ParseImageURLPrefix(s); err == nil {
@@ -69,7 +69,7 @@ func (c *Cache) fenceFor(img Image) *urlFence {
 // admit checks a URL the fetch is about to request, the first or a redirect's target,
 // before any connection: a host that is an address literal as the dialer would, then the
 // prefixes when they are set. The dialer checks the addresses names resolve to.
-func (f *urlFence) admit(u *url.URL, redirect bool) error {
+func (f *urlPolicy) admit(u *url.URL, redirect bool) error {
 	subject := "the URL"
 	if redirect {
 		subject = "the redirect to host " + u.Host
@@ -94,7 +94,7 @@ func (f *urlFence) admit(u *url.URL, redirect bool) error {
 }
 
 // checkAddr checks the address a connection to host is about to go to.
-func (f *urlFence) checkAddr(host string, a netip.Addr) error {
+func (f *urlPolicy) checkAddr(host string, a netip.Addr) error {
 	what := RefusedAddr(a, f.listed)
 	if what == "" {
 		return nil
@@ -108,7 +108,7 @@ func (f *urlFence) checkAddr(host string, a netip.Addr) error {
 
 // because says what would admit an address described as what: the prefix list, except
 // for the metadata address, which nothing admits.
-func (f *urlFence) because(what string) string {
+func (f *urlPolicy) because(what string) string {
 	if what == metadataWhat {
 		return "which is never fetched, whatever " + f.setting() + " allows"
 	}
@@ -127,7 +127,7 @@ var metadataAddrs = func() []netip.Addr {
 
 const metadataWhat = "the cloud metadata address"
 
-// RefusedAddr says what a is when a fenced fetch may not connect to it, or "". With
+// RefusedAddr says what a is when a checked fetch may not connect to it, or "". With
 // onlyMetadata (the prefix list is set) only the metadata addresses are refused.
 func RefusedAddr(a netip.Addr, onlyMetadata bool) string {
 	a = a.Unmap().WithZone("")
@@ -149,43 +149,43 @@ func RefusedAddr(a netip.Addr, onlyMetadata bool) string {
 	return ""
 }
 
-type fenceKey struct{}
+type policyKey struct{}
 
-func withFence(ctx context.Context, f *urlFence) context.Context {
+func withPolicy(ctx context.Context, f *urlPolicy) context.Context {
 	if f == nil {
 		return ctx
 	}
-	return context.WithValue(ctx, fenceKey{}, f)
+	return context.WithValue(ctx, policyKey{}, f)
 }
 
-func fenceFrom(ctx context.Context) *urlFence {
-	f, _ := ctx.Value(fenceKey{}).(*urlFence)
+func policyFrom(ctx context.Context) *urlPolicy {
+	f, _ := ctx.Value(policyKey{}).(*urlPolicy)
 	return f
 }
 
-// Resolver is what the fenced dialer asks for a name's addresses; *net.Resolver in
+// Resolver is what the checked dialer asks for a name's addresses; *net.Resolver in
 // production.
 type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// FenceDialer is the image client's DialContext. An unfenced request dials as
-// http.DefaultTransport does. A fenced one resolves the name itself, checks each address
+// PolicyDialer is the image client's DialContext. An unchecked request dials as
+// http.DefaultTransport does. A checked one resolves the name itself, checks each address
 // and dials only addresses that passed, by address, so what was checked is what is
 // connected to.
-type FenceDialer struct {
+type PolicyDialer struct {
 	Resolver Resolver
 	Dial     func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-func newFenceDialer() *FenceDialer {
+func newPolicyDialer() *PolicyDialer {
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second} // as http.DefaultTransport
-	return &FenceDialer{Resolver: net.DefaultResolver, Dial: d.DialContext}
+	return &PolicyDialer{Resolver: net.DefaultResolver, Dial: d.DialContext}
 }
 
-// DialContext connects a request of the image client, fenced or not.
-func (d *FenceDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	f := fenceFrom(ctx)
+// DialContext connects a request of the image client, checked or not.
+func (d *PolicyDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	f := policyFrom(ctx)
 	if f == nil {
 		return d.Dial(ctx, network, addr)
 	}
@@ -219,7 +219,7 @@ func (d *FenceDialer) DialContext(ctx context.Context, network, addr string) (ne
 	return nil, fmt.Errorf("resolving host %s: no addresses", host)
 }
 
-func (d *FenceDialer) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
+func (d *PolicyDialer) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		return []netip.Addr{a}, nil
 	}
@@ -230,11 +230,11 @@ func (d *FenceDialer) lookup(ctx context.Context, host string) ([]netip.Addr, er
 	return addrs, nil
 }
 
-// fenceProxy is the image client's proxy choice: the environment's (HTTPS_PROXY and the
-// rest), except for a fenced request without a prefix list, whose address check needs the
+// policyProxy is the image client's proxy choice: the environment's (HTTPS_PROXY and the
+// rest), except for a checked request without a prefix list, whose address check needs the
 // operator's own connection to go to the image server itself.
-func fenceProxy(req *http.Request) (*url.URL, error) {
-	if f := fenceFrom(req.Context()); f != nil && !f.listed {
+func policyProxy(req *http.Request) (*url.URL, error) {
+	if f := policyFrom(req.Context()); f != nil && !f.listed {
 		return nil, nil
 	}
 	return http.ProxyFromEnvironment(req)
@@ -243,20 +243,20 @@ func fenceProxy(req *http.Request) (*url.URL, error) {
 // maxRedirects is net/http's own limit.
 const maxRedirects = 10
 
-// fenceRedirect is the image client's CheckRedirect: a fenced request's redirect target
+// policyRedirect is the image client's CheckRedirect: a checked request's redirect target
 // goes through admit as the first URL did.
-func fenceRedirect(req *http.Request, via []*http.Request) error {
+func policyRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) >= maxRedirects {
 		return fmt.Errorf("stopped after %d redirects", maxRedirects)
 	}
-	if f := fenceFrom(req.Context()); f != nil {
+	if f := policyFrom(req.Context()); f != nil {
 		return f.admit(req.URL, true)
 	}
 	return nil
 }
 
-// IsFenceError reports whether err is a refusal of the fence.
-func IsFenceError(err error) bool {
-	var fe *fenceError
+// IsPolicyError reports whether err is a refusal of the policy.
+func IsPolicyError(err error) bool {
+	var fe *policyError
 	return errors.As(err, &fe)
 }
