@@ -57,6 +57,10 @@ func (s *Server) finish(a *action) {
 	if a.after != nil && a.after.a.Status == "running" {
 		s.finish(a.after)
 	}
+	if a.after != nil && a.after.a.Status == "error" && a.fail == nil {
+		// What depends on a failed action fails with it.
+		a.fail = &schema.ActionError{Code: a.after.a.Error.Code, Message: a.after.a.Error.Message}
+	}
 	t := s.now()
 	a.a.Finished = &t
 	if a.fail != nil {

@@ -284,7 +284,7 @@ func (s *Server) createServer(w http.ResponseWriter, r *http.Request) {
 func (s *Server) newServer(name, status string, st *schema.ServerType, loc *schema.Location, img *schema.Image, labels map[string]string, pn schema.ServerCreatePublicNet) *server {
 	sv := &server{Server: schema.Server{
 		ID: s.id(), Name: name, Status: status, Created: s.now(),
-		ServerType: *st, Location: *loc, Image: img, Labels: copyLabels(labels),
+		ServerType: *st, Location: *loc, Image: ptr(*img), Labels: copyLabels(labels),
 		IncludedTraffic: includedTraffic(st, loc.Name), PrimaryDiskSize: st.Disk,
 		PrivateNet: []schema.ServerPrivateNet{}, Volumes: []int64{}, LoadBalancers: []int64{},
 	}}
