@@ -118,7 +118,7 @@ type Instance struct {
 	// IP is empty until the provider has learnt the instance's address.
 	IP string
 	// IPv6 is the instance's external IPv6 address, when it has one (gce with stackType
-	// IPV4_IPV6); IP stays its IPv4 address.
+	// IPV4_IPV6; hcloud: the ::1 of the server's /64); IP stays its IPv4 address.
 	IPv6      string
 	CreatedAt time.Time
 }
