@@ -162,7 +162,14 @@ func (s *Server) SetQuota(q Quota) {
 	s.quota = q
 }
 
-// Locations, ServerTypes and Images return the catalogue.
+// Quota returns the project's limits.
+func (s *Server) Quota() Quota {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.quota
+}
+
+// Locations returns the locations.
 func (s *Server) Locations() []schema.Location {
 	s.mu.Lock()
 	defer s.mu.Unlock()

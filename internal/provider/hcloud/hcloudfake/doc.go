@@ -22,6 +22,11 @@
 // delete_server runs, and gone after it. A server or firewall with a running action is
 // locked: another action on it gets 423 locked.
 //
+// A server's public_net.ipv6.ip is its /64 ("2001:db8:1::/64"), as the API sends it;
+// the address the server itself takes is ::1 of it, which Hetzner's images configure and
+// the fake does not show anywhere else. public_net.ipv4 (and ipv6) is null for a server
+// created without it.
+//
 // What it refuses as the real API does: a name that is not an RFC 1123 host name (servers)
 // or is taken (uniqueness_error, 409); labels breaking the key/value syntax; a label
 // selector it cannot parse; user_data over 32 KiB (invalid_input); an unknown server

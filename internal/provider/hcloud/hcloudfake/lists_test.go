@@ -2,11 +2,14 @@ package hcloudfake
 
 import (
 	"fmt"
+	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+	"github.com/hetznercloud/hcloud-go/v2/hcloud/schema"
 )
 
 // TestPagination: lists answer per_page items (25 by default, 50 at most) with
@@ -150,5 +153,100 @@ func TestCatalogue(t *testing.T) {
 	}
 	if v4 := pr.PrimaryIPs[0]; v4.Type != "ipv4" || v4.Pricings[0].Location != "fsn1" || v4.Pricings[0].Monthly.Net != "0.5000" {
 		t.Errorf("ipv4 price: %+v", v4)
+	}
+}
+
+// TestGetByIDAndNotFound: each catalogue resource by ID, and not_found (which the
+// client turns into nil, nil) for an ID that is not there.
+func TestGetByIDAndNotFound(t *testing.T) {
+	s, c := fake(t)
+	s.SetActionPolls(0)
+	sv := mustCreate(t, c, "x", nil)
+	if l, _, err := c.Location.GetByID(t.Context(), 4); err != nil || l.Name != "ash" {
+		t.Errorf("location 4: %+v, %v", l, err)
+	}
+	if st, _, err := c.ServerType.GetByID(t.Context(), 45); err != nil || st.Name != "cax11" || st.Architecture != hcloud.ArchitectureARM {
+		t.Errorf("server type 45: %+v, %v", st, err)
+	}
+	if ip, _, err := c.PrimaryIP.GetByID(t.Context(), sv.PublicNet.IPv4.ID); err != nil || !ip.IP.Equal(sv.PublicNet.IPv4.IP) {
+		t.Errorf("primary IP %d: %+v, %v", sv.PublicNet.IPv4.ID, ip, err)
+	}
+	for name, get := range map[string]func() (any, error){
+		"location":    func() (any, error) { v, _, err := c.Location.GetByID(t.Context(), 99); return v, err },
+		"server type": func() (any, error) { v, _, err := c.ServerType.GetByID(t.Context(), 99); return v, err },
+		"image":       func() (any, error) { v, _, err := c.Image.GetByID(t.Context(), 99); return v, err },
+		"primary IP":  func() (any, error) { v, _, err := c.PrimaryIP.GetByID(t.Context(), 99); return v, err },
+		"server":      func() (any, error) { v, _, err := c.Server.GetByID(t.Context(), 99); return v, err },
+		"firewall":    func() (any, error) { v, _, err := c.Firewall.GetByID(t.Context(), 99); return v, err },
+	} {
+		v, err := get()
+		if err != nil || !reflectNil(v) {
+			t.Errorf("%s 99: %v, %v", name, v, err)
+		}
+	}
+}
+
+func reflectNil(v any) bool {
+	return v == nil || reflect.ValueOf(v).Kind() == reflect.Pointer && reflect.ValueOf(v).IsNil()
+}
+
+// TestSeedingAndChangesBehindTheBack: the state seeders show through the client.
+func TestSeedingAndChangesBehindTheBack(t *testing.T) {
+	s, c := fake(t)
+	id, err := s.SeedServer("old", "cpx22", "debian-12", "hil", map[string]string{"install": "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SeedServer("old", "cpx22", "debian-12", "hil", nil); err == nil {
+		t.Error("a second seeded server of a name")
+	}
+	list, err := c.Server.AllWithOpts(t.Context(), hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{LabelSelector: "install=a"}})
+	if err != nil || len(list) != 1 || list[0].ID != id || list[0].Status != hcloud.ServerStatusRunning || list[0].Location.Name != "hil" {
+		t.Fatalf("seeded: %+v, %v", list, err)
+	}
+	s.SetServerStatus(id, "off")
+	if sv, _, _ := c.Server.GetByID(t.Context(), id); sv.Status != hcloud.ServerStatusOff {
+		t.Errorf("after SetServerStatus: %s", sv.Status)
+	}
+	s.RemoveServer(id)
+	if sv, _, _ := c.Server.GetByID(t.Context(), id); sv != nil || len(s.PrimaryIPs()) != 0 {
+		t.Errorf("after RemoveServer: %v, %d primary IPs", sv, len(s.PrimaryIPs()))
+	}
+	st := s.ServerTypes()[0]
+	st.Name, st.ID = "cx99", 999
+	s.SetServerType(st)
+	s.SetLocation(schema.Location{ID: 7, Name: "fsn2", NetworkZone: "eu-central"})
+	name := "debian-14"
+	s.SetImage(schema.Image{ID: 7, Name: &name, Type: "system", Status: "available", Architecture: "x86"})
+	s.SetPrimaryIPPrices([]schema.PricingPrimaryIP{{Type: "ipv4", Prices: []schema.PricingPrimaryIPTypePrice{
+		{Location: "fsn1", PriceMonthly: schema.Price{Net: "0.6000", Gross: "0.7140"}}}}})
+	s.SetQuota(Quota{Servers: 1, Firewalls: 1, PrimaryIPs: 2})
+	if q := s.Quota(); q.Servers != 1 {
+		t.Errorf("quota %+v", q)
+	}
+	if st, _, _ := c.ServerType.GetByName(t.Context(), "cx99"); st == nil {
+		t.Error("set server type not listed")
+	}
+	if l, _, _ := c.Location.GetByName(t.Context(), "fsn2"); l == nil {
+		t.Error("set location not listed")
+	}
+	if img, _, _ := c.Image.GetForArchitecture(t.Context(), "debian-14", hcloud.ArchitectureX86); img == nil || img.ID != 7 {
+		t.Errorf("set image: %+v", img)
+	}
+	pr, _, err := c.Pricing.Get(t.Context())
+	if err != nil || len(pr.PrimaryIPs) != 1 || pr.PrimaryIPs[0].Pricings[0].Monthly.Net != "0.6000" {
+		t.Errorf("set prices: %+v, %v", pr.PrimaryIPs, err)
+	}
+	fw, _, err := c.Firewall.Create(t.Context(), hcloud.FirewallCreateOpts{Name: "f", Rules: []hcloud.FirewallRule{{
+		Direction: hcloud.FirewallRuleDirectionIn, Protocol: hcloud.FirewallRuleProtocolICMP, SourceIPs: []net.IPNet{cidr(t, "::/0")}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.RemoveFirewall(fw.Firewall.ID)
+	if f, _, _ := c.Firewall.GetByID(t.Context(), fw.Firewall.ID); f != nil {
+		t.Error("firewall after RemoveFirewall")
+	}
+	if a, ok := s.Action(fw.Actions[0].ID); !ok || a.Command != "set_firewall_rules" {
+		t.Errorf("Action(%d): %+v, %v", fw.Actions[0].ID, a, ok)
 	}
 }
