@@ -64,11 +64,12 @@ type Snapshot struct {
 	namespaces []string
 	// The bodies of the two most frequent requests (no filter, healthy only).
 	healthyJSON, healthyText []byte
-	// For feedback and ?domain= (feedback.go): items by namespace/name and by URL, the
-	// items with a cooldown by site, and the number of healthy items.
+	// For feedback and ?domain= (feedback_handler.go, domain_cooling.go): items by
+	// namespace/name and by URL, the items with a cooldown by site, and the number of
+	// healthy items.
 	byName, byURL map[string]*item
 	bySite        map[string][]*item
-	// cooling caches siteCooling's answers by site (feedback.go).
+	// cooling caches siteCooling's answers by site (domain_cooling.go).
 	cooling sync.Map
 	// all is every item, in order: what a request without ?domain= scans. noneCooling
 	// is siteCooling's answer for a site no item has a cooldown for: all are candidates.
