@@ -60,7 +60,8 @@ type Config struct {
 	BanStatuses []int
 }
 
-func (c *Config) applyDefaults() {
+// fillDefaults sets the fields left zero to their defaults.
+func (c *Config) fillDefaults() {
 	if c.Realm == "" {
 		c.Realm = DefaultRealm
 	}
@@ -124,7 +125,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Chooser == nil || cfg.Authenticator == nil {
 		return nil, ErrMissingCollaborator
 	}
-	cfg.applyDefaults()
+	cfg.fillDefaults()
 	g := &Gateway{
 		cfg:       cfg,
 		log:       cfg.Log,
