@@ -155,7 +155,8 @@ func (s *Server) getAction(w http.ResponseWriter, r *http.Request) {
 }
 
 // listActions answers GET /actions?id=..: the API has served it only filtered by id since
-// listing every action was removed, so a call without id is invalid_input. It takes
+// 30 January 2025 (hcloud-go's ActionClient.All says so), so a call without id is
+// invalid_input. It takes
 // status and sort (id, command, status, progress, started, finished; :asc or :desc).
 func (s *Server) listActions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()

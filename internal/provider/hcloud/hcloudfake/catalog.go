@@ -57,7 +57,6 @@ func seed(s *Server) {
 	cx22 := st(104, "cx22", "CX22", "shared", "x86", 2, 4, 40, "0.0060", "3.7900", eu)
 	// The API moved deprecation to each location (the type-wide one is phased out);
 	// cx22 carries both, as types deprecated during the change do.
-	cx22.Deprecated = true
 	cx22.Deprecation = &schema.DeprecationInfo{Announced: announced, UnavailableAfter: gone}
 	for i := range cx22.Locations {
 		cx22.Locations[i].Deprecation = cx22.Deprecation
@@ -282,7 +281,7 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 		if st := q["status"]; len(st) > 0 && !slices.Contains(st, i.Status) {
 			return false
 		}
-		if i.Deprecated != nil && q.Get("include_deprecated") != "true" {
+		if i.Deprecation != nil && q.Get("include_deprecated") != "true" {
 			return false
 		}
 		return sel.matches(i.Labels)
@@ -322,7 +321,6 @@ func (s *Server) getPricing(w http.ResponseWriter, r *http.Request) {
 	p := schema.Pricing{
 		Currency: "EUR", VATRate: "19.00",
 		Image:             schema.PricingImage{PricePerGBMonth: price("0.0110")},
-		Traffic:           schema.PricingTraffic{PricePerTB: price("1.0000")},
 		ServerBackup:      schema.PricingServerBackup{Percentage: "20.00"},
 		Volume:            schema.PricingVolume{PricePerGBPerMonth: price("0.0440")},
 		LoadBalancerTypes: []schema.PricingLoadBalancerType{},
@@ -338,7 +336,6 @@ func (s *Server) getPricing(w http.ResponseWriter, r *http.Request) {
 		}
 		p.FloatingIPs = append(p.FloatingIPs, ft)
 	}
-	p.FloatingIP = schema.PricingFloatingIP{PriceMonthly: price("3.0000")}
 	for _, st := range s.serverTypes {
 		p.ServerTypes = append(p.ServerTypes, schema.PricingServerType{ID: st.ID, Name: st.Name, Prices: st.Prices})
 	}

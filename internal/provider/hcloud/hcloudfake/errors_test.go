@@ -20,7 +20,7 @@ func TestInjectedErrorShapes(t *testing.T) {
 		status int
 	}{
 		{hcloud.ErrorCodeRateLimitExceeded, 429},
-		{hcloud.ErrorCodeResourceUnavailable, 403},
+		{hcloud.ErrorCodeResourceUnavailable, 412},
 		{hcloud.ErrorCodeUniquenessError, 409},
 		{hcloud.ErrorCodeInvalidInput, 400},
 		{hcloud.ErrorCodePlacementError, 412},
@@ -207,10 +207,19 @@ func TestUnservedRouteAndBadBodies(t *testing.T) {
 	if _, err := c.Do(req, nil); !hcloud.IsError(err, hcloud.ErrorCodeJSONError) {
 		t.Errorf("bad JSON: %v", err)
 	}
+	//lint:ignore SA1019 listing actions without ids is what is tested
 	if _, err := c.Action.All(t.Context()); !hcloud.IsError(err, hcloud.ErrorCodeInvalidInput) {
 		t.Errorf("all actions: %v", err)
 	}
 	if a, _, err := c.Action.GetByID(t.Context(), 12345); a != nil || err != nil {
 		t.Errorf("unknown action: %v, %v", a, err)
+	}
+	//lint:ignore SA1019 the removed endpoint is what is tested
+	_, err := c.Datacenter.All(t.Context())
+	if !hcloud.IsError(err, hcloud.ErrorDeprecatedAPIEndpoint) || apiErr(t, err).Response().StatusCode != 410 {
+		t.Errorf("datacenters: %v", err)
+	}
+	if d, ok := apiErr(t, err).Details.(hcloud.ErrorDetailsDeprecatedAPIEndpoint); !ok || d.Announcement == "" {
+		t.Errorf("datacenters details: %#v", apiErr(t, err).Details)
 	}
 }

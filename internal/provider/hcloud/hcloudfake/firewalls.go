@@ -383,9 +383,16 @@ func (s *Server) removeFrom(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, res := range req.RemoveFrom {
+		if res.Type == "server" && !slices.Contains(fw.servers, res.Server.ID) && s.appliesTo(fw, s.servers[res.Server.ID]) {
+			writeError(w, StatusOf("firewall_managed_by_label_selector"), "firewall_managed_by_label_selector",
+				fmt.Sprintf("firewall %d is applied to server %d by a label selector", fw.ID, res.Server.ID), nil)
+			return
+		}
+		// firewall_already_removed is no longer used (API changelog 2025-08-04, hcloud-go
+		// error.go); a resource the firewall is not applied to is not found.
 		if res.Type == "server" && !slices.Contains(fw.servers, res.Server.ID) ||
 			res.Type == "label_selector" && !slices.Contains(fw.selectors, res.LabelSelector.Selector) {
-			writeError(w, StatusOf("firewall_already_removed"), "firewall_already_removed", fmt.Sprintf("firewall %d is not applied to that resource", fw.ID), nil)
+			writeError(w, StatusOf("firewall_resource_not_found"), "firewall_resource_not_found", fmt.Sprintf("firewall %d is not applied to that resource", fw.ID), nil)
 			return
 		}
 	}

@@ -86,7 +86,7 @@ func TestFirewallLifecycle(t *testing.T) {
 	if err := c.Action.WaitFor(t.Context(), actions...); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := c.Firewall.RemoveResources(t.Context(), fw, []hcloud.FirewallResource{serverRes(sv.ID)}); !hcloud.IsError(err, hcloud.ErrorCodeFirewallAlreadyRemoved) {
+	if _, _, err := c.Firewall.RemoveResources(t.Context(), fw, []hcloud.FirewallResource{serverRes(sv.ID)}); !hcloud.IsError(err, hcloud.ErrorCodeFirewallResourceNotFound) {
 		t.Errorf("remove twice: %v", err)
 	}
 	if _, err := c.Firewall.Delete(t.Context(), fw); err != nil {
@@ -114,6 +114,9 @@ func TestFirewallByLabelSelector(t *testing.T) {
 	if len(f.AppliedTo) != 1 || f.AppliedTo[0].Type != hcloud.FirewallResourceTypeLabelSelector || len(f.AppliedTo[0].AppliedToResources) != 2 ||
 		f.AppliedTo[0].AppliedToResources[0].Server.ID != a.ID || f.AppliedTo[0].AppliedToResources[1].Server.ID != later.ID {
 		t.Errorf("applied_to %+v", f.AppliedTo)
+	}
+	if _, _, err := c.Firewall.RemoveResources(t.Context(), res.Firewall, []hcloud.FirewallResource{serverRes(a.ID)}); !hcloud.IsError(err, hcloud.ErrorCodeFirewallManagedByLabelSelector) {
+		t.Errorf("removing a server the selector covers: %v", err)
 	}
 	for name, want := range map[string]int{"a": 1, "b": 0, "c": 1} {
 		sv, _, _ := c.Server.GetByName(t.Context(), name)

@@ -47,6 +47,10 @@ const (
 	PrimaryIPsList      = "GET /primary_ips"
 	PrimaryIPsGet       = "GET /primary_ips/{id}"
 	PricingGet          = "GET /pricing"
+	// The datacenters endpoints answer 410 deprecated_api_endpoint, as the real API has
+	// since they were removed (1 October 2026).
+	DatacentersList = "GET /datacenters"
+	DatacentersGet  = "GET /datacenters/{id}"
 )
 
 // Token is the API token the fake accepts unless SetTokens says otherwise.
@@ -197,6 +201,12 @@ func New() *Server {
 		method, path, _ := strings.Cut(route, " ")
 		mux.Handle(method+" /v1"+path, s.front(route, h))
 	}
+	gone := func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusGone, "deprecated_api_endpoint", "the datacenters endpoints were removed after 1 October 2026",
+			map[string]string{"announcement": "https://docs.hetzner.cloud/changelog#2026-06-02-datacenters-deprecated"})
+	}
+	mux.Handle("GET /v1/datacenters", s.front(DatacentersList, gone))
+	mux.Handle("GET /v1/datacenters/{id}", s.front(DatacentersGet, gone))
 	mux.Handle("/", s.front("", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("the fake serves no %s %s", r.Method, r.URL.Path), nil)
 	}))
@@ -332,6 +342,9 @@ func (s *Server) front(route string, h http.HandlerFunc) http.Handler {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.seq++
+		// The real API names every answer with a correlation ID, which hcloud-go puts in
+		// its error text: "error during placement (resource_unavailable, 5e3a...)".
+		rec.Header().Set("X-Correlation-Id", fmt.Sprintf("%016x", s.seq*0x9e3779b97f4a7c15))
 		name := route
 		if name == "" {
 			name = r.Method + " " + strings.TrimPrefix(r.URL.Path, "/v1")
@@ -430,15 +443,16 @@ func (s *Server) writeFailure(w http.ResponseWriter, route string, f Failure) {
 }
 
 // StatusOf is the HTTP status the real API answers with an error code, from the error
-// table of the API reference (https://docs.hetzner.cloud/#errors) and, for call-specific
-// codes, the calls' documentation; 422 for the other call-specific codes.
+// table of the API reference (https://docs.hetzner.cloud/#errors) as remembered, and for
+// resource_unavailable from what users of the API report (412 "error during
+// placement"); 422 for the other call-specific codes.
 func StatusOf(code string) int {
 	switch code {
 	case "invalid_input", "json_error", "unsupported_error":
 		return http.StatusBadRequest
 	case "unauthorized":
 		return http.StatusUnauthorized
-	case "forbidden", "resource_limit_exceeded", "resource_unavailable", "protected", "token_readonly":
+	case "forbidden", "resource_limit_exceeded", "protected", "token_readonly":
 		return http.StatusForbidden
 	case "not_found":
 		return http.StatusNotFound
@@ -446,7 +460,9 @@ func StatusOf(code string) int {
 		return http.StatusConflict
 	case "deprecated_api_endpoint":
 		return http.StatusGone
-	case "placement_error":
+	case "placement_error", "resource_unavailable":
+		// A sold-out location answers 412 resource_unavailable "error during
+		// placement", as users of the API report it.
 		return http.StatusPreconditionFailed
 	case "locked":
 		return http.StatusLocked

@@ -202,12 +202,13 @@ func (s *Server) createServer(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if loc == nil {
-			writeError(w, StatusOf("resource_unavailable"), "resource_unavailable", fmt.Sprintf("server type %s is unavailable in every location", st.Name), nil)
+			writeError(w, StatusOf("resource_unavailable"), "resource_unavailable", "error during placement", nil)
 			return
 		}
 	}
 	if !s.availableIn(st, loc.Name) {
-		writeError(w, StatusOf("resource_unavailable"), "resource_unavailable", fmt.Sprintf("server type %s is unavailable in location %s", st.Name, loc.Name), nil)
+		// The real message says no more than this.
+		writeError(w, StatusOf("resource_unavailable"), "resource_unavailable", "error during placement", nil)
 		return
 	}
 	pn := schema.ServerCreatePublicNet{EnableIPv4: true, EnableIPv6: true}

@@ -141,7 +141,9 @@ func TestSoldOutLocation(t *testing.T) {
 	if err := s.SetAvailable("cx23", "fsn1", false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := create(t, c, "p", nil); !hcloud.IsError(err, hcloud.ErrorCodeResourceUnavailable) {
+	_, err := create(t, c, "p", nil)
+	if !hcloud.IsError(err, hcloud.ErrorCodeResourceUnavailable) || apiErr(t, err).Response().StatusCode != 412 ||
+		!strings.HasPrefix(err.Error(), "error during placement (resource_unavailable, ") {
 		t.Fatalf("create in a sold-out location: %v", err)
 	}
 	st, _, err := c.ServerType.GetByName(t.Context(), "cx23")
