@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,29 +120,37 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
-// TestRateLimitRefills: with a refill period the budget comes back; waited for by
-// polling the fake, with a generous deadline.
+// TestRateLimitRefills: with a refill period one request comes back each period, and
+// RateLimit-Reset says when; the fake's clock is stepped by the test.
 func TestRateLimitRefills(t *testing.T) {
 	s, c := fake(t, hcloud.WithRetryOpts(hcloud.RetryOpts{MaxRetries: 0}))
-	s.SetRateLimit(1, 20*time.Millisecond)
-	if _, _, err := c.Location.List(t.Context(), hcloud.LocationListOpts{}); err != nil {
-		t.Fatal(err)
+	var now atomic.Int64
+	now.Store(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixNano())
+	s.mu.Lock()
+	s.clock = func() time.Time { return time.Unix(0, now.Load()) }
+	s.mu.Unlock()
+	s.SetRateLimit(2, 10*time.Second)
+	for i := range 2 {
+		if _, _, err := c.Location.List(t.Context(), hcloud.LocationListOpts{}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	limited := false
-	for {
-		_, _, err := c.Location.List(t.Context(), hcloud.LocationListOpts{})
-		if err == nil && limited {
-			return
-		}
-		if hcloud.IsError(err, hcloud.ErrorCodeRateLimitExceeded) {
-			limited = true
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no refill after 10 s (limited seen: %v)", limited)
-		}
+	_, resp, err := c.Location.List(t.Context(), hcloud.LocationListOpts{})
+	if !hcloud.IsError(err, hcloud.ErrorCodeRateLimitExceeded) || resp.Meta.Ratelimit.Reset.Unix() != time.Unix(0, now.Load()).Add(10*time.Second).Unix() {
+		t.Fatalf("empty budget: %v, reset %v", err, resp.Meta.Ratelimit.Reset)
+	}
+	now.Add(int64(10 * time.Second))
+	_, resp, err = c.Location.List(t.Context(), hcloud.LocationListOpts{})
+	if err != nil || resp.Meta.Ratelimit.Remaining != 0 {
+		t.Fatalf("after one refill: %v, %+v", err, resp.Meta.Ratelimit)
+	}
+	if _, _, err := c.Location.List(t.Context(), hcloud.LocationListOpts{}); !hcloud.IsError(err, hcloud.ErrorCodeRateLimitExceeded) {
+		t.Fatalf("one refill is one request: %v", err)
+	}
+	now.Add(int64(time.Hour))
+	_, resp, err = c.Location.List(t.Context(), hcloud.LocationListOpts{})
+	if err != nil || resp.Meta.Ratelimit.Remaining != 1 {
+		t.Fatalf("after an hour (full budget of 2, one used): %v, %+v", err, resp.Meta.Ratelimit)
 	}
 }
 

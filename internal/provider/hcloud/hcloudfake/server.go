@@ -135,6 +135,8 @@ type Server struct {
 	seq         uint64
 	now         func() time.Time
 
+	// clock is what the rate limit counts time by (time.Now; tests set their own).
+	clock        func() time.Time
 	rateLimit    int
 	rateRemain   int
 	rateRefill   time.Duration
@@ -164,7 +166,8 @@ func New() *Server {
 		rateRemain:  3600,
 		rateRefill:  time.Second,
 	}
-	s.rateLastFill = time.Now()
+	s.clock = time.Now
+	s.rateLastFill = s.clock()
 	seed(s)
 	mux := http.NewServeMux()
 	for route, h := range map[string]http.HandlerFunc{
@@ -250,7 +253,7 @@ func (s *Server) SetLatency(d time.Duration) {
 func (s *Server) SetRateLimit(limit int, refill time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.rateLimit, s.rateRemain, s.rateRefill, s.rateLastFill = limit, limit, refill, time.Now()
+	s.rateLimit, s.rateRemain, s.rateRefill, s.rateLastFill = limit, limit, refill, s.clock()
 }
 
 // SetActionPolls sets how many reads an action takes to finish: it is "running" when
@@ -395,7 +398,7 @@ func (s *Server) front(route string, h http.HandlerFunc) http.Handler {
 // rateHeaders refills the budget, sets RateLimit-Limit, -Remaining and -Reset and
 // returns the reset time (when the budget is full again, or the next refill when empty).
 func (s *Server) rateHeaders(w http.ResponseWriter) int64 {
-	now := time.Now()
+	now := s.clock()
 	if s.rateRefill > 0 {
 		n := int(now.Sub(s.rateLastFill) / s.rateRefill)
 		if n > 0 {
