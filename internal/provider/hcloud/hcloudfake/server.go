@@ -436,7 +436,7 @@ func (s *Server) writeFailure(w http.ResponseWriter, route string, f Failure) {
 	}
 	if f.ResetAfter > 0 {
 		w.Header().Set("RateLimit-Remaining", "0")
-		w.Header().Set("RateLimit-Reset", strconv.FormatInt(time.Now().Add(f.ResetAfter).Unix(), 10))
+		w.Header().Set("RateLimit-Reset", strconv.FormatInt(s.clock().Add(f.ResetAfter).Unix(), 10))
 	}
 	var details any
 	if len(f.Fields) > 0 {
