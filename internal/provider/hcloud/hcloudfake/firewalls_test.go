@@ -222,3 +222,40 @@ func TestFirewallNamesAndLock(t *testing.T) {
 		t.Errorf("update: %+v, %v", f, err)
 	}
 }
+
+// TestCreateWithFirewallAndAddresses: a server created with a firewall has an
+// apply_firewall next action and shows the firewall applied; SetIPv4Address and
+// SetIPv6Network set the addresses of the servers created after.
+func TestCreateWithFirewallAndAddresses(t *testing.T) {
+	s, c := fake(t)
+	fw, _, err := c.Firewall.Create(t.Context(), hcloud.FirewallCreateOpts{Name: "fw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetIPv4Address("127.0.0.1")
+	s.SetIPv6Network("fd00:1::/64")
+	res, _, err := c.Server.Create(t.Context(), hcloud.ServerCreateOpts{Name: "local", ServerType: &hcloud.ServerType{Name: "cx23"},
+		Image: &hcloud.Image{Name: "debian-13"}, Firewalls: []*hcloud.ServerCreateFirewall{{Firewall: *fw.Firewall}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var commands []string
+	for _, a := range res.NextActions {
+		commands = append(commands, a.Command)
+	}
+	if len(commands) != 2 || commands[0] != "start_server" || commands[1] != "apply_firewall" {
+		t.Errorf("next actions %v", commands)
+	}
+	if err := c.Action.WaitFor(t.Context(), append([]*hcloud.Action{res.Action}, res.NextActions...)...); err != nil {
+		t.Fatal(err)
+	}
+	sv, _, _ := c.Server.GetByID(t.Context(), res.Server.ID)
+	if sv.PublicNet.IPv4.IP.String() != "127.0.0.1" || sv.PublicNet.IPv6.Network.String() != "fd00:1::/64" ||
+		len(sv.PublicNet.Firewalls) != 1 || sv.PublicNet.Firewalls[0].Status != hcloud.FirewallStatusApplied {
+		t.Errorf("public net %+v, firewalls %+v", sv.PublicNet, sv.PublicNet.Firewalls)
+	}
+	f, _, _ := c.Firewall.GetByID(t.Context(), fw.Firewall.ID)
+	if len(f.AppliedTo) != 1 || f.AppliedTo[0].Server.ID != sv.ID {
+		t.Errorf("applied_to %+v", f.AppliedTo)
+	}
+}
