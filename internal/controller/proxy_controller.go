@@ -250,7 +250,7 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res 
 
 	s := r.newScope(ctx, px)
 	res, err = r.reconcilePhases(ctx, s)
-	if perr := r.patchStatus(ctx, s); perr != nil && !s.gone {
+	if perr := r.applyStatus(ctx, s); perr != nil && !s.gone {
 		switch {
 		case errors.Is(perr, errStaleRead):
 			err = perr

@@ -38,7 +38,7 @@ func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provi
 	px.Status.SpecHash, px.Status.RenderedHash = want.intent, want.rendered
 	px.Status.ObservedReplace = px.Annotations[v1alpha1.ReplaceAnnotation]
 	s.setConfigUpToDate()
-	return r.observe(s, *inst), nil
+	return r.publishInstance(s, *inst), nil
 }
 
 // restart asks the provider to start the Proxy's stopped instance as it was built: the
@@ -49,7 +49,7 @@ func (r *ProxyReconciler) restart(ctx context.Context, s *scope, p provider.Prov
 	if inst == nil {
 		return res, err
 	}
-	return r.observe(s, *inst), nil
+	return r.publishInstance(s, *inst), nil
 }
 
 // provision runs the provider's Create for the Proxy with specHash as the instance's
@@ -71,7 +71,7 @@ func (r *ProxyReconciler) provision(ctx context.Context, s *scope, p provider.Pr
 		s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning, msg)
 		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, msg)
 		// A Create may take minutes (a first image download): show Provisioning meanwhile.
-		if err := r.patchStatus(ctx, s); err != nil {
+		if err := r.applyStatus(ctx, s); err != nil {
 			return nil, ctrl.Result{}, err
 		}
 	}
@@ -271,7 +271,7 @@ func (p *progress) write(pr provider.Progress, event bool) {
 	if event {
 		s.event(corev1.EventTypeNormal, pr.Reason, actionCreate, "%s", msg)
 	}
-	if err := p.r.patchStatus(p.ctx, s); err != nil {
+	if err := p.r.applyStatus(p.ctx, s); err != nil {
 		s.log.V(1).Info("progress not shown on the proxy", "reason", pr.Reason, "error", err.Error())
 		return
 	}

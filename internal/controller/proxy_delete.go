@@ -74,7 +74,7 @@ func (r *ProxyReconciler) drain(ctx context.Context, s *scope, left time.Duratio
 func (r *ProxyReconciler) showDeleting(ctx context.Context, s *scope, msg string) error {
 	s.setPhase(v1alpha1.PhaseDeleting, v1alpha1.ReasonDeleting, msg)
 	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg)
-	return r.patchStatus(ctx, s)
+	return r.applyStatus(ctx, s)
 }
 
 // mayHaveInstance: a recorded providerID, or a Proxy that got as far as asking its

@@ -70,7 +70,7 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.
 				// Create starts an existing instance that is not running, as it was built.
 				return r.restart(ctx, s, p, rendered.UserData)
 			default:
-				res := r.observe(s, inst)
+				res := r.publishInstance(s, inst)
 				if inst.State != provider.StateRunning {
 					return res, nil
 				}
@@ -135,8 +135,8 @@ func (r *ProxyReconciler) replace(ctx context.Context, s *scope, p provider.Prov
 	return nil
 }
 
-// observe publishes what the provider reports about a live instance.
-func (r *ProxyReconciler) observe(s *scope, inst provider.Instance) ctrl.Result {
+// publishInstance lays what the provider reports about a live instance on the status.
+func (r *ProxyReconciler) publishInstance(s *scope, inst provider.Instance) ctrl.Result {
 	px := s.px
 	if left, ok := r.holdAddress(s, inst); ok {
 		return ctrl.Result{RequeueAfter: min(orDefault(r.PollInterval, DefaultPollInterval), left)}

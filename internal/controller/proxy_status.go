@@ -124,7 +124,7 @@ func proxyStatusOf(st *v1alpha1.ProxyStatus) *v1alpha1.ProxyStatus {
 	return own
 }
 
-// patchStatus applies the reconciler's part of the status when it differs from what the
+// applyStatus applies the reconciler's part of the status when it differs from what the
 // server holds, after settling Running against Ready (readiness). The first write of a
 // reconcile carries the version read: if anything wrote the Proxy since, the reconcile
 // decided from an old copy (the cache behind its own last write, say) and must not lay
@@ -132,7 +132,7 @@ func proxyStatusOf(st *v1alpha1.ProxyStatus) *v1alpha1.ProxyStatus {
 // Proxy reconciled again. Once a write has gone through, the reconcile's own fields are
 // the server's, and later writes of the same reconcile carry no version: the health
 // engine's writes meanwhile touch none of them.
-func (r *ProxyReconciler) patchStatus(ctx context.Context, s *scope) error {
+func (r *ProxyReconciler) applyStatus(ctx context.Context, s *scope) error {
 	if s.gone {
 		return nil
 	}

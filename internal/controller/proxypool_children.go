@@ -39,9 +39,8 @@ type poolScope struct {
 	replicas  int32
 	surge     int32
 	unavail   int32
-	// children are the pool's Proxies, by name; info their classification, same order.
-	children []*v1alpha1.Proxy
-	info     []poolChild
+	// children are the pool's Proxies, by name, each with its classification.
+	children []scopedChild
 	// spread: the entries' effective placements and whether each can be used.
 	placements []placement
 	usable     []bool
@@ -126,8 +125,32 @@ func (r *ProxyPoolReconciler) poolCredentialsDigest(ctx context.Context, pool *v
 	return proxyconfig.CredentialsDigest(*creds)
 }
 
-// observe reads the pool's children and classifies them.
-func (r *ProxyPoolReconciler) observe(ctx context.Context, pool *v1alpha1.ProxyPool) (*poolScope, error) {
+// scopedChild is one of the pool's Proxies and how this pass classified it.
+type scopedChild struct {
+	px *v1alpha1.Proxy
+	poolChild
+}
+
+// classified is the children's classifications, in order: what planPool decides from.
+func (s *poolScope) classified() []poolChild {
+	out := make([]poolChild, len(s.children))
+	for i := range s.children {
+		out[i] = s.children[i].poolChild
+	}
+	return out
+}
+
+// proxies is the children's Proxies, in order.
+func (s *poolScope) proxies() []*v1alpha1.Proxy {
+	out := make([]*v1alpha1.Proxy, len(s.children))
+	for i := range s.children {
+		out[i] = s.children[i].px
+	}
+	return out
+}
+
+// readChildren reads the pool's children and classifies them.
+func (r *ProxyPoolReconciler) readChildren(ctx context.Context, pool *v1alpha1.ProxyPool) (*poolScope, error) {
 	s := &poolScope{pool: pool, base: pool.DeepCopy(), now: r.now(), deadline: DefaultProgressDeadline}
 	digest, err := r.poolCredentialsDigest(ctx, pool)
 	switch {
@@ -171,10 +194,9 @@ func (r *ProxyPoolReconciler) observe(ctx context.Context, pool *v1alpha1.ProxyP
 		if !metav1.IsControlledBy(px, pool) {
 			continue // labelled by hand, or a former pool's of the same name
 		}
-		s.children = append(s.children, px)
-		s.info = append(s.info, s.classify(px))
+		s.children = append(s.children, scopedChild{px, s.classify(px)})
 	}
-	if err := r.observeEgress(ctx, s); err != nil {
+	if err := r.readEgress(ctx, s); err != nil {
 		return nil, err
 	}
 	s.trackProgress()
@@ -315,20 +337,20 @@ func (r *ProxyPoolReconciler) act(ctx context.Context, s *poolScope) error {
 		// Nowhere to put a replacement: leave every child as it is (PlacementValid says why).
 		return nil
 	}
-	s.plan = planPool(s.info, s.replicas, s.surge, s.unavail, s.pool.Spec.Deletion.Order, string(s.pool.UID))
+	s.plan = planPool(s.classified(), s.replicas, s.surge, s.unavail, s.pool.Spec.Deletion.Order, string(s.pool.UID))
 	log := ctrl.LoggerFrom(ctx)
 	for _, name := range s.plan.delete {
-		i := slices.IndexFunc(s.children, func(px *v1alpha1.Proxy) bool { return px.Name == name })
-		px := s.children[i]
-		why := deletionCause(&s.info[i], s.replicas, s.deadline)
+		i := slices.IndexFunc(s.children, func(c scopedChild) bool { return c.px.Name == name })
+		px := s.children[i].px
+		why := deletionCause(&s.children[i].poolChild, s.replicas, s.deadline)
 		uid := px.UID
 		if err := r.Client.Delete(ctx, px, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting child proxy %s/%s of pool %s: %w", px.Namespace, px.Name, s.pool.Name, err)
 		}
 		log.Info("deleted pool child", "child", px.Name, "cause", why)
 		r.event(s.pool, corev1.EventTypeNormal, EventChildDeleted, actionDelete, "deleted child %s: %s", px.Name, why)
-		s.info[i].deleting = true
-		s.info[i].available = false
+		s.children[i].deleting = true
+		s.children[i].available = false
 		// Published as terminating in this same pass.
 		if px.DeletionTimestamp.IsZero() {
 			px.DeletionTimestamp = ptr.To(metav1.NewTime(s.now))
@@ -394,8 +416,7 @@ func (r *ProxyPoolReconciler) createChildren(ctx context.Context, s *poolScope, 
 		px := children[a.i]
 		log.Info("created pool child", "child", px.Name, "placement", at[a.i].String())
 		r.event(s.pool, corev1.EventTypeNormal, EventChildCreated, actionCreate, "created child %s (%s)", px.Name, at[a.i])
-		s.children = append(s.children, px)
-		s.info = append(s.info, s.classify(px))
+		s.children = append(s.children, scopedChild{px, s.classify(px)})
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("creating child proxies of pool %s/%s: %w", s.pool.Namespace, s.pool.Name, err)
@@ -409,11 +430,11 @@ const createBatchLimit = 32
 // entryCounts counts the children each spread entry holds that the pool keeps.
 func (s *poolScope) entryCounts() []int {
 	counts := make([]int, len(s.placements))
-	for i, px := range s.children {
-		if !s.info[i].good() {
+	for _, c := range s.children {
+		if !c.good() {
 			continue
 		}
-		if e := s.entryOf(px); e >= 0 {
+		if e := s.entryOf(c.px); e >= 0 {
 			counts[e]++
 		}
 	}
@@ -467,8 +488,8 @@ func (s *poolScope) nextDeadline() (time.Duration, bool) {
 			next = t
 		}
 	}
-	for i, px := range s.children {
-		c := &s.info[i]
+	for i := range s.children {
+		c, px := &s.children[i], s.children[i].px
 		if c.deleting {
 			continue
 		}
@@ -495,9 +516,10 @@ func (s *poolScope) nextDeadline() (time.Duration, bool) {
 // remediation handed over for replacement (RemediationReplaceAnnotation) whose record no
 // child made in this pass or after it has taken yet; "" when none.
 func (s *poolScope) inheritRecord() string {
-	for i, px := range s.children {
+	for _, c := range s.children {
+		px := c.px
 		rec := px.Annotations[remediation.RecordAnnotation]
-		if !s.info[i].remediate || s.info[i].deleting || rec == "" || s.inherited[px.Name] {
+		if !c.remediate || c.deleting || rec == "" || s.inherited[px.Name] {
 			continue
 		}
 		if s.recordTaken(rec) {
@@ -515,8 +537,8 @@ func (s *poolScope) inheritRecord() string {
 // recordTaken: a child not handed over already holds rec (a successor made in an earlier
 // pass).
 func (s *poolScope) recordTaken(rec string) bool {
-	for i, px := range s.children {
-		if !s.info[i].remediate && px.Annotations[remediation.RecordAnnotation] == rec {
+	for _, c := range s.children {
+		if !c.remediate && c.px.Annotations[remediation.RecordAnnotation] == rec {
 			return true
 		}
 	}

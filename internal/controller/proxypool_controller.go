@@ -159,7 +159,7 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		// owner: the cluster's garbage collector deletes them.
 		return ctrl.Result{}, nil
 	}
-	s, err := r.observe(ctx, pool)
+	s, err := r.readChildren(ctx, pool)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -169,7 +169,7 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	r.reportDeadline(s)
 	brakeNext := r.remediationBrake(s) // proxypool_remediation.go
-	if err := r.patchPoolStatus(ctx, s); err != nil {
+	if err := r.applyPoolStatus(ctx, s); err != nil {
 		if actErr == nil {
 			return ctrl.Result{}, err
 		}

@@ -49,9 +49,9 @@ func wireGuardSelector(pool *v1alpha1.ProxyPool) *metav1.LabelSelector {
 	return &pool.Spec.Egress.WireGuard.SecretSelector
 }
 
-// observeEgress finds the pool's WireGuard Secrets and which of them its children leave
+// readEgress finds the pool's WireGuard Secrets and which of them its children leave
 // free. A selector the API server took but labels cannot parse is a spec error.
-func (r *ProxyPoolReconciler) observeEgress(ctx context.Context, s *poolScope) error {
+func (r *ProxyPoolReconciler) readEgress(ctx context.Context, s *poolScope) error {
 	ls := wireGuardSelector(s.pool)
 	if ls == nil {
 		return nil
@@ -66,8 +66,8 @@ func (r *ProxyPoolReconciler) observeEgress(ctx context.Context, s *poolScope) e
 		return fmt.Errorf("listing the WireGuard secrets of proxy pool %s/%s: %w", s.pool.Namespace, s.pool.Name, err)
 	}
 	held := map[string]bool{}
-	for _, px := range s.children {
-		if name := assignedWireGuard(px); name != "" {
+	for _, c := range s.children {
+		if name := assignedWireGuard(c.px); name != "" {
 			held[name] = true
 		}
 	}

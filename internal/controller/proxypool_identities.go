@@ -21,8 +21,9 @@ import (
 // known yet are counted in unknown.
 func (s *poolScope) egressIdentities() (byIP map[string][]string, unknown int) {
 	byIP = map[string][]string{}
-	for i, px := range s.children {
-		if !s.info[i].available {
+	for _, c := range s.children {
+		px := c.px
+		if !c.available {
 			continue
 		}
 		ip := px.Status.EgressIP

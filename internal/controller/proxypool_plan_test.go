@@ -327,9 +327,8 @@ func TestNextDeadline(t *testing.T) {
 	scope := func(minReady int32, maxAge time.Duration, kids ...*v1alpha1.Proxy) *poolScope {
 		s := &poolScope{now: now, maxAge: maxAge, pool: &v1alpha1.ProxyPool{}}
 		s.pool.Spec.MinReadySeconds = minReady
-		s.children = kids
 		for _, k := range kids {
-			s.info = append(s.info, s.classify(k))
+			s.children = append(s.children, scopedChild{k, s.classify(k)})
 		}
 		return s
 	}

@@ -36,8 +36,8 @@ func (r *ProxyPoolReconciler) remediationBrake(s *poolScope) time.Duration {
 	pool := s.pool
 	var states []remediation.State
 	rem := pool.Spec.Template.Spec.Remediation
-	for _, px := range s.children {
-		st, _ := remediation.FromProxy(px)
+	for _, c := range s.children {
+		st, _ := remediation.FromProxy(c.px)
 		if rem != nil && rem.BootTimeout != nil {
 			st.BootTimeout = rem.BootTimeout.Duration
 		}

@@ -52,7 +52,7 @@ func (r *ProxyPoolReconciler) publish(ctx context.Context, s *poolScope) error {
 			// Publish nothing rather than slices of a Service that is not the pool's.
 			return errors.Join(err, r.syncSlices(ctx, pool, have, nil))
 		}
-		for _, es := range desiredSlices(pool, want, s.children, have) {
+		for _, es := range desiredSlices(pool, want, s.proxies(), have) {
 			slices[es.Name] = es
 		}
 	}

@@ -25,8 +25,8 @@ type poolCounts struct {
 
 func (s *poolScope) counts() poolCounts {
 	var n poolCounts
-	for i := range s.info {
-		c := &s.info[i]
+	for i := range s.children {
+		c := &s.children[i]
 		n.replicas++
 		if c.deleting {
 			n.deleting++
@@ -53,10 +53,10 @@ func (s *poolScope) counts() poolCounts {
 	return n
 }
 
-// patchPoolStatus writes the status from what this reconcile saw and did. The pool
+// applyPoolStatus writes the status from what this reconcile saw and did. The pool
 // reconciler applies all of it as proxypool-controller but saturatedSites and the
 // Saturated condition, which the ban controller applies (poolStatusOf).
-func (r *ProxyPoolReconciler) patchPoolStatus(ctx context.Context, s *poolScope) error {
+func (r *ProxyPoolReconciler) applyPoolStatus(ctx context.Context, s *poolScope) error {
 	pool := s.pool
 	n := s.counts()
 	st := &pool.Status
@@ -178,8 +178,8 @@ func (s *poolScope) trackProgress() {
 		prev != nil && prev.Reason == v1alpha1.PoolReasonComplete && !s.complete():
 		at = s.now
 	}
-	for i, px := range s.children {
-		c := &s.info[i]
+	for i := range s.children {
+		c, px := &s.children[i], s.children[i].px
 		if !c.ready || c.deleting {
 			continue
 		}
@@ -206,8 +206,8 @@ const maxNamed = 10
 // those stuck deleting (since when) and those never Ready (with their last probe error).
 func (s *poolScope) deadlineMessage() string {
 	var deleting, never, failed []string
-	for i, px := range s.children {
-		c := &s.info[i]
+	for i := range s.children {
+		c, px := &s.children[i], s.children[i].px
 		switch {
 		case c.deleting:
 			deleting = append(deleting, fmt.Sprintf("%s since %s", px.Name, px.DeletionTimestamp.UTC().Format(time.RFC3339)))
