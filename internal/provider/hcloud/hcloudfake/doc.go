@@ -10,8 +10,9 @@
 // firewalls (create, get, list, update, delete, and the actions set_rules,
 // apply_to_resources and remove_from_resources), locations, server types, images,
 // primary IPs (read only: each server gets auto-deleted ones at create) and GET /pricing.
-// Anything else is answered 404 not_found. Datacenters are not served: the client marks
-// them deprecated and a server create names a location.
+// The datacenters endpoints answer 410 deprecated_api_endpoint, as the real API has
+// since 1 October 2026; anything else is answered 404 not_found. Every answer carries an
+// X-Correlation-Id.
 //
 // The action model: a call that changes something answers with actions in status
 // "running"; an action finishes ("success", progress 100, finished set) at its
@@ -32,12 +33,16 @@
 // selector it cannot parse; user_data over 32 KiB (invalid_input); an unknown server
 // type, image or location (invalid_input); an image of the other architecture; a server
 // type that cannot be ordered in the location, or whose deprecation has passed its
-// unavailable_after (resource_unavailable); more servers, firewalls or primary IPs than
-// the Quota (resource_limit_exceeded); firewall rules with a bad direction, protocol,
-// port or CIDR, or more than 50; deleting a firewall still applied (resource_in_use);
-// applying one twice (firewall_already_applied); an unknown token (401 unauthorized); a
-// write with a read-only token (403 forbidden); requests beyond the rate limit (429
-// rate_limit_exceeded with RateLimit-Reset).
+// unavailable_after (412 resource_unavailable "error during placement", as users of the
+// API report it); more servers, firewalls or primary IPs than the Quota
+// (resource_limit_exceeded); firewall rules with a bad direction, protocol, port or CIDR,
+// or more than 50; deleting a firewall still applied (resource_in_use); applying one
+// twice (firewall_already_applied); removing one from a server it is not applied to
+// (firewall_resource_not_found) or that a label selector covers
+// (firewall_managed_by_label_selector); GET /actions without id (invalid_input, since
+// 30 January 2025); an unknown token (401 unauthorized); a write with a read-only token
+// (403 forbidden); requests beyond the rate limit (429 rate_limit_exceeded with
+// RateLimit-Reset).
 //
 // Faults for tests: Fail queues an error for the next call of a route, synchronous (any
 // code and status, RateLimit-Reset for 429) or an accepted call whose action ends in
@@ -62,6 +67,10 @@
 // and client_helper.go (how pages are followed: meta.pagination.next_page). The HTTP
 // status of each error code, the 32 KiB user_data limit, the 50-rule firewall limit and
 // the label-selector grammar are from the API reference at https://docs.hetzner.cloud/
-// as known to the authors (the docs site cannot be reached from the build machine); see
-// StatusOf. Known gaps: docs/testing.md, the hcloud fake.
+// as known to the authors (the docs site cannot be reached from the build machine), and
+// the sold-out answer from what users of the API report in public issue trackers
+// ("error during placement (resource_unavailable, <correlation id>)"); see StatusOf.
+// hcloud-go's CHANGELOG.md gave the removals (datacenters, listing all actions,
+// firewall_already_removed, the type-wide server type deprecation). Known gaps:
+// docs/testing.md, the hcloud fake.
 package hcloudfake
