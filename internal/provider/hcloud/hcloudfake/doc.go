@@ -49,7 +49,8 @@
 // error; HoldStarting keeps a server "starting"; SetLatency delays answers;
 // SetRateLimit; SetTokens; Calls and CallCount count what was called. State is read
 // and seeded with Servers, ServerByName, SeedServer, RemoveServer, SetServerStatus,
-// Firewalls, RemoveFirewall, PrimaryIPs, SetQuota, SetLocation, SetServerType,
+// UserData, Action, Firewalls, RemoveFirewall, PrimaryIPs, Quota, SetQuota,
+// SetActionPolls, SetLocation, SetServerType,
 // SetAvailable, SetImage and SetPrimaryIPPrices; addresses come from 203.0.113.0/24 and
 // 2001:db8::/32 unless SetIPv4Address and SetIPv6Network say otherwise.
 //
