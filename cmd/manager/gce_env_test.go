@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -86,32 +85,7 @@ func TestManagerRunsAProxyOnGCE(t *testing.T) {
 	if !strings.Contains(userData, "#cloud-config") {
 		t.Errorf("user-data metadata %q holds no cloud-config", userData)
 	}
-	mgr.waitUntil("the Proxy to be Ready with egress IP 127.0.0.9", func() (bool, error) {
-		if err := c.Get(ctx, key, got); err != nil {
-			return false, err
-		}
-		return got.Status.Phase == v1alpha1.PhaseReady && got.Status.Healthy && got.Status.EgressIP == "127.0.0.9",
-			fmt.Errorf("phase %s, healthy %t, egress IP %q, message %q", got.Status.Phase, got.Status.Healthy, got.Status.EgressIP, got.Status.Message)
-	})
-	mgr.waitUntil("ProviderHealth gcp-eu with its zone ready", func() (bool, error) {
-		ph := &v1alpha1.ProviderHealth{}
-		if err := c.Get(ctx, client.ObjectKey{Name: "gcp-eu"}, ph); err != nil {
-			return false, err
-		}
-		return ph.Status.TotalTargets == 1 && ph.Status.Ready == "1/1",
-			fmt.Errorf("%d targets, ready %q", ph.Status.TotalTargets, ph.Status.Ready)
-	})
-
-	if err := c.Delete(ctx, px); err != nil {
-		t.Fatal(err)
-	}
-	mgr.waitUntil("the Proxy to be gone", func() (bool, error) {
-		err := c.Get(ctx, key, got)
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, fmt.Errorf("get: %v, phase %s", err, got.Status.Phase)
-	})
+	readyThenDeleted(t, mgr, c, key, "127.0.0.9", "gcp-eu")
 	if n := fake.Instances(); n != 0 {
 		t.Errorf("%d instances left in the fake after the Proxy was deleted", n)
 	}
