@@ -50,9 +50,9 @@
 // SetRateLimit; SetTokens; Calls and CallCount count what was called. State is read
 // and seeded with Servers, ServerByName, SeedServer, RemoveServer, SetServerStatus,
 // UserData, Action, Firewalls, RemoveFirewall, PrimaryIPs, Quota, SetQuota,
-// SetActionPolls, SetLocation, SetServerType,
-// SetAvailable, SetImage and SetPrimaryIPPrices; addresses come from 203.0.113.0/24 and
-// 2001:db8::/32 unless SetIPv4Address and SetIPv6Network say otherwise.
+// SetActionPolls, SetLocation, SetServerType, SetAvailable, SetImage and
+// SetPrimaryIPPrices; addresses come from 203.0.113.0/24 and 2001:db8::/32 unless
+// SetIPv4Address and SetIPv6Network say otherwise.
 //
 // Sources it was checked against: hcloud-go v2.52.0 (the version in go.mod), its
 // hcloud/schema package (every request and response body: server.go, action.go,
