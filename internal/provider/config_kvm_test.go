@@ -79,6 +79,7 @@ func FuzzParseConfig(f *testing.F) {
 		"machineTypes: {m: {vcpus: 1, memoryMiB: 1}}, hosts: [{name: h, address: 'h:1', user: u, bridge: b, socket: /s}]}}]\n"))
 	f.Add([]byte("providers: [{name: a, type: kvm2, kvm2: {hosts: [{}], images: {'x y': {}}}, kvm: {}}]\nfoo: 1\n"))
 	f.Add([]byte("providers:\n- name: a\n  name: b\n"))
+	f.Add([]byte(hcloudGood))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := ParseConfig(data)
 		if err != nil {
