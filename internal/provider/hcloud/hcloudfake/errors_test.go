@@ -3,6 +3,7 @@ package hcloudfake
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -231,4 +232,15 @@ func TestUnservedRouteAndBadBodies(t *testing.T) {
 	if d, ok := apiErr(t, err).Details.(hcloud.ErrorDetailsDeprecatedAPIEndpoint); !ok || d.Announcement == "" {
 		t.Errorf("datacenters details: %#v", apiErr(t, err).Details)
 	}
+}
+
+// TestFailOnAnUnservedRoutePanics: a mistyped route is a test bug, not a silent no-op.
+func TestFailOnAnUnservedRoutePanics(t *testing.T) {
+	s, _ := fake(t)
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "GET /server") {
+			t.Errorf("recovered %v", r)
+		}
+	}()
+	s.Fail("GET /server", Failure{Code: "server_error"})
 }

@@ -122,6 +122,8 @@ type Server struct {
 	ipPrices    []schema.PricingPrimaryIP
 	quota       Quota
 	failures    map[string][]Failure
+	// routes are the route constants served, for Fail to check.
+	routes map[string]bool
 	// pendingFail is the ActionCode failure of the call being handled, if any.
 	pendingFail *Failure
 	calls       []Call
@@ -170,6 +172,7 @@ func New() *Server {
 	s.rateLastFill = s.clock()
 	seed(s)
 	mux := http.NewServeMux()
+	s.routes = map[string]bool{DatacentersList: true, DatacentersGet: true}
 	for route, h := range map[string]http.HandlerFunc{
 		ServersCreate:       s.createServer,
 		ServersList:         s.listServers,
@@ -203,6 +206,7 @@ func New() *Server {
 	} {
 		method, path, _ := strings.Cut(route, " ")
 		mux.Handle(method+" /v1"+path, s.front(route, h))
+		s.routes[route] = true
 	}
 	gone := func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusGone, "deprecated_api_endpoint", "the datacenters endpoints were removed after 1 October 2026",
@@ -222,10 +226,14 @@ func New() *Server {
 func (s *Server) Close() { s.srv.Close() }
 
 // Fail makes the next call of route (a route constant, ServersCreate say) fail with f;
-// several Fails queue up in order.
+// several Fails queue up in order. A route the fake does not serve panics, so that a
+// mistyped one does not pass a test that never injected anything.
 func (s *Server) Fail(route string, f Failure) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.routes[route] {
+		panic(fmt.Sprintf("hcloudfake: Fail(%q): the fake serves no such route", route))
+	}
 	s.failures[route] = append(s.failures[route], f)
 }
 
