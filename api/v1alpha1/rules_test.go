@@ -1,11 +1,14 @@
 package v1alpha1
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 )
 
 func TestPort(t *testing.T) {
@@ -25,6 +28,49 @@ func TestPort(t *testing.T) {
 		}
 		if got := px.Spec.PortOrDefault(); got != tc.want {
 			t.Errorf("%s: PortOrDefault() = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The CRDs default spec.port (a Proxy's and a pool template's) to DefaultPort: the
+// +kubebuilder:default marker cannot name the constant, so this ties the two.
+func TestCRDPortDefaultIsDefaultPort(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		path []string // from the version's openAPIV3Schema
+	}{
+		{"egress.hrajfrisbee.cz_proxies.yaml", []string{"properties", "spec", "properties", "port", "default"}},
+		{"egress.hrajfrisbee.cz_proxypools.yaml", []string{"properties", "spec", "properties", "template", "properties", "spec", "properties", "port", "default"}},
+	} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", "bases", tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var crd struct {
+			Spec struct {
+				Versions []struct {
+					Name   string `json:"name"`
+					Schema struct {
+						OpenAPIV3Schema map[string]any `json:"openAPIV3Schema"`
+					} `json:"schema"`
+				} `json:"versions"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal(b, &crd); err != nil {
+			t.Fatalf("%s: %v", tc.file, err)
+		}
+		if len(crd.Spec.Versions) == 0 {
+			t.Fatalf("%s: no versions", tc.file)
+		}
+		for _, v := range crd.Spec.Versions {
+			var node any = v.Schema.OpenAPIV3Schema
+			for _, key := range tc.path {
+				m, _ := node.(map[string]any)
+				node = m[key]
+			}
+			if got, ok := node.(float64); !ok || int32(got) != DefaultPort {
+				t.Errorf("%s, version %s: spec.port defaults to %v, want DefaultPort %d", tc.file, v.Name, node, DefaultPort)
+			}
 		}
 	}
 }
