@@ -96,6 +96,13 @@ func New(pc provider.ProviderConfig, log logr.Logger, opts ...Option) (*Provider
 	if p.http == nil {
 		p.http = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: p.callTimeout}
 	}
+	// Every request is traced and logged at V(1), under whatever transport the client has.
+	base := p.http.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	p.http = &http.Client{Transport: &callLog{base: base, log: p.log}, Timeout: p.http.Timeout,
+		CheckRedirect: p.http.CheckRedirect, Jar: p.http.Jar}
 	if _, err := os.Stat(cfg.TokenFile); err != nil {
 		p.log.Info("WARNING: token file not readable yet; API calls fail until it appears",
 			"field", "hcloud.tokenFile", "path", cfg.TokenFile, "error", err.Error())

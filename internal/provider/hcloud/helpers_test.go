@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	hc "github.com/hetznercloud/hcloud-go/v2/hcloud"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/hcloud/hcloudfake"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
 
 const (
@@ -25,6 +26,8 @@ type env struct {
 	fake      *hcloudfake.Server
 	p         *Provider
 	tokenFile string
+	// logs holds every line the provider logs (up to V(1)).
+	logs *testutil.SyncBuffer
 }
 
 type envOption func(*provider.HCloudConfig)
@@ -57,14 +60,16 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	for _, o := range opts {
 		o(cfg)
 	}
-	p, err := New(provider.ProviderConfig{Name: testName, Type: provider.TypeHCloud, HCloud: cfg}, logr.Discard(),
+	logs := &testutil.SyncBuffer{}
+	log := funcr.New(func(prefix, args string) { _, _ = logs.Write([]byte(prefix + " " + args + "\n")) }, funcr.Options{Verbosity: 1})
+	p, err := New(provider.ProviderConfig{Name: testName, Type: provider.TypeHCloud, HCloud: cfg}, log,
 		WithInstallID(testInstall), WithPollInterval(time.Millisecond, 5*time.Millisecond),
 		WithClientOptions(hc.WithRetryOpts(hc.RetryOpts{BackoffFunc: hc.ConstantBackoff(time.Millisecond), MaxRetries: 0})))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	return &env{fake: fake, p: p, tokenFile: tokenFile}
+	return &env{fake: fake, p: p, tokenFile: tokenFile, logs: logs}
 }
 
 // request is a valid CreateRequest in testLocation.
