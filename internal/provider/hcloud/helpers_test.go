@@ -88,13 +88,3 @@ func (e *env) serverID(name string) int64 {
 	}
 	return s.ID
 }
-
-// firewallNamed is the fake's firewall of a name.
-func (e *env) firewallNamed(name string) (int64, map[string]string, bool) {
-	for _, fw := range e.fake.Firewalls() {
-		if fw.Name == name {
-			return fw.ID, fw.Labels, true
-		}
-	}
-	return 0, nil, false
-}
