@@ -296,3 +296,25 @@ func TestCallsPerOperation(t *testing.T) {
 		})
 	}
 }
+
+// TestUnknownCatalogueEntriesAtCreate: a server type or location in the catalogue that
+// the API does not know fails the Proxy at create, permanently, naming the API's field
+// and the Proxy's and config's fields it stands for.
+func TestUnknownCatalogueEntriesAtCreate(t *testing.T) {
+	e := newEnv(t, func(c *provider.HCloudConfig) {
+		c.ServerTypes = append(c.ServerTypes, "cx99")
+		c.Locations = append(c.Locations, "xyz1")
+	})
+	req := request("proxy-00000000000000a7", "uid-a7")
+	req.Placement.MachineType = "cx99"
+	_, err := e.p.Create(t.Context(), req)
+	if provider.Class(err) != provider.ErrPermanent || !strings.Contains(fmt.Sprint(err), "field server_type (placement.machineType (hcloud.serverTypes))") {
+		t.Errorf("create with an unknown server type: %v", err)
+	}
+	req = request("proxy-00000000000000a8", "uid-a8")
+	req.Placement.Zone = "xyz1"
+	_, err = e.p.Create(t.Context(), req)
+	if provider.Class(err) != provider.ErrPermanent || !strings.Contains(fmt.Sprint(err), "field location (placement.zone (hcloud.locations))") {
+		t.Errorf("create in an unknown location: %v", err)
+	}
+}
