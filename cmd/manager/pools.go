@@ -37,7 +37,8 @@ func setupPools(mgr ctrl.Manager, cfg *provider.Config, pol remediation.Policy, 
 }
 
 // poolZones lists each configured provider with the zones a pool may name for it: the
-// host names of a kvm2 or kvm block. A type without such a list accepts any zone.
+// host names of a kvm2 or kvm block, the locations of an hcloud block. A type without
+// such a list accepts any zone.
 func poolZones(cfg *provider.Config) map[string][]string {
 	out := make(map[string][]string, len(cfg.Providers))
 	for _, pc := range cfg.Providers {
@@ -49,6 +50,9 @@ func poolZones(cfg *provider.Config) map[string][]string {
 			for _, h := range block.Hosts {
 				zones = append(zones, h.Name)
 			}
+		}
+		if pc.HCloud != nil {
+			zones = append(zones, pc.HCloud.Locations...)
 		}
 		out[pc.Name] = zones
 	}

@@ -10,14 +10,16 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
 
-// A pool's spread is checked against the host names of each kvm2 and kvm block.
+// A pool's spread is checked against the host names of each kvm2 and kvm block and the
+// locations of each hcloud block.
 func TestPoolZonesAreTheHostNames(t *testing.T) {
 	cfg := &provider.Config{Providers: []provider.ProviderConfig{
 		{Name: "kvm2-home", Type: provider.TypeKVM2, KVM2: &provider.KVMConfig{Hosts: []provider.KVMHost{{Name: "beelink"}, {Name: "nuc"}}}},
 		{Name: "old-lab", Type: provider.TypeKVM, KVM: &provider.KVMConfig{Hosts: []provider.KVMHost{{Name: "tower"}}}},
 		{Name: "empty", Type: provider.TypeKVM2, KVM2: &provider.KVMConfig{}},
+		{Name: "hetzner-eu", Type: provider.TypeHCloud, HCloud: &provider.HCloudConfig{Locations: []string{"fsn1", "hel1"}}},
 	}}
-	want := map[string][]string{"kvm2-home": {"beelink", "nuc"}, "old-lab": {"tower"}, "empty": nil}
+	want := map[string][]string{"kvm2-home": {"beelink", "nuc"}, "old-lab": {"tower"}, "empty": nil, "hetzner-eu": {"fsn1", "hel1"}}
 	if diff := cmp.Diff(want, poolZones(cfg)); diff != "" {
 		t.Errorf("poolZones (-want +got):\n%s", diff)
 	}
