@@ -318,3 +318,36 @@ func TestUnknownCatalogueEntriesAtCreate(t *testing.T) {
 		t.Errorf("create in an unknown location: %v", err)
 	}
 }
+
+// TestAdoptPutsTheFirewallBack: a repeat Create of a server whose firewall was deleted
+// behind the provider's back makes the firewall again and applies it; one whose firewall
+// is there costs no firewall call.
+func TestAdoptPutsTheFirewallBack(t *testing.T) {
+	e := newEnv(t, withFirewall)
+	req := request("proxy-00000000000000b4", "uid-b4")
+	if _, err := e.p.Create(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.fake.Calls())
+	if _, err := e.p.Create(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range e.fake.Calls()[before:] {
+		if strings.Contains(c.Route, "/firewalls") {
+			t.Errorf("a repeat Create of a server with its firewall called %s", c.Route)
+		}
+	}
+	fws := e.fake.Firewalls()
+	if len(fws) != 1 {
+		t.Fatalf("%d firewalls, want 1", len(fws))
+	}
+	e.fake.RemoveFirewall(fws[0].ID)
+	if _, err := e.p.Create(t.Context(), req); err != nil {
+		t.Fatalf("repeat create after the firewall was deleted: %v", err)
+	}
+	srv, _ := e.fake.ServerByName(req.Name)
+	fws = e.fake.Firewalls()
+	if len(fws) != 1 || fws[0].Name != req.Name || len(srv.PublicNet.Firewalls) != 1 || srv.PublicNet.Firewalls[0].ID != fws[0].ID {
+		t.Errorf("after the repeat create: firewalls %+v, server's %+v; want the firewall made again and applied", fws, srv.PublicNet.Firewalls)
+	}
+}

@@ -89,6 +89,9 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 			}
 			continue
 		}
+		if err := p.refirewall(ctx, c, srv, req); err != nil {
+			return provider.Instance{}, notNotFound(err)
+		}
 		out, err := p.awaitRunning(ctx, c, srv)
 		return out, notNotFound(err)
 	}

@@ -104,6 +104,31 @@ func (p *Provider) ensureFirewall(ctx context.Context, c *hc.Client, req provide
 	return fw, nil
 }
 
+// refirewall puts the Proxy's firewall back on an adopted server that has none (removed in
+// the Console, or deleted): it is made or brought up to date and applied. A server that
+// has a firewall costs no call.
+func (p *Provider) refirewall(ctx context.Context, c *hc.Client, srv *hc.Server, req provider.CreateRequest) error {
+	if !p.cfg.ManagesFirewall() || len(srv.PublicNet.Firewalls) > 0 {
+		return nil
+	}
+	fw, err := p.ensureFirewall(ctx, c, req)
+	if err != nil {
+		return err
+	}
+	what := fmt.Sprintf("applying firewall %s to %s", fw.Name, describe(srv))
+	acts, _, err := c.Firewall.ApplyResources(ctx, fw, []hc.FirewallResource{{
+		Type: hc.FirewallResourceTypeServer, Server: &hc.FirewallResourceServer{ID: srv.ID},
+	}})
+	if hc.IsError(err, hc.ErrorCodeFirewallAlreadyApplied) {
+		return nil
+	}
+	if err != nil {
+		return p.classify(err, what)
+	}
+	p.log.Info("put the Proxy's firewall back on its server", "server", srv.Name, "firewall", fw.Name)
+	return p.classify(c.Action.WaitFor(ctx, acts...), what)
+}
+
 // rulesMatch says whether have are want: same directions, protocols, ports and sources.
 func rulesMatch(have, want []hc.FirewallRule) bool {
 	return slices.EqualFunc(have, want, func(a, b hc.FirewallRule) bool {
