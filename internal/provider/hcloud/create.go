@@ -10,6 +10,7 @@ import (
 	hc "github.com/hetznercloud/hcloud-go/v2/hcloud"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/hcloud/ident"
 )
 
 // plan is a resolved placement.
@@ -30,7 +31,7 @@ func (p *Provider) resolve(req provider.CreateRequest) (plan, error) {
 	if !slices.Contains(p.cfg.Images, req.Placement.Image) {
 		return plan{}, provider.Errorf(provider.ErrPermanent, "placement.image %q is not in hcloud.images %v", req.Placement.Image, p.cfg.Images)
 	}
-	if !nameRE.MatchString(req.Name) {
+	if !ident.ValidName(req.Name) {
 		return plan{}, provider.Errorf(provider.ErrPermanent, "instance name %q is not a server name (lowercase letters, digits and dashes, at most 63)", req.Name)
 	}
 	if n := len(req.CloudInit); n > provider.HCloudUserDataLimit {

@@ -8,6 +8,7 @@ import (
 	hc "github.com/hetznercloud/hcloud-go/v2/hcloud"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/hcloud/ident"
 )
 
 // instance describes srv for the contract.
@@ -156,7 +157,7 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	}
 	for _, fw := range fws {
 		server := fw.Labels[LabelServer]
-		if p.owner(fw.Labels) != ownedHere || have[server] || !nameRE.MatchString(server) {
+		if p.owner(fw.Labels) != ownedHere || have[server] || !ident.ValidName(server) {
 			continue
 		}
 		have[server] = true

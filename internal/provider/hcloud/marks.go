@@ -1,12 +1,7 @@
 package hcloud
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"regexp"
-	"strings"
-
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/hcloud/ident"
 )
 
 // The labels that mark a server or firewall as this provider's.
@@ -19,33 +14,8 @@ const (
 	LabelServer = "epo-server"
 )
 
-// labelValueRE is Hetzner's rule for a label value: empty, or at most 63 characters of
-// letters, digits, '-', '_' and '.', starting and ending with a letter or digit.
-var labelValueRE = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$`)
-
-// LabelValue makes s a valid Hetzner label value. A valid s is kept as it is (a
-// Kubernetes UID, an entry's name); any other becomes its first characters with the
-// others replaced by '_', then '-' and a digest of the whole, so distinct inputs stay
-// distinct.
-func LabelValue(s string) string {
-	if labelValueRE.MatchString(s) {
-		return s
-	}
-	var b strings.Builder
-	b.WriteString("x")
-	for _, r := range s {
-		if b.Len() >= 46 {
-			break
-		}
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	sum := sha256.Sum256([]byte(s))
-	return b.String() + "-" + hex.EncodeToString(sum[:8])
-}
+// LabelValue makes s a valid Hetzner label value (see ident.LabelValue).
+func LabelValue(s string) string { return ident.LabelValue(s) }
 
 // labels are the marks of a server (or firewall) of Proxy uid built from specHash.
 func (p *Provider) labels(uid, specHash string) map[string]string {
@@ -88,22 +58,8 @@ func (p *Provider) owner(labels map[string]string) ownership {
 	return ownedHere
 }
 
-// providerIDPrefix starts every providerID: hcloud://<server name>. Server names are
-// unique in a project, and the name survives a replacement, which the server's ID does
-// not.
-const providerIDPrefix = "hcloud://"
-
 // ProviderID is hcloud://<name>.
-func ProviderID(name string) string { return providerIDPrefix + name }
-
-// nameRE is the rule for a server name the provider makes (a hostname label).
-var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+func ProviderID(name string) string { return ident.ProviderID(name) }
 
 // parseProviderID returns the server name of hcloud://<name>; anything else is permanent.
-func parseProviderID(id string) (string, error) {
-	name, ok := strings.CutPrefix(id, providerIDPrefix)
-	if !ok || !nameRE.MatchString(name) {
-		return "", provider.Errorf(provider.ErrPermanent, "providerID %q is not hcloud://<server name>", id)
-	}
-	return name, nil
-}
+func parseProviderID(id string) (string, error) { return ident.ParseProviderID(id) }
