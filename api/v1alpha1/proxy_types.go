@@ -96,12 +96,17 @@ const (
 
 // Condition reasons on a Proxy.
 const (
-	ReasonProvisioning          = "Provisioning"
-	ReasonImageDownloading      = "ImageDownloading"
-	ReasonQuotaExceeded         = "QuotaExceeded"
-	ReasonPermanentError        = "PermanentError"
-	ReasonTransientError        = "TransientError"
-	ReasonInstanceRunning       = "InstanceRunning"
+	ReasonProvisioning     = "Provisioning"
+	ReasonImageDownloading = "ImageDownloading"
+	ReasonQuotaExceeded    = "QuotaExceeded"
+	ReasonPermanentError   = "PermanentError"
+	ReasonTransientError   = "TransientError"
+	ReasonInstanceRunning  = "InstanceRunning"
+	// ReasonAddressLost (Provisioned=True, phase Provisioning): the instance runs, but no
+	// longer reports the address it had (past the address hold): a guest whose network
+	// failed. It is out of rotation and, for remediation, unhealthy since it went out,
+	// not booting.
+	ReasonAddressLost           = "AddressLost"
 	ReasonProviderNotConfigured = "ProviderNotConfigured"
 	ReasonExternal              = "External"
 	ReasonDeleting              = "Deleting"

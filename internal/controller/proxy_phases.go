@@ -141,6 +141,12 @@ func (r *ProxyReconciler) publishInstance(s *scope, inst provider.Instance) ctrl
 	if left, ok := r.holdAddress(s, inst); ok {
 		return ctrl.Result{RequeueAfter: min(orDefault(r.PollInterval, DefaultPollInterval), left)}
 	}
+	if lost, msg := addressLost(px, inst); lost {
+		px.Status.IP, px.Status.IPv6 = "", ""
+		s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonAddressLost, msg)
+		s.setProvisioned(metav1.ConditionTrue, v1alpha1.ReasonAddressLost, msg)
+		return ctrl.Result{RequeueAfter: orDefault(r.PollInterval, DefaultPollInterval)}
+	}
 	px.Status.ProviderID = inst.ProviderID
 	px.Status.IP, px.Status.IPv6 = inst.IP, inst.IPv6
 	if inst.State != provider.StateRunning || inst.IP == "" {
@@ -156,6 +162,26 @@ func (r *ProxyReconciler) publishInstance(s *scope, inst provider.Instance) ctrl
 	s.setPhase(v1alpha1.PhaseRunning, v1alpha1.ReasonInstanceRunning, msg)
 	s.setProvisioned(metav1.ConditionTrue, v1alpha1.ReasonInstanceRunning, msg)
 	return ctrl.Result{RequeueAfter: orDefault(r.ResyncInterval, DefaultResyncInterval)}
+}
+
+// addressLost reports whether inst, the Proxy's running instance, no longer reports the
+// address the Proxy had it at (once the address hold is over), or still does not since
+// that was seen, and the Provisioned message saying so. Such an instance stays
+// Provisioned (it runs: the instance's start, which remediation times from, is kept) with
+// reason AddressLost, and its Proxy goes back to phase Provisioning without an address.
+func addressLost(px *v1alpha1.Proxy, inst provider.Instance) (bool, string) {
+	if inst.State != provider.StateRunning || inst.IP != "" || inst.ProviderID != px.Status.ProviderID {
+		return false, ""
+	}
+	c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned)
+	if c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonAddressLost {
+		return true, c.Message // still lost: the message keeps the address it had
+	}
+	if px.Status.IP == "" || (px.Status.Phase != v1alpha1.PhaseRunning && px.Status.Phase != v1alpha1.PhaseReady) {
+		return false, ""
+	}
+	return true, fmt.Sprintf("instance %s is running but no longer reports its address (it was %s): its network may have failed; waiting for it to report one",
+		inst.Name, px.Status.IP)
 }
 
 func orState(s string) string {

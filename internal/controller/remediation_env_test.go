@@ -469,3 +469,68 @@ func (e *remEnv) waitProviderEvent(reason, text string) {
 		return false, fmt.Errorf("%s Events: %q", reason, seen)
 	})
 }
+
+// A Ready standalone Proxy whose running instance stops reporting its address (a guest
+// whose network failed) is not taken for a booting one: once the address hold is over
+// it shows Provisioned=True AddressLost, out of rotation, and after the unhealthy timeout
+// (not the boot timeout) it is rebooted; when the address comes back it is Running on
+// the same instance, its start kept.
+func TestRemediationAddressLostIsUnhealthy(t *testing.T) {
+	e := newRemEnv(t)
+	// The conditions the reconciler sets take the real time, the health loop's the fake
+	// clock's: ahead by a minute, the health loop's come after the instance's start.
+	e.clock.Step(time.Minute)
+	e.standalone("lost", e.provider, nil)
+	px := e.waitProxy("lost", "Ready", func(px *v1alpha1.Proxy) bool { return px.Status.Phase == v1alpha1.PhaseReady })
+	id, ip := px.Status.ProviderID, px.Status.IP
+	started := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned).LastTransitionTime
+	e.hold("lost") // the health engine would probe nothing: the Proxy has no address to probe
+
+	e.clock.Step(time.Minute)
+	inst, ok := e.fake.Instance(id)
+	if !ok {
+		t.Fatalf("instance %s missing from the fake (it has %+v)", id, e.fake.Instances())
+	}
+	inst.IP = ""
+	e.fake.SetInstance(inst)
+	// The hold starts at the reconcile that first sees the address missing, which a wake
+	// only asks for: each look that still finds the Proxy Ready moves the clock past a
+	// whole hold and wakes it again.
+	px = e.waitProxy("lost", "Provisioned=True AddressLost, phase Provisioning", func(px *v1alpha1.Proxy) bool {
+		c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned)
+		if px.Status.Phase == v1alpha1.PhaseReady {
+			e.stepAndWake(DefaultAddressHold+time.Second, "lost")
+		}
+		return px.Status.Phase == v1alpha1.PhaseProvisioning && c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonAddressLost
+	})
+	c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned)
+	if !strings.Contains(c.Message, "no longer reports its address (it was "+ip+")") || !c.LastTransitionTime.Equal(&started) {
+		t.Errorf("Provisioned %+v: want the lost address %s named and the instance's start %v kept", c, ip, started)
+	}
+	if px.Status.IP != "" || px.Status.ProviderID != id {
+		t.Errorf("status ip %q providerID %q: want no address on the same instance %s", px.Status.IP, px.Status.ProviderID, id)
+	}
+
+	// Past the unhealthy timeout, well short of the boot timeout counted from the start.
+	e.stepAndWake(remediation.DefaultUnhealthyTimeout+time.Second, "lost")
+	px = e.waitProxy("lost", "rebooted (attempt 1) for the unhealthy timeout", func(px *v1alpha1.Proxy) bool { return hasRecord(px, 1, remediation.ActionReboot) })
+	if r := record(px); r.Reason != remediation.ReasonUnhealthy {
+		t.Errorf("remediation record %+v: want reason %s, not a boot timeout", r, remediation.ReasonUnhealthy)
+	}
+	if n := e.fake.Reboots(id); n != 1 {
+		t.Errorf("%d reboots of %s, want 1", n, id)
+	}
+
+	inst.IP = ip
+	e.fake.SetInstance(inst)
+	e.mu.Lock()
+	delete(e.unhealth, "lost")
+	e.mu.Unlock()
+	e.pr.Wake(e.ctx, client.ObjectKey{Namespace: e.ns, Name: "lost"})
+	px = e.waitProxy("lost", "Ready again at its address", func(px *v1alpha1.Proxy) bool {
+		return px.Status.Phase == v1alpha1.PhaseReady && px.Status.IP == ip
+	})
+	if c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned); c.Reason != v1alpha1.ReasonInstanceRunning || !c.LastTransitionTime.Equal(&started) {
+		t.Errorf("Provisioned %+v once the address is back: want InstanceRunning since %v", c, started)
+	}
+}

@@ -1,6 +1,7 @@
 package remediation
 
 import (
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -83,15 +84,28 @@ func FromProxy(px *v1alpha1.Proxy) (State, error) {
 		st.Group = PoolGroup(px.Namespace, ref.Name)
 	}
 	conds := px.Status.Conditions
-	if c := meta.FindStatusCondition(conds, v1alpha1.ConditionProvisioned); c != nil &&
-		c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonInstanceRunning {
+	addressLost := false
+	if c := meta.FindStatusCondition(conds, v1alpha1.ConditionProvisioned); c != nil && c.Status == metav1.ConditionTrue &&
+		(c.Reason == v1alpha1.ReasonInstanceRunning || c.Reason == v1alpha1.ReasonAddressLost) {
 		st.Started = c.LastTransitionTime.Time
+		addressLost = c.Reason == v1alpha1.ReasonAddressLost
 	}
 	hc := meta.FindStatusCondition(conds, v1alpha1.ConditionHealthy)
 	st.Healthy = px.ProbedHealthy()
 	switch {
 	case st.Healthy:
 		st.Answered, st.HealthySince = true, hc.LastTransitionTime.Time
+	case addressLost && hc != nil && !hc.LastTransitionTime.Time.Before(st.Started) && px.Status.ProbeLatencyMilliseconds > 0 &&
+		strings.HasPrefix(px.Status.ProbeTarget, px.Status.ProviderID+" "):
+		// The instance answered at the address it no longer reports (its network failed):
+		// failing since it went out of rotation, which is when its probes failed or, if
+		// they had not yet, when it lost its address (the Ready condition's fall).
+		st.Answered, st.FailingSince = true, hc.LastTransitionTime.Time
+		if hc.Status == metav1.ConditionTrue {
+			if rc := meta.FindStatusCondition(conds, v1alpha1.ConditionReady); rc != nil && rc.Status == metav1.ConditionFalse {
+				st.FailingSince = rc.LastTransitionTime.Time
+			}
+		}
 	case hc != nil && hc.Status == metav1.ConditionFalse && !st.Started.IsZero() &&
 		!hc.LastTransitionTime.Time.Before(st.Started) && px.Status.ProbeLatencyMilliseconds > 0 &&
 		px.Status.ProbeTarget == px.CurrentProbeTarget():

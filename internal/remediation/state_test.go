@@ -60,6 +60,17 @@ func TestFromProxy(t *testing.T) {
 			px.Status.ProbeTarget = "kvm2://beelink/proxy-0 192.0.2.7:3128"
 			return px
 		}(), want: State{Started: started}},
+		{name: "address lost after its probes failed: failing since they did",
+			px:   lostAddress(proxy(started, cond(metav1.ConditionFalse, v1alpha1.ReasonProbeFailed, started.Add(time.Hour)), 40), started.Add(61*time.Minute)),
+			want: State{Started: started, Answered: true, FailingSince: started.Add(time.Hour)}},
+		{name: "address lost before its probes failed (never probed since): failing since Ready fell",
+			px:   lostAddress(proxy(started, cond(metav1.ConditionTrue, v1alpha1.ReasonProbeSucceeded, started.Add(time.Minute)), 40), started.Add(2*time.Hour)),
+			want: State{Started: started, Answered: true, FailingSince: started.Add(2 * time.Hour)}},
+		{name: "address lost, never answered on this instance: booting still", px: func() *v1alpha1.Proxy {
+			px := lostAddress(proxy(started, cond(metav1.ConditionFalse, v1alpha1.ReasonProbeFailed, started.Add(time.Minute)), 40), started.Add(2*time.Minute))
+			px.Status.ProbeTarget = "kvm2://beelink/proxy-0 192.0.2.7:3128"
+			return px
+		}(), want: State{Started: started}},
 		{name: "not running", px: func() *v1alpha1.Proxy {
 			px := proxy(time.Time{}, cond(metav1.ConditionFalse, "NotProbed", started), 40)
 			px.Status.Conditions = append(px.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProvisioned,
@@ -133,4 +144,19 @@ func TestGroups(t *testing.T) {
 	if g := HostGroup("kvm2", "nuc"); g != "provider/kvm2/nuc" {
 		t.Errorf("HostGroup(kvm2, nuc) = %s", g)
 	}
+}
+
+// lostAddress is px as the reconciler leaves a Proxy whose running instance stopped
+// reporting its address at lost: Provisioned stays True (reason AddressLost, its
+// transition kept), the address is gone, Ready is False since lost.
+func lostAddress(px *v1alpha1.Proxy, lost time.Time) *v1alpha1.Proxy {
+	for i := range px.Status.Conditions {
+		if c := &px.Status.Conditions[i]; c.Type == v1alpha1.ConditionProvisioned {
+			c.Reason = v1alpha1.ReasonAddressLost
+		}
+	}
+	px.Status.IP = ""
+	px.Status.Conditions = append(px.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady,
+		Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonProvisioning, LastTransitionTime: metav1.NewTime(lost)})
+	return px
 }
