@@ -35,12 +35,12 @@ func (s *story) bootID() string {
 
 // mendsBrokenNetwork breaks the Ready guest's network from inside (its en* links set
 // down through the guest agent, as a guest whose network failed is left) and waits for
-// the operator to mend it with nobody's help: the probes fail and the Proxy leaves
-// rotation; after spec.remediation.unhealthyTimeout it is rebooted (the same domain,
+// the operator to mend it with nobody's help: the probes fail or the address is lost,
+// and the Proxy leaves rotation; after spec.remediation.unhealthyTimeout it is rebooted (the same domain,
 // reset: a new boot id, the same UUID), with a Warning Event Unhealthy and the
 // Remediating condition; the guest boots, its network comes up again, and the Proxy is
-// Ready. during runs between the fault and the wait for the reboot (the other guest's
-// check), so its time overlaps the unhealthy timeout. It logs the time from the fault to
+// Ready. during runs once the Proxy is out of rotation (the other guest's check), so its
+// time overlaps the unhealthy timeout and the reboot. It logs the time from the fault to
 // each step.
 func (s *story) mendsBrokenNetwork(ctx context.Context, during func()) {
 	t := s.t
@@ -58,14 +58,30 @@ func (s *story) mendsBrokenNetwork(ctx context.Context, during func()) {
 		t.Fatalf("taking the guest's links down: exit %d %q: %v", code, out, err)
 	}
 	t.Logf("mending: links of guest %s taken down: %q", s.vm, strings.TrimSpace(out))
-	if during != nil {
-		during()
-	}
 
-	s.waitProxy("the Proxy to be taken out of rotation (Healthy=False) after its network broke", shortDeadline, func(p *v1alpha1.Proxy) bool {
-		return !p.Status.Healthy && meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionHealthy)
+	// Out of rotation by whichever the operator sees first: failed probes (Healthy=False)
+	// or, once the guest agent has reported no address for the address hold,
+	// Provisioned=True AddressLost (no address left to probe). Either way it is not Ready.
+	var why string
+	s.waitProxy("the Proxy to be taken out of rotation (not Ready) after its network broke", shortDeadline, func(p *v1alpha1.Proxy) bool {
+		c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionProvisioned)
+		switch {
+		case framework.IsReady(p):
+			return false
+		case c != nil && c.Reason == v1alpha1.ReasonAddressLost:
+			why = "address lost: " + c.Message
+		case meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionHealthy):
+			why = "probes failed: " + meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionHealthy).Message
+		default:
+			why = "phase " + string(p.Status.Phase)
+		}
+		return true
 	})
 	unhealthy := time.Now()
+	t.Logf("mending: out of rotation (%s)", why)
+	if during != nil {
+		during() // the reboot's record and Event stay, should it come meanwhile
+	}
 	var rec *remediation.Record
 	s.waitProxy(fmt.Sprintf("a reboot after the unhealthy timeout (%s): attempt 1 in annotation %s", e2eUnhealthyTimeout, remediation.RecordAnnotation),
 		shortDeadline+e2eUnhealthyTimeout, func(p *v1alpha1.Proxy) bool {
