@@ -513,7 +513,10 @@ func TestRemediationAddressLostIsUnhealthy(t *testing.T) {
 
 	// Past the unhealthy timeout, well short of the boot timeout counted from the start.
 	e.stepAndWake(remediation.DefaultUnhealthyTimeout+time.Second, "lost")
-	px = e.waitProxy("lost", "rebooted (attempt 1) for the unhealthy timeout", func(px *v1alpha1.Proxy) bool { return hasRecord(px, 1, remediation.ActionReboot) })
+	// The record is written before the reboot is asked for: wait for both.
+	px = e.waitProxy("lost", "rebooted (attempt 1) for the unhealthy timeout", func(px *v1alpha1.Proxy) bool {
+		return hasRecord(px, 1, remediation.ActionReboot) && e.fake.Reboots(id) >= 1
+	})
 	if r := record(px); r.Reason != remediation.ReasonUnhealthy {
 		t.Errorf("remediation record %+v: want reason %s, not a boot timeout", r, remediation.ReasonUnhealthy)
 	}
