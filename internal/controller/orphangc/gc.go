@@ -63,6 +63,8 @@ type OrphanGC struct {
 	Wake func(ctx context.Context, key client.ObjectKey)
 
 	now func() time.Time
+	// defaults fills the unset fields once (setDefaults).
+	defaults sync.Once
 }
 
 // NeedLeaderElection is true: one replica collects.
@@ -73,11 +75,8 @@ func (g *OrphanGC) NeedLeaderElection() bool { return true }
 // from the start of the sweep before (a sweep longer than it is followed by the next at
 // once), as a ticker would.
 func (g *OrphanGC) Start(ctx context.Context) error {
-	interval := g.Interval
-	if interval <= 0 {
-		interval = DefaultGCInterval
-	}
-	first := time.NewTimer(interval)
+	g.setDefaults()
+	first := time.NewTimer(g.Interval)
 	defer first.Stop()
 	select {
 	case <-ctx.Done():
@@ -88,7 +87,7 @@ func (g *OrphanGC) Start(ctx context.Context) error {
 		if _, err := g.Sweep(ctx); err != nil && ctx.Err() == nil {
 			g.Log.Error(err, "orphan gc sweep skipped")
 		}
-	}, interval)
+	}, g.Interval)
 	return nil
 }
 
@@ -100,6 +99,7 @@ type SweepResult struct {
 
 // Sweep runs one collection over every provider, concurrently.
 func (g *OrphanGC) Sweep(ctx context.Context) (SweepResult, error) {
+	g.setDefaults()
 	res := SweepResult{Deleted: map[string][]string{}}
 	names := make([]string, 0, len(g.Providers))
 	for n := range g.Providers {
@@ -172,10 +172,7 @@ func (g *OrphanGC) proxyUIDs(ctx context.Context) (proxyOwners, error) {
 // collect deletes the orphans among one provider's instances and returns their IDs.
 func (g *OrphanGC) collect(ctx context.Context, name string, p provider.Provider, insts []provider.Instance, owners proxyOwners) []string {
 	grace := g.Grace
-	if grace <= 0 {
-		grace = DefaultGCGrace
-	}
-	now := g.clock()
+	now := g.now()
 	var deleted []string
 	for _, in := range insts {
 		log := g.Log.WithValues("provider", name, "providerID", in.ProviderID, "instance", in.Name, "uid", in.UID)
@@ -207,9 +204,18 @@ func (g *OrphanGC) collect(ctx context.Context, name string, p provider.Provider
 	return deleted
 }
 
-func (g *OrphanGC) clock() time.Time {
-	if g.now != nil {
-		return g.now()
-	}
-	return time.Now()
+// setDefaults fills, once, what was left unset: Interval and Grace (their defaults) and
+// the time (the real clock's). Start and Sweep call it.
+func (g *OrphanGC) setDefaults() {
+	g.defaults.Do(func() {
+		if g.Interval <= 0 {
+			g.Interval = DefaultGCInterval
+		}
+		if g.Grace <= 0 {
+			g.Grace = DefaultGCGrace
+		}
+		if g.now == nil {
+			g.now = time.Now
+		}
+	})
 }

@@ -128,7 +128,7 @@ func (r *ProxyPoolReconciler) poolCredentialsDigest(ctx context.Context, pool *v
 
 // observe reads the pool's children and classifies them.
 func (r *ProxyPoolReconciler) observe(ctx context.Context, pool *v1alpha1.ProxyPool) (*poolScope, error) {
-	s := &poolScope{pool: pool, base: pool.DeepCopy(), now: r.now(), deadline: DefaultProgressDeadline}
+	s := &poolScope{pool: pool, base: pool.DeepCopy(), now: r.Clock.Now(), deadline: DefaultProgressDeadline}
 	digest, err := r.poolCredentialsDigest(ctx, pool)
 	switch {
 	case err == nil:
@@ -158,12 +158,8 @@ func (r *ProxyPoolReconciler) observe(ctx context.Context, pool *v1alpha1.ProxyP
 	}
 	r.resolvePlacements(s)
 
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
-	}
 	list := &v1alpha1.ProxyList{}
-	if err := reader.List(ctx, list, client.InNamespace(pool.Namespace), client.MatchingLabels{v1alpha1.PoolLabel: pool.Name}); err != nil {
+	if err := r.APIReader.List(ctx, list, client.InNamespace(pool.Namespace), client.MatchingLabels{v1alpha1.PoolLabel: pool.Name}); err != nil {
 		return nil, fmt.Errorf("listing the children of proxy pool %s/%s: %w", pool.Namespace, pool.Name, err)
 	}
 	for i := range list.Items {

@@ -62,6 +62,8 @@ type ProxyPoolReconciler struct {
 	// children failing meanwhile are not counted by the brake. nil: never known down.
 	ProbeTarget common.ProbeTargetWatch
 
+	// defaults fills the unset fields once (setDefaults).
+	defaults sync.Once
 	// deadlineReported holds, by pool UID, the progress time of the stall last reported
 	// with a ProgressDeadlineExceeded Event.
 	deadlineReported sync.Map
@@ -123,9 +125,7 @@ func (r *ProxyPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
+	r.setDefaults()
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.ProxyPool{}, PoolSecretRefIndex, indexPoolSecretRef); err != nil {
 		return fmt.Errorf("indexing proxy pools by %s: %w", PoolSecretRefIndex, err)
 	}
@@ -143,6 +143,7 @@ func (r *ProxyPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile brings one pool's children, publication and status in line with its spec.
 // It returns a result or an error, never both.
 func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.setDefaults()
 	log := ctrl.LoggerFrom(ctx)
 	pool := &v1alpha1.ProxyPool{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
@@ -189,11 +190,18 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	return ctrl.Result{}, nil
 }
 
-func (r *ProxyPoolReconciler) now() time.Time {
-	if r.Clock == nil {
-		return time.Now()
-	}
-	return r.Clock.Now()
+// setDefaults fills, once, what was left unset: the live reader (Client) and the clock
+// (the real one). SetupWithManager calls it, and Reconcile for a reconciler built
+// without it.
+func (r *ProxyPoolReconciler) setDefaults() {
+	r.defaults.Do(func() {
+		if r.APIReader == nil {
+			r.APIReader = r.Client
+		}
+		if r.Clock == nil {
+			r.Clock = clock.RealClock{}
+		}
+	})
 }
 
 func (r *ProxyPoolReconciler) event(pool *v1alpha1.ProxyPool, typ, reason, action, format string, args ...any) {

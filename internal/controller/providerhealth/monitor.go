@@ -66,6 +66,8 @@ type ProviderHealthMonitor struct {
 
 	mu      sync.Mutex
 	targets map[string][]string // per provider, the targets the gauge has series for
+	// defaults fills the unset fields once (setDefaults).
+	defaults sync.Once
 }
 
 // NeedLeaderElection is true: one replica writes ProviderHealth.
@@ -74,11 +76,8 @@ func (m *ProviderHealthMonitor) NeedLeaderElection() bool { return true }
 // Start removes the ProviderHealth objects of providers no longer configured (see
 // RemoveUnconfigured), then checks at once and every Interval until ctx ends.
 func (m *ProviderHealthMonitor) Start(ctx context.Context) error {
-	interval := m.Interval
-	if interval <= 0 {
-		interval = DefaultProviderCheckInterval
-	}
-	t := time.NewTicker(interval)
+	m.setDefaults()
+	t := time.NewTicker(m.Interval)
 	defer t.Stop()
 	removed := false
 	for {
@@ -101,6 +100,7 @@ func (m *ProviderHealthMonitor) Start(ctx context.Context) error {
 // CheckAll checks every provider concurrently and publishes the results; a provider
 // whose status cannot be written is logged and does not hold up the others.
 func (m *ProviderHealthMonitor) CheckAll(ctx context.Context) {
+	m.setDefaults()
 	names := make([]string, 0, len(m.Providers))
 	for n := range m.Providers {
 		names = append(names, n)
@@ -120,10 +120,6 @@ func (m *ProviderHealthMonitor) CheckAll(ctx context.Context) {
 }
 
 func (m *ProviderHealthMonitor) checkOne(ctx context.Context, name string, p provider.Provider) error {
-	timeout := m.Timeout
-	if timeout <= 0 {
-		timeout = DefaultProviderCheckTimeout
-	}
 	tp := m.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
@@ -131,13 +127,13 @@ func (m *ProviderHealthMonitor) checkOne(ctx context.Context, name string, p pro
 	ctx, span := tp.Tracer("egress-proxies-operator/controller").Start(ctx, "providerhealth.check",
 		trace.WithAttributes(attribute.String("provider", name)))
 	defer span.End()
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+	cctx, cancel := context.WithTimeout(ctx, m.Timeout)
 	statuses := p.Check(cctx)
 	cancel()
 	if ctx.Err() != nil {
 		return nil // shutting down or lost the lease: the targets did not fail
 	}
-	now := m.clock()
+	now := m.Clock.Now()
 
 	st := statusFor(statuses, now)
 	span.SetAttributes(attribute.Int("providerhealth.ready", int(st.ReadyTargets)),
@@ -168,8 +164,9 @@ func (m *ProviderHealthMonitor) checkOne(ctx context.Context, name string, p pro
 // read once per process, so Start does this once, when it begins (on winning the lease),
 // and again on each round only until it has succeeded once.
 func (m *ProviderHealthMonitor) RemoveUnconfigured(ctx context.Context) error {
+	m.setDefaults()
 	var list v1alpha1.ProviderHealthList
-	if err := m.reader().List(ctx, &list); err != nil {
+	if err := m.APIReader.List(ctx, &list); err != nil {
 		return fmt.Errorf("listing providerhealth objects: %w", err)
 	}
 	var errs []error
@@ -189,11 +186,24 @@ func (m *ProviderHealthMonitor) RemoveUnconfigured(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (m *ProviderHealthMonitor) reader() client.Reader {
-	if m.APIReader != nil {
-		return m.APIReader
-	}
-	return m.Client
+// setDefaults fills, once, what was left unset: Interval and Timeout (their defaults),
+// APIReader (Client) and Clock (the real one). Start, CheckAll and RemoveUnconfigured
+// call it.
+func (m *ProviderHealthMonitor) setDefaults() {
+	m.defaults.Do(func() {
+		if m.Interval <= 0 {
+			m.Interval = DefaultProviderCheckInterval
+		}
+		if m.Timeout <= 0 {
+			m.Timeout = DefaultProviderCheckTimeout
+		}
+		if m.APIReader == nil {
+			m.APIReader = m.Client
+		}
+		if m.Clock == nil {
+			m.Clock = clock.RealClock{}
+		}
+	})
 }
 
 // statusFor turns the provider's statuses, in the order returned (config order), into
@@ -220,7 +230,7 @@ func statusFor(statuses []provider.TargetStatus, now time.Time) v1alpha1.Provide
 // writer. The object's conditions are kept, with brake (when not nil) set among them:
 // its last transition time moves only when its status does.
 func (m *ProviderHealthMonitor) publish(ctx context.Context, name string, st v1alpha1.ProviderHealthStatus, brake *metav1.Condition) error {
-	reader := m.reader()
+	reader := m.APIReader
 	ph := &v1alpha1.ProviderHealth{}
 	err := reader.Get(ctx, client.ObjectKey{Name: name}, ph)
 	if apierrors.IsNotFound(err) {
@@ -274,11 +284,4 @@ func (m *ProviderHealthMonitor) updateGauge(name string, statuses []provider.Tar
 		}
 	}
 	m.targets[name] = now
-}
-
-func (m *ProviderHealthMonitor) clock() time.Time {
-	if m.Clock != nil {
-		return m.Clock.Now()
-	}
-	return time.Now()
 }

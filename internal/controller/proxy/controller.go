@@ -137,6 +137,8 @@ type ProxyReconciler struct {
 	brakes sync.Map
 
 	holds addressHolds
+	// defaults fills the unset fields once (setDefaults).
+	defaults sync.Once
 
 	// wake carries the Proxies Wake asks to reconcile; made by SetupWithManager.
 	wake chan event.TypedGenericEvent[*v1alpha1.Proxy]
@@ -163,6 +165,7 @@ const wakeBuffer = 256
 // snapshot, and the health engine's Healthy condition changing (which moves the phase
 // between Running and Ready) wake it; other status writes do not.
 func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error {
+	r.setDefaults()
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
@@ -215,6 +218,7 @@ func errorBackoff() workqueue.TypedRateLimiter[reconcile.Request] {
 // Reconcile brings one Proxy's instance and status in line with its spec. It returns a
 // result or an error, never both.
 func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	r.setDefaults()
 	// The provider operation spans nest under this one.
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "proxy.reconcile", trace.WithAttributes(
 		attribute.String("proxy.namespace", req.Namespace), attribute.String("proxy.name", req.Name)))
@@ -300,21 +304,26 @@ func (r *ProxyReconciler) reconcilePhases(ctx context.Context, s *scope) (ctrl.R
 	}
 }
 
-func (r *ProxyReconciler) quotaRetry() time.Duration {
-	return orDefault(r.QuotaRetry, DefaultQuotaRetry)
-}
-
-func (r *ProxyReconciler) pendingRetry() time.Duration {
-	return orDefault(r.PendingRetry, DefaultPendingRetry)
-}
-
-func (r *ProxyReconciler) failedRecheck() time.Duration {
-	return orDefault(r.FailedRecheckInterval, DefaultFailedRecheckInterval)
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
+// setDefaults fills, once, what was left unset with its default: the durations not
+// above zero (DeletionDrain excepted, where 0 means at once) and the clock.
+// SetupWithManager calls it, and Reconcile for a reconciler built without it.
+func (r *ProxyReconciler) setDefaults() {
+	r.defaults.Do(func() {
+		for _, d := range []struct {
+			field *time.Duration
+			def   time.Duration
+		}{
+			{&r.QuotaRetry, DefaultQuotaRetry}, {&r.PendingRetry, DefaultPendingRetry},
+			{&r.PollInterval, DefaultPollInterval}, {&r.ResyncInterval, DefaultResyncInterval},
+			{&r.ProgressInterval, DefaultProgressInterval}, {&r.FailedRecheckInterval, DefaultFailedRecheckInterval},
+			{&r.AddressHold, DefaultAddressHold},
+		} {
+			if *d.field <= 0 {
+				*d.field = d.def
+			}
+		}
+		if r.Clock == nil {
+			r.Clock = clock.RealClock{}
+		}
+	})
 }

@@ -119,7 +119,7 @@ func (r *ProxyReconciler) snapshotTaken(s *scope, err error) ctrl.Result {
 	}
 	px.Status.Message = msg
 	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonCredentialsUnavailable, msg)
-	return ctrl.Result{RequeueAfter: r.pendingRetry()}
+	return ctrl.Result{RequeueAfter: r.PendingRetry}
 }
 
 // providerError turns a provider error into status, an Event and a result, by class:
@@ -144,15 +144,15 @@ func (r *ProxyReconciler) providerError(s *scope, action string, err error, prov
 			pr.Message = err.Error()
 		}
 		msg := progressMessage(pr)
-		s.log.V(1).Info("provider work pending; asking again", "op", action, "retryIn", r.pendingRetry(),
+		s.log.V(1).Info("provider work pending; asking again", "op", action, "retryIn", r.PendingRetry,
 			"reason", pr.Reason, "progress", msg)
 		st.Phase, st.Message = v1alpha1.PhaseProvisioning, msg
 		s.setProvisioned(metav1.ConditionFalse, pr.Reason, msg)
-		return ctrl.Result{RequeueAfter: r.pendingRetry()}, nil
+		return ctrl.Result{RequeueAfter: r.PendingRetry}, nil
 	case errors.Is(err, provider.ErrOwnedByOther):
 		// Permanent for this request, but the other owner's instance may go (orphan GC
 		// deletes it once no Proxy owns it): check again later instead of latching.
-		every := r.failedRecheck()
+		every := r.FailedRecheckInterval
 		msg := fmt.Sprintf("%v; checked again every %s, and as soon as orphan GC deletes that instance", err, every)
 		if !ownedByOther(s.px) {
 			s.log.Info("proxy phase changed", "from", st.Phase, "to", v1alpha1.PhaseFailed, "reason", v1alpha1.ReasonOwnedByOther, "error", err.Error())
@@ -171,12 +171,12 @@ func (r *ProxyReconciler) providerError(s *scope, action string, err error, prov
 			"%v; the Proxy stays Failed until its spec changes", err)
 		return ctrl.Result{}, nil
 	case errors.Is(err, provider.ErrQuotaExceeded):
-		msg := fmt.Sprintf("%v; retrying in %s", err, r.quotaRetry())
-		s.log.Info("provider out of capacity; waiting", "op", action, "retryIn", r.quotaRetry(), "error", err.Error())
+		msg := fmt.Sprintf("%v; retrying in %s", err, r.QuotaRetry)
+		s.log.Info("provider out of capacity; waiting", "op", action, "retryIn", r.QuotaRetry, "error", err.Error())
 		st.Phase, st.Message = v1alpha1.PhaseProvisioning, msg
 		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonQuotaExceeded, msg)
 		s.event(corev1.EventTypeWarning, v1alpha1.ReasonQuotaExceeded, action, "%s", msg)
-		return ctrl.Result{RequeueAfter: r.quotaRetry()}, nil
+		return ctrl.Result{RequeueAfter: r.QuotaRetry}, nil
 	default:
 		// ErrTransient, unclassified errors, and ErrNotFound where the contract rules it out.
 		s.event(corev1.EventTypeWarning, v1alpha1.ReasonTransientError, action, "%v; retrying", err)
@@ -214,7 +214,7 @@ type progress struct {
 func (r *ProxyReconciler) newProgress(ctx context.Context, s *scope) *progress {
 	p := &progress{
 		r: r, ctx: ctx, px: s.px.DeepCopy(),
-		interval: orDefault(r.ProgressInterval, DefaultProgressInterval),
+		interval: r.ProgressInterval,
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}

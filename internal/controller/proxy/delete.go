@@ -58,7 +58,7 @@ func (r *ProxyReconciler) drainLeft(px *v1alpha1.Proxy) (time.Duration, time.Tim
 		return 0, time.Time{}
 	}
 	until := px.DeletionTimestamp.Add(r.DeletionDrain)
-	return until.Sub(r.clock().Now()), until
+	return until.Sub(r.Clock.Now()), until
 }
 
 // drain shows Deleting with the time the instance goes, and looks again then.

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/clock"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -23,13 +22,6 @@ type addressHolds struct {
 	since map[types.UID]time.Time
 }
 
-func (r *ProxyReconciler) clock() clock.PassiveClock {
-	if r.Clock != nil {
-		return r.Clock
-	}
-	return clock.RealClock{}
-}
-
 // holdAddress reports whether the Proxy keeps its last address and phase while inst,
 // its running instance, reports none, and for how much longer. It holds only an instance
 // the Proxy has already seen at an address (Running or Ready), for AddressHold
@@ -45,7 +37,7 @@ func (r *ProxyReconciler) holdAddress(s *scope, inst provider.Instance) (time.Du
 		delete(r.holds.since, px.UID)
 		return 0, false
 	}
-	now := r.clock().Now()
+	now := r.Clock.Now()
 	since, ok := r.holds.since[px.UID]
 	if !ok {
 		if r.holds.since == nil {
@@ -54,9 +46,9 @@ func (r *ProxyReconciler) holdAddress(s *scope, inst provider.Instance) (time.Du
 		since = now
 		r.holds.since[px.UID] = now
 		s.log.Info("running instance reports no address; keeping the last one for a while",
-			"ip", px.Status.IP, "hold", orDefault(r.AddressHold, DefaultAddressHold))
+			"ip", px.Status.IP, "hold", r.AddressHold)
 	}
-	left := orDefault(r.AddressHold, DefaultAddressHold) - now.Sub(since)
+	left := r.AddressHold - now.Sub(since)
 	if left <= 0 {
 		delete(r.holds.since, px.UID)
 		return 0, false

@@ -14,8 +14,10 @@ import (
 )
 
 func TestPendingRetryDefault(t *testing.T) {
-	if got := (&ProxyReconciler{}).pendingRetry(); got != 10*time.Second {
-		t.Fatalf("pendingRetry() = %s, want DefaultPendingRetry (10s)", got)
+	r := &ProxyReconciler{}
+	r.setDefaults()
+	if got := r.PendingRetry; got != 10*time.Second {
+		t.Fatalf("PendingRetry after setDefaults = %s, want DefaultPendingRetry (10s)", got)
 	}
 }
 

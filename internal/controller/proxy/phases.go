@@ -140,7 +140,7 @@ func (r *ProxyReconciler) replace(ctx context.Context, s *scope, p provider.Prov
 func (r *ProxyReconciler) observe(s *scope, inst provider.Instance) ctrl.Result {
 	px := s.px
 	if left, ok := r.holdAddress(s, inst); ok {
-		return ctrl.Result{RequeueAfter: min(orDefault(r.PollInterval, DefaultPollInterval), left)}
+		return ctrl.Result{RequeueAfter: min(r.PollInterval, left)}
 	}
 	px.Status.ProviderID = inst.ProviderID
 	px.Status.IP, px.Status.IPv6 = inst.IP, inst.IPv6
@@ -151,12 +151,12 @@ func (r *ProxyReconciler) observe(s *scope, inst provider.Instance) ctrl.Result 
 		}
 		s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning, msg)
 		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, msg)
-		return ctrl.Result{RequeueAfter: orDefault(r.PollInterval, DefaultPollInterval)}
+		return ctrl.Result{RequeueAfter: r.PollInterval}
 	}
 	msg := fmt.Sprintf("instance %s is running at %s", inst.Name, inst.IP)
 	s.setPhase(v1alpha1.PhaseRunning, v1alpha1.ReasonInstanceRunning, msg)
 	s.setProvisioned(metav1.ConditionTrue, v1alpha1.ReasonInstanceRunning, msg)
-	return ctrl.Result{RequeueAfter: orDefault(r.ResyncInterval, DefaultResyncInterval)}
+	return ctrl.Result{RequeueAfter: r.ResyncInterval}
 }
 
 func orState(s string) string {

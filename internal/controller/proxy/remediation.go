@@ -41,7 +41,7 @@ const notRemediableHandedOver = "handed to its pool for a replacement"
 // a replacement (the caller then creates it again).
 func (r *ProxyReconciler) remediate(ctx context.Context, s *scope, p provider.Provider, booting bool) (time.Duration, bool, error) {
 	px := s.px
-	now := r.clock().Now()
+	now := r.Clock.Now()
 	self, err := remediation.FromProxy(px)
 	if err != nil {
 		s.log.Error(err, "ignoring the remediation record; the next attempt starts over")
