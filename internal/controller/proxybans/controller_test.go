@@ -56,8 +56,9 @@ func newPoolEnvBans(t *testing.T, env *testenv.Env) (*poolEnv, *BansReconciler) 
 	return &poolEnv{e}, br
 }
 
-// TestPoolBans runs the ban controller's tests on pools (once subtests of the pool
-// reconciler's TestProxyPool, Retire and Saturated), each in a namespace of its own.
+// TestPoolBans runs the ban controller's tests on pools, each in a namespace of its own
+// on the package's API server: retirement of a child banned on many sites, and the
+// pool's saturated sites.
 func TestPoolBans(t *testing.T) {
 	env := shared.Env(t)
 	t.Run("Retire", func(t *testing.T) { testPoolRetire(t, env) })
