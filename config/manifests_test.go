@@ -194,7 +194,7 @@ func TestRBAC(t *testing.T) {
 		resources = append(resources, r.Resources...)
 	}
 	// Leases are not here: leader election's is granted by the namespaced Role
-	// (internal/controller/role_test.go checks both).
+	// (internal/controller/common/role_test.go checks both).
 	for _, want := range []string{"proxies", "proxies/status", "proxies/finalizers", "providerhealths", "providerhealths/status", "events", "namespaces",
 		"proxypools", "proxypools/status", "services", "endpointslices", "secrets"} {
 		if !slices.Contains(resources, want) {

@@ -17,7 +17,9 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/access"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/common"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/orphangc"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/providerhealth"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -32,9 +34,9 @@ import (
 // API's server (nil when it is off), whose drain run waits for. target is handed the
 // health engine, which tells remediation whether the probe target itself is down.
 // brake gives the monitor each provider's RemediationAllowed condition.
-func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions, wake func(context.Context, client.ObjectKey), creds proxyconfig.CredentialsFunc, target func(controller.ProbeTargetWatch),
+func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h healthOptions, wake func(context.Context, client.ObjectKey), creds proxyconfig.CredentialsFunc, target func(common.ProbeTargetWatch),
 	brake func(context.Context, string, time.Time) (metav1.Condition, error)) (*listeningServer, error) {
-	monitor := &controller.ProviderHealthMonitor{
+	monitor := &providerhealth.ProviderHealthMonitor{
 		Remediation: brake,
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),
@@ -54,7 +56,7 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 		return nil, err
 	}
 	target(engine)
-	gc := &controller.OrphanGC{
+	gc := &orphangc.OrphanGC{
 		Client:    mgr.GetClient(),
 		Providers: providers,
 		Interval:  h.GCInterval,

@@ -29,7 +29,9 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/common"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/proxy"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/proxybans"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
@@ -62,7 +64,7 @@ type options struct {
 	remediation remediation.Policy
 	// probeTarget is the health engine's word on the probe target, set by setupHealth
 	// for the pool reconciler (not a flag).
-	probeTarget controller.ProbeTargetWatch
+	probeTarget common.ProbeTargetWatch
 	zap         zap.Options
 }
 
@@ -105,12 +107,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.providersConfig, "providers-config", defaultProvidersConfig, "The providers config file. Left at its default while nothing is at that path, or given empty (--providers-config=): no providers, so only External Proxies are served and Managed ones fail with reason ProviderNotConfigured; a path given that does not exist is an error.")
 	fs.StringVar(&o.installID, "install-id", "", "Identity of this install, written into every instance's ownership mark; instances marked by another install are never listed, adopted or deleted. Default: the UID of the kube-system namespace.")
 	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 3, "Proxies reconciled at once.")
-	fs.DurationVar(&o.quotaRetry, "quota-retry", controller.DefaultQuotaRetry, "Wait before retrying a Proxy whose provider reported exceeded quota.")
-	fs.DurationVar(&o.pendingRetry, "pending-retry", controller.DefaultPendingRetry, "Wait before asking again for a Proxy whose provider is still working in the background (an image download).")
-	fs.DurationVar(&o.health.BootPollInterval, "boot-poll-interval", controller.DefaultPollInterval, "How often a booting Proxy is looked at: its instance while it has no address yet, then a probe through it from Running until the first one succeeds (for up to 2m). Fixed, not on the error backoff curve.")
-	fs.DurationVar(&o.addressHold, "address-hold", controller.DefaultAddressHold, "How long a running Proxy whose instance stops reporting an address keeps its last address and phase before it goes back to Provisioning.")
-	fs.DurationVar(&o.deletionDrain, "deletion-drain", controller.DefaultDeletionDrain, "How long a deleted Proxy that was healthy keeps its instance, from its deletion timestamp: discovery and a pool's EndpointSlice drop it at once, and requests it was handed just before finish. 0: delete the instance at once.")
-	fs.DurationVar(&o.failedRecheck, "failed-recheck-interval", controller.DefaultFailedRecheckInterval, "How often a Proxy Failed because another owner's instance holds its name is tried again (orphan GC also wakes it when it removes that instance).")
+	fs.DurationVar(&o.quotaRetry, "quota-retry", proxy.DefaultQuotaRetry, "Wait before retrying a Proxy whose provider reported exceeded quota.")
+	fs.DurationVar(&o.pendingRetry, "pending-retry", proxy.DefaultPendingRetry, "Wait before asking again for a Proxy whose provider is still working in the background (an image download).")
+	fs.DurationVar(&o.health.BootPollInterval, "boot-poll-interval", proxy.DefaultPollInterval, "How often a booting Proxy is looked at: its instance while it has no address yet, then a probe through it from Running until the first one succeeds (for up to 2m). Fixed, not on the error backoff curve.")
+	fs.DurationVar(&o.addressHold, "address-hold", proxy.DefaultAddressHold, "How long a running Proxy whose instance stops reporting an address keeps its last address and phase before it goes back to Provisioning.")
+	fs.DurationVar(&o.deletionDrain, "deletion-drain", proxy.DefaultDeletionDrain, "How long a deleted Proxy that was healthy keeps its instance, from its deletion timestamp: discovery and a pool's EndpointSlice drop it at once, and requests it was handed just before finish. 0: delete the instance at once.")
+	fs.DurationVar(&o.failedRecheck, "failed-recheck-interval", proxy.DefaultFailedRecheckInterval, "How often a Proxy Failed because another owner's instance holds its name is tried again (orphan GC also wakes it when it removes that instance).")
 	fs.DurationVar(&o.health.StatusHeartbeat, "proxy-status-heartbeat", health.DefaultHeartbeatInterval, "A probe that changes nothing a user sees is written to the Proxy's status only when its lastProbeTime is this old.")
 	fs.DurationVar(&o.health.ProviderCheckInterval, "provider-check-interval", time.Minute, "How often every provider's targets are checked.")
 	fs.DurationVar(&o.health.ProviderCheckTimeout, "provider-check-timeout", 15*time.Second, "Time limit of one round of provider checks.")
@@ -390,7 +392,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	// manager's cache (the reconciler watches Secrets), which holds only the opted-in
 	// Secrets; one the cache lacks is looked up by its metadata alone, to say whether it
 	// is missing or lacks the label.
-	r := &controller.ProxyReconciler{
+	r := &proxy.ProxyReconciler{
 		Credentials:   proxyconfig.SecretCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials,
 		Client:        mgr.GetClient(),
 		Scheme:        mgr.GetScheme(),
@@ -411,7 +413,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 	}
 	// The leader (as every controller) counts cooling sites, retires burnt proxies and
 	// keeps the pools' saturation; every replica takes feedback (setupHealth).
-	br := &controller.BansReconciler{
+	br := &proxybans.BansReconciler{
 		Client:                mgr.GetClient(),
 		Recorder:              mgr.GetEventRecorder("proxy-bans"),
 		Policy:                banPolicy(o.health),
@@ -425,7 +427,7 @@ func setupComponents(mgr ctrl.Manager, providers map[string]provider.Provider, o
 		return nil, fmt.Errorf("readiness checks: %w", err)
 	}
 	return setupHealth(mgr, providers, o.health, r.Wake, proxyconfig.SnapshotCredentials{Reader: mgr.GetClient(), Metadata: mgr.GetAPIReader()}.Credentials,
-		func(w controller.ProbeTargetWatch) { r.ProbeTarget, o.probeTarget = w, w }, r.ProviderRemediation)
+		func(w common.ProbeTargetWatch) { r.ProbeTarget, o.probeTarget = w, w }, r.ProviderRemediation)
 }
 
 func closeProviders(providers map[string]provider.Provider, log interface{ Error(error, string, ...any) }) {

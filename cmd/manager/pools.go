@@ -13,7 +13,8 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/common"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/pool"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
 )
@@ -21,8 +22,8 @@ import (
 // setupPools adds the ProxyPool reconciler, which checks pool placements against cfg and
 // reports its children's remediation brake under pol, with target's word on the probe
 // target (nil: never known to be down).
-func setupPools(mgr ctrl.Manager, cfg *provider.Config, pol remediation.Policy, target controller.ProbeTargetWatch) error {
-	r := &controller.ProxyPoolReconciler{
+func setupPools(mgr ctrl.Manager, cfg *provider.Config, pol remediation.Policy, target common.ProbeTargetWatch) error {
+	r := &pool.ProxyPoolReconciler{
 		Client:      mgr.GetClient(),
 		Scheme:      mgr.GetScheme(),
 		Recorder:    mgr.GetEventRecorder("proxypool-controller"),

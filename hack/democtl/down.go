@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/proxy"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
 
@@ -212,12 +212,12 @@ func (s *sweeper) releaseFinalizers(ctx context.Context, r *record, left []provi
 	for i := range list.Items {
 		px := &list.Items[i]
 		uid := string(px.UID)
-		if !r.has(uid) || px.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(px, controller.Finalizer) ||
+		if !r.has(uid) || px.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(px, proxy.Finalizer) ||
 			slices.ContainsFunc(left, func(inst provider.Instance) bool { return inst.UID == uid }) {
 			continue
 		}
 		orig := px.DeepCopy()
-		controllerutil.RemoveFinalizer(px, controller.Finalizer)
+		controllerutil.RemoveFinalizer(px, proxy.Finalizer)
 		if err := s.c.Patch(ctx, px, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("releasing the finalizer of proxy %s/%s: %w", px.Namespace, px.Name, err)
 		}

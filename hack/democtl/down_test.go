@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/proxy"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 )
@@ -30,7 +30,7 @@ import (
 // set, already being deleted.
 func testProxy(ns, name, uid string, deleting bool) *v1alpha1.Proxy {
 	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{
-		Namespace: ns, Name: name, UID: types.UID(uid), Finalizers: []string{controller.Finalizer},
+		Namespace: ns, Name: name, UID: types.UID(uid), Finalizers: []string{proxy.Finalizer},
 	}}
 	px.Status.Phase = v1alpha1.PhaseReady
 	if deleting {
@@ -56,7 +56,7 @@ func releaseFinalizers(ctx context.Context, t *testing.T, c client.Client) {
 		}
 		for i := range list.Items {
 			px := &list.Items[i]
-			if !px.DeletionTimestamp.IsZero() && controllerutil.RemoveFinalizer(px, controller.Finalizer) {
+			if !px.DeletionTimestamp.IsZero() && controllerutil.RemoveFinalizer(px, proxy.Finalizer) {
 				if err := c.Update(ctx, px); err != nil && ctx.Err() == nil {
 					t.Errorf("releasing %s: %v", px.Name, err)
 				}

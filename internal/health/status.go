@@ -109,7 +109,7 @@ func setHealthy(px *v1alpha1.Proxy, status metav1.ConditionStatus, reason, msg s
 // proxy-health field manager (docs/architecture.md, "Who writes which status field"):
 // healthy, the Healthy condition, probeTarget, lastProbeTime, probeLatencyMilliseconds,
 // egressIP, consecutiveProbeFailures and unreachableProbe. The reconciler's part is proxyStatusOf in
-// internal/controller.
+// internal/controller/proxy.
 func healthStatusOf(st *v1alpha1.ProxyStatus) *v1alpha1.ProxyStatus {
 	own := &v1alpha1.ProxyStatus{
 		Healthy: st.Healthy, ProbeTarget: st.ProbeTarget, LastProbeTime: st.LastProbeTime,

@@ -99,7 +99,7 @@ func TestLayResultHintOnlyWhileNeverAnswered(t *testing.T) {
 
 // TestApplyLeavesPreemptedToTheReconciler: the reconciler's Preempted condition is not the
 // engine's to write: a good probe makes the successor Ready (the reconciler's readiness
-// then removes the notice, TestReadiness in internal/controller), and the engine's apply
+// then removes the notice, TestReadiness in internal/controller/proxy), and the engine's apply
 // carries no Preempted at all.
 func TestLayResultLeavesPreemptedToTheReconciler(t *testing.T) {
 	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.1",

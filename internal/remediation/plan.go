@@ -43,7 +43,7 @@ type Decision struct {
 	Next time.Time
 	// Record is the record to keep after this pass (with Action: the new attempt's),
 	// nil to keep none (remove a stored one). With an Action, persist it before the
-	// action is carried out (internal/controller does, with the version it read, so
+	// action is carried out (internal/controller/proxy does, with the version it read, so
 	// that a pass that decided from a stale copy is refused before it acts): the
 	// attempt then counts as made even if the action fails, and the next attempt
 	// follows after its wait.

@@ -9,7 +9,7 @@
 // from has moved. Nothing here retries a conflict; the writer decides what one means.
 //
 // To add a writer: name its field manager below, write one function that copies the
-// fields it owns out of a status (proxyStatusOf in internal/controller and healthStatusOf
+// fields it owns out of a status (proxyStatusOf in internal/controller/proxy and healthStatusOf
 // in internal/health are the examples), apply that with Status, and add its row to
 // docs/architecture.md, "Who writes which status field".
 package statusapply

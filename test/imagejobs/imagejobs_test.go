@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/proxy"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/libvirtfake"
@@ -170,7 +170,7 @@ func TestImageDownloadHoldsNoWorker(t *testing.T) {
 
 	ns := testEnv.Namespace(t, ctx, "jobs")
 	mgr := testEnv.NewManager(t, ns, nil)
-	r := &controller.ProxyReconciler{
+	r := &proxy.ProxyReconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("proxy-controller"),
 		Providers:    map[string]provider.Provider{"kvm2-home": provider.Observe("kvm2-home", provider.TypeKVM2, p)},
 		PendingRetry: 500 * time.Millisecond, PollInterval: 200 * time.Millisecond, QuotaRetry: time.Hour,

@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/orphangc"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
@@ -94,9 +94,9 @@ func createTiny(t *testing.T, p provider.Provider, imgKey, name, uid, specHash s
 // sweepScoped runs one orphan GC sweep over p with owned as the only Proxy. The host is
 // shared: GC sees only the domains whose names carry token, so a sweep can never touch
 // anyone else's.
-func sweepScoped(t *testing.T, p provider.Provider, token string, owned *v1alpha1.Proxy) controller.SweepResult {
+func sweepScoped(t *testing.T, p provider.Provider, token string, owned *v1alpha1.Proxy) orphangc.SweepResult {
 	t.Helper()
-	gc := &controller.OrphanGC{
+	gc := &orphangc.OrphanGC{
 		Client:    proxyLister{items: []v1alpha1.Proxy{*owned}},
 		Providers: map[string]provider.Provider{"kvm2-it": scoped{Provider: p, token: token}},
 		Grace:     time.Nanosecond,

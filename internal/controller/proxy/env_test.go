@@ -1,0 +1,212 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/controllertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
+)
+
+const (
+	testProvider = controllertest.TestProvider
+	waitLong     = testutil.WaitLong
+)
+
+// proxyEnv is one test's namespace, fake provider and running manager.
+type proxyEnv struct {
+	t    testing.TB
+	ctx  context.Context
+	ns   string
+	c    client.Client // uncached, for setting up and reading back
+	fake *providertest.Fake
+	r    *ProxyReconciler
+	// cached reads through the manager's cache, as the reconciler does.
+	cached client.Reader
+}
+
+type envOption func(*ProxyReconciler, ctrl.Manager)
+
+// newProxyEnv starts a manager watching a fresh namespace, with the reconciler wired to
+// a fake provider named testProvider.
+func newProxyEnv(t testing.TB, opts ...envOption) *proxyEnv {
+	t.Helper()
+	return newProxyEnvWorkers(t, 3, opts...)
+}
+
+// newProxyEnvWorkers is newProxyEnv with workers concurrent reconciles.
+func newProxyEnvWorkers(t testing.TB, workers int, opts ...envOption) *proxyEnv {
+	t.Helper()
+	return newProxyEnvManager(t, workers, nil, opts...)
+}
+
+// newProxyEnvManager is newProxyEnvWorkers with the manager's options adjusted by
+// mutate (when not nil), such as its logger.
+func newProxyEnvManager(t testing.TB, workers int, mutate func(*ctrl.Options), opts ...envOption) *proxyEnv {
+	t.Helper()
+	ctx := testContext(t)
+	env := shared.Env(t)
+	ns := env.Namespace(t, ctx, "px")
+	mgr := env.NewManager(t, ns, mutate)
+	e := &proxyEnv{t: t, ctx: ctx, ns: ns, c: env.Client, fake: providertest.NewFake(), cached: mgr.GetClient()}
+	e.r = &ProxyReconciler{
+		Client:     mgr.GetClient(),
+		Scheme:     mgr.GetScheme(),
+		Recorder:   mgr.GetEventRecorder("proxy-controller"),
+		Providers:  map[string]provider.Provider{testProvider: e.fake},
+		QuotaRetry: time.Hour,
+	}
+	for _, o := range opts {
+		o(e.r, mgr)
+	}
+	if err := e.r.SetupWithManager(mgr, workers); err != nil {
+		t.Fatalf("setting up the reconciler: %v", err)
+	}
+	testenv.StartManager(t, ctx, mgr)
+	return e
+}
+
+// newProxy returns a Managed Proxy on testProvider (not yet created).
+func (e *proxyEnv) newProxy(name string) *v1alpha1.Proxy {
+	return &v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: v1alpha1.ProxySpec{
+			Provider:  testProvider,
+			Placement: v1alpha1.ProxyPlacement{Region: "home", Zone: "beelink", MachineType: "small", Image: "debian-12"},
+			CloudInit: "#cloud-config\npackages: [tinyproxy]\n",
+		},
+	}
+}
+
+func (e *proxyEnv) create(px *v1alpha1.Proxy) *v1alpha1.Proxy {
+	e.t.Helper()
+	if err := e.c.Create(e.ctx, px); err != nil {
+		e.t.Fatalf("creating proxy %s: %v", px.Name, err)
+	}
+	return px
+}
+
+func (e *proxyEnv) get(name string) *v1alpha1.Proxy {
+	e.t.Helper()
+	px := &v1alpha1.Proxy{}
+	if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
+		e.t.Fatalf("getting proxy %s: %v", name, err)
+	}
+	return px
+}
+
+// waitProxy waits until cond holds for the Proxy and returns it.
+func (e *proxyEnv) waitProxy(name, what string, cond func(*v1alpha1.Proxy) bool) *v1alpha1.Proxy {
+	e.t.Helper()
+	var px *v1alpha1.Proxy
+	waitFor(e.t, waitLong, fmt.Sprintf("proxy %s/%s: %s", e.ns, name, what), func() (bool, error) {
+		px = &v1alpha1.Proxy{}
+		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
+			return false, err
+		}
+		if cond(px) {
+			return true, nil
+		}
+		return false, fmt.Errorf("phase %q, message %q, provisioned %+v", px.Status.Phase, px.Status.Message, provisioned(px))
+	})
+	return px
+}
+
+func (e *proxyEnv) waitPhase(name string, phase v1alpha1.ProxyPhase) *v1alpha1.Proxy {
+	e.t.Helper()
+	return e.waitProxy(name, "phase "+string(phase), func(px *v1alpha1.Proxy) bool { return px.Status.Phase == phase })
+}
+
+func provisioned(px *v1alpha1.Proxy) metav1.Condition {
+	if c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+// waitEvent waits for an Event on the Proxy with reason (and a note containing substr)
+// and returns it.
+func (e *proxyEnv) waitEvent(name, reason, substr string) eventsv1.Event {
+	e.t.Helper()
+	var found eventsv1.Event
+	waitFor(e.t, waitLong, fmt.Sprintf("event %s %q on proxy %s", reason, substr, name), func() (bool, error) {
+		evs, err := e.events(name)
+		for _, ev := range evs {
+			if ev.Reason == reason && strings.Contains(ev.Note, substr) {
+				found = ev
+				return true, nil
+			}
+		}
+		return false, err
+	})
+	return found
+}
+
+func (e *proxyEnv) events(name string) ([]eventsv1.Event, error) {
+	list := &eventsv1.EventList{}
+	if err := e.c.List(e.ctx, list, client.InNamespace(e.ns)); err != nil {
+		return nil, err
+	}
+	var out []eventsv1.Event
+	for _, ev := range list.Items {
+		if ev.Regarding.Name == name && ev.Regarding.Kind == "Proxy" {
+			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
+
+// reconcileNow runs one reconcile of the Proxy directly, as the controller would once
+// its cache has seen the latest write.
+func (e *proxyEnv) reconcileNow(name string) (ctrl.Result, error) {
+	e.t.Helper()
+	key := client.ObjectKey{Namespace: e.ns, Name: name}
+	latest := e.get(name).ResourceVersion
+	waitFor(e.t, waitLong, "the manager's cache to see proxy "+name+" at version "+latest, func() (bool, error) {
+		px := &v1alpha1.Proxy{}
+		err := e.cached.Get(e.ctx, key, px)
+		return err == nil && px.ResourceVersion == latest, err
+	})
+	return e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: e.ns, Name: name}})
+}
+
+// ops lists the recorded provider operations, in order, as "op arg".
+func (e *proxyEnv) ops() []string {
+	var out []string
+	for _, c := range e.fake.Calls() {
+		switch a := c.Arg.(type) {
+		case provider.CreateRequest:
+			out = append(out, c.Op+" "+a.Name)
+		case string:
+			out = append(out, c.Op+" "+a)
+		default:
+			out = append(out, c.Op)
+		}
+	}
+	return out
+}
+
+// quotaUntil returns a create hook failing with ErrQuotaExceeded while *blocked is set.
+func quotaUntil(blocked *atomic.Bool) providertest.CreateHook {
+	return func(_ context.Context, req provider.CreateRequest) error {
+		if blocked.Load() {
+			return provider.QuotaExceeded(errors.New("storage pool default has 1 GiB available, 11 GiB needed"))
+		}
+		return nil
+	}
+}
