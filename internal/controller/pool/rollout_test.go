@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,10 @@ type rolloutSequence struct {
 	maxSteps           int
 }
 
-func (sq rolloutSequence) run(t *testing.T) string {
+// run plays the sequence and returns its story. With shuffle, planPool sees the children
+// in an order shuffle picks anew at every step (the story still lists them by creation):
+// the plan must not depend on the order the API server lists children in.
+func (sq rolloutSequence) run(t *testing.T, shuffle *rand.Rand) string {
 	var (
 		log      strings.Builder
 		kids     []*rolloutChild
@@ -114,7 +118,12 @@ func (sq rolloutSequence) run(t *testing.T) string {
 				available++
 			}
 		}
-		p := planPool(children, replicas, surge, unavail, v1alpha1.DeletionOrderOldest, "seed")
+		seen := children
+		if shuffle != nil {
+			seen = append([]poolChild(nil), children...)
+			shuffle.Shuffle(len(seen), func(i, j int) { seen[i], seen[j] = seen[j], seen[i] })
+		}
+		p := planPool(seen, replicas, surge, unavail, v1alpha1.DeletionOrderOldest, "seed")
 		fmt.Fprintf(&log, "step %2d  %s  available %d/%d", step, describeRollout(kids, children), available, replicas)
 		if len(p.delete) > 0 {
 			fmt.Fprintf(&log, "  delete %s", strings.Join(p.delete, " "))
@@ -210,32 +219,51 @@ func describeRollout(kids []*rolloutChild, children []poolChild) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
+// rolloutSequences are the golden rollout stories.
+var rolloutSequences = []rolloutSequence{
+	{
+		name: "3 replicas, surge 1, unavailable 0", surge: intstr.FromInt32(1), unavailable: intstr.FromInt32(0), readyIn: 2, maxSteps: 30,
+		changes: []rolloutChange{{step: 0, replicas: 3, template: "v1"}, {step: 3, template: "v2"}},
+	},
+	{
+		name: "4 replicas, surge 2, unavailable 1", surge: intstr.FromInt32(2), unavailable: intstr.FromInt32(1), readyIn: 2, maxSteps: 30,
+		changes: []rolloutChange{{step: 0, replicas: 4, template: "v1"}, {step: 3, template: "v2"}},
+	},
+	{
+		name: "scale from 3 to 5 during a rollout", surge: intstr.FromInt32(1), unavailable: intstr.FromInt32(0), readyIn: 2, maxSteps: 30,
+		changes: []rolloutChange{{step: 0, replicas: 3, template: "v1"}, {step: 3, template: "v2"}, {step: 5, replicas: 5}},
+	},
+	{
+		name: "scale from 4 to 2 during a rollout", surge: intstr.FromInt32(1), unavailable: intstr.FromInt32(0), readyIn: 2, maxSteps: 30,
+		changes: []rolloutChange{{step: 0, replicas: 4, template: "v1"}, {step: 3, template: "v2"}, {step: 5, replicas: 2}},
+	},
+	{
+		name: "a broken template, then a fixed one", surge: intstr.FromInt32(1), unavailable: intstr.FromInt32(0), readyIn: 2, maxSteps: 30,
+		changes: []rolloutChange{{step: 0, replicas: 3, template: "v1"}, {step: 3, template: "v2", broken: true}, {step: 10, template: "v3"}},
+	},
+}
+
 func TestRolloutSequences(t *testing.T) {
-	for _, sq := range []rolloutSequence{
-		{
-			name: "3 replicas, surge 1, unavailable 0", surge: intstr.FromInt32(1), unavailable: intstr.FromInt32(0), readyIn: 2, maxSteps: 30,
-			changes: []rolloutChange{{step: 0, replicas: 3, template: "v1"}, {step: 3, template: "v2"}},
-		},
-		{
-			name: "4 replicas, surge 2, unavailable 1", surge: intstr.FromInt32(2), unavailable: intstr.FromInt32(1), readyIn: 2, maxSteps: 30,
-			changes: []rolloutChange{{step: 0, replicas: 4, template: "v1"}, {step: 3, template: "v2"}},
-		},
-		{
-			name: "scale from 3 to 5 during a rollout", surge: intstr.FromInt32(1), unavailable: intstr.FromInt32(0), readyIn: 2, maxSteps: 30,
-			changes: []rolloutChange{{step: 0, replicas: 3, template: "v1"}, {step: 3, template: "v2"}, {step: 5, replicas: 5}},
-		},
-		{
-			name: "scale from 4 to 2 during a rollout", surge: intstr.FromInt32(1), unavailable: intstr.FromInt32(0), readyIn: 2, maxSteps: 30,
-			changes: []rolloutChange{{step: 0, replicas: 4, template: "v1"}, {step: 3, template: "v2"}, {step: 5, replicas: 2}},
-		},
-		{
-			name: "a broken template, then a fixed one", surge: intstr.FromInt32(1), unavailable: intstr.FromInt32(0), readyIn: 2, maxSteps: 30,
-			changes: []rolloutChange{{step: 0, replicas: 3, template: "v1"}, {step: 3, template: "v2", broken: true}, {step: 10, template: "v3"}},
-		},
-	} {
+	for _, sq := range rolloutSequences {
 		t.Run(sq.name, func(t *testing.T) {
 			file := "rollout/" + strings.NewReplacer(" ", "-", ",", "").Replace(sq.name) + ".txt"
-			testutil.Golden(t, file, sq.run(t))
+			testutil.Golden(t, file, sq.run(t, nil))
+		})
+	}
+}
+
+// TestRolloutSequencesAnyOrder plays every golden story again with the children handed
+// to planPool in shuffled orders (fixed seeds, so a failure replays): the story must come
+// out word for word the same.
+func TestRolloutSequencesAnyOrder(t *testing.T) {
+	for _, sq := range rolloutSequences {
+		t.Run(sq.name, func(t *testing.T) {
+			want := sq.run(t, nil)
+			for _, seed := range []int64{1, 2, 3, 7, 42, 1234, 99991} {
+				if got := sq.run(t, rand.New(rand.NewSource(seed))); got != want {
+					t.Errorf("seed %d: the story differs from the one in creation order:\n%s\nwant:\n%s", seed, got, want)
+				}
+			}
 		})
 	}
 }
