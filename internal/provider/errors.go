@@ -3,6 +3,7 @@ package provider
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // The error classes. A provider wraps every error it returns with exactly one of them;
@@ -163,4 +164,20 @@ func PendingProgress(err error) (p Progress, ok bool) {
 		return pe.p, true
 	}
 	return Progress{}, false
+}
+
+// retryAfterer is an error that knows how long the provider's API will refuse calls (a
+// rate limit's reset): hcloud's rate-limited answers implement it.
+type retryAfterer interface{ RetryAfter() time.Duration }
+
+// RetryAfter returns how long to wait before calling the provider again after err (an
+// ErrTransient error whose cause, such as a rate limit, says when it clears), or 0 when
+// err says nothing of it or the wait is over. The Proxy reconciler requeues a transient
+// error after this wait (at most its error backoff's cap) instead of on the backoff curve.
+func RetryAfter(err error) time.Duration {
+	var ra retryAfterer
+	if !errors.As(err, &ra) {
+		return 0
+	}
+	return max(ra.RetryAfter(), 0)
 }

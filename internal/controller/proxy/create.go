@@ -125,7 +125,8 @@ func (r *ProxyReconciler) snapshotTaken(s *scope, err error) ctrl.Result {
 // providerError turns a provider error into status, an Event and a result, by class:
 // permanent latches Failed, quota waits QuotaRetry off the backoff curve, pending (work
 // the provider runs in the background, such as an image download) waits PendingRetry off
-// the curve too and shows the work's progress, anything else goes back to
+// the curve too and shows the work's progress, a transient error that says when a retry
+// can succeed (provider.RetryAfter) waits that long, anything else goes back to
 // controller-runtime for a retry with backoff. provisioning says the error kept the
 // instance from being provisioned, so the Provisioned condition shows it.
 func (r *ProxyReconciler) providerError(s *scope, action string, err error, provisioning bool) (ctrl.Result, error) {
@@ -177,6 +178,16 @@ func (r *ProxyReconciler) providerError(s *scope, action string, err error, prov
 		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonQuotaExceeded, msg)
 		s.event(corev1.EventTypeWarning, v1alpha1.ReasonQuotaExceeded, action, "%s", msg)
 		return ctrl.Result{RequeueAfter: r.QuotaRetry}, nil
+	case errors.Is(err, provider.ErrTransient) && provider.RetryAfter(err) > 0:
+		// The provider says when a retry can succeed (a rate limit's reset): wait that
+		// long, at most the error backoff's cap, off the curve.
+		wait := min((provider.RetryAfter(err) + time.Second - 1).Truncate(time.Second), maxErrorBackoff)
+		s.event(corev1.EventTypeWarning, v1alpha1.ReasonTransientError, action, "%v; retrying in %s", err, wait)
+		if provisioning {
+			st.Message = err.Error()
+			s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonTransientError, err.Error())
+		}
+		return ctrl.Result{RequeueAfter: wait}, nil
 	default:
 		// ErrTransient, unclassified errors, and ErrNotFound where the contract rules it out.
 		s.event(corev1.EventTypeWarning, v1alpha1.ReasonTransientError, action, "%v; retrying", err)

@@ -88,6 +88,9 @@ type retryAfterError struct {
 func (e *retryAfterError) Error() string { return e.err.Error() }
 func (e *retryAfterError) Unwrap() error { return e.err }
 
+// RetryAfter is the wait until the limit resets, which provider.RetryAfter reads.
+func (e *retryAfterError) RetryAfter() time.Duration { return time.Until(e.reset) }
+
 // RetryAfter returns how long to wait before the API takes calls again, when err is a
 // rate-limited call whose answer carried RateLimit-Reset.
 func RetryAfter(err error) (time.Duration, bool) {

@@ -133,6 +133,28 @@ func TestRateLimitCarriesItsReset(t *testing.T) {
 	}
 }
 
+// TestRateLimitResetIsTheRetryAfter: the reset of a rate-limited Create, Get or Delete
+// is the wait provider.RetryAfter returns, which the Proxy reconciler requeues after.
+func TestRateLimitResetIsTheRetryAfter(t *testing.T) {
+	e := newEnv(t)
+	limited := hcloudfake.Failure{Code: "rate_limit_exceeded", ResetAfter: 90 * time.Second}
+	e.fake.Fail(hcloudfake.ServersList, limited)
+	_, errCreate := e.p.Create(t.Context(), request("proxy-00000000000000e5", "uid-5"))
+	e.fake.Fail(hcloudfake.ServersList, limited)
+	_, errGet := e.p.Get(t.Context(), ProviderID("proxy-00000000000000e5"))
+	e.fake.Fail(hcloudfake.ServersList, limited)
+	errDelete := e.p.Delete(t.Context(), ProviderID("proxy-00000000000000e5"))
+	for op, err := range map[string]error{"create": errCreate, "get": errGet, "delete": errDelete} {
+		if d := provider.RetryAfter(err); provider.Class(err) != provider.ErrTransient || d < 80*time.Second || d > 91*time.Second {
+			t.Errorf("rate limited %s: %v, provider.RetryAfter %s; want transient and about 90s", op, err, d)
+		}
+	}
+	e.fake.Fail(hcloudfake.ServersList, hcloudfake.Failure{Code: "server_error"})
+	if _, err := e.p.Get(t.Context(), ProviderID("proxy-00000000000000e5")); provider.RetryAfter(err) != 0 {
+		t.Errorf("server_error: provider.RetryAfter %s, want 0", provider.RetryAfter(err))
+	}
+}
+
 // TestInvalidInputNamesTheField: an invalid_input answer names each field the API
 // refused and what it stands for in the Proxy's spec or the config.
 func TestInvalidInputNamesTheField(t *testing.T) {
