@@ -158,15 +158,6 @@ func controllingPool(px *v1alpha1.Proxy) string {
 	return ref.Name
 }
 
-// replaceRequested is the value of a replace annotation not acted on yet, or "".
-func replaceRequested(px *v1alpha1.Proxy) string {
-	v := px.Annotations[v1alpha1.ReplaceAnnotation]
-	if v == "" || v == px.Status.ObservedReplace {
-		return ""
-	}
-	return v
-}
-
 // replaceAnnotationChanged lets through the updates of a Proxy whose replace annotation
 // changed: they carry no new generation.
 var replaceAnnotationChanged = predicate.Funcs{
@@ -179,85 +170,47 @@ var replaceAnnotationChanged = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
-// judgeBuild compares the running instance with what the operator would build now and
-// returns why it must be replaced, or "" to keep it. On the way it adopts an instance
-// built by an operator version that recorded no intent hash, or an intent hash over part
-// of spec.proxy (adoptPartialIntent), and sets ConfigOutdated:
-//   - a new intent (spec edited, password rotated) replaces the instance, except a pool
-//     child's whose spec is unchanged: its pool replaces it surge-first
-//     (ConfigOutdated=True, CredentialsChanged) while it keeps serving with its snapshot;
-//   - a new rendering alone (an operator upgrade) keeps it (ConfigOutdated=True,
-//     RenderingChanged) until a standalone Proxy's replace annotation gets a new value
-//     or, for a pool child, its pool replaces it;
-//   - a new replace annotation value rebuilds a standalone Proxy's instance in any case.
-func (r *ProxyReconciler) judgeBuild(ctx context.Context, s *scope, want hashes, creds *proxyconfig.Credentials, wg *proxyconfig.WireGuard) (string, error) {
-	px := s.px
-	st := &px.Status
-	pool := controllingPool(px)
-	if st.RenderedHash == "" {
-		// Built before the intent hash was recorded: status.specHash holds what is now the
-		// rendered hash, of that version's rendering. It is adopted whether it matches this
-		// version's rendering or not: a mismatch cannot be told from a rendering this
-		// version changed, and replacing on a guess would replace every such instance at
-		// once. A mismatch shows ConfigOutdated (RenderingChanged) below, and rolls like
-		// any rendering change: a pool surge-first, a standalone Proxy on the annotation.
-		built := st.SpecHash
-		st.SpecHash, st.RenderedHash, st.ObservedReplace = want.intent, built, px.Annotations[v1alpha1.ReplaceAnnotation]
+// readBuildFacts reads what judgeBuild needs beside the Proxy: the partial intent hash
+// and the credentials snapshot's word, each only where the verdict can turn on it.
+func (r *ProxyReconciler) readBuildFacts(ctx context.Context, s *scope, want hashes, state string, creds *proxyconfig.Credentials, wg *proxyconfig.WireGuard) (buildFacts, error) {
+	st := &s.px.Status
+	f := buildFacts{want: want, state: state}
+	if st.RenderedHash == "" || st.SpecHash == want.intent {
+		return f, nil
+	}
+	partial, err := partialIntentHash(s.px, creds, wg)
+	if err != nil {
+		return f, err
+	}
+	f.partialIntent = partial
+	if partial != st.SpecHash && controllingPool(s.px) != "" {
+		f.onlyCredentialsChanged = r.onlyCredentialsChanged(ctx, s, wg)
+	}
+	return f, nil
+}
+
+// carryOut does what v says to the status, the credentials snapshot and the Events, in
+// that order; the instance's action (keep, replace, restart) is reconcileManaged's. A
+// snapshot that cannot be made returns its error (errSnapshotTaken among them) before
+// any Event is recorded, the adopted hashes left on the status.
+func (r *ProxyReconciler) carryOut(ctx context.Context, s *scope, v buildVerdict, creds *proxyconfig.Credentials) error {
+	st := &s.px.Status
+	st.SpecHash, st.RenderedHash, st.ObservedReplace = v.record.specHash, v.record.renderedHash, v.record.observedReplace
+	if v.syncSnapshot {
 		if err := r.syncSnapshot(ctx, s, creds); err != nil {
-			return "", err
-		}
-		if built == want.rendered {
-			s.event(corev1.EventTypeNormal, v1alpha1.ReasonAdopted, common.ActionReconcile,
-				"instance %s, built by an earlier operator version, is kept as it is: it matches the spec (spec hash %s, rendered hash %s)",
-				px.InstanceName(), want.intent, want.rendered)
-		} else {
-			s.event(corev1.EventTypeNormal, v1alpha1.ReasonAdopted, common.ActionReconcile,
-				"instance %s, built by an earlier operator version from another rendering (hash %s; this version's is %s), is kept as it is and shown ConfigOutdated",
-				px.InstanceName(), built, want.rendered)
+			return err
 		}
 	}
-	if why, err := adoptPartialIntent(s, want, creds, wg); why != "" || err != nil {
-		return why, err
+	if c := v.condition; c != nil && configOutdatedNews(s.px, c.Status, c.Reason) {
+		s.log.Info("proxy configuration outdated", "reason", c.Reason, "message", c.Message)
 	}
-	if st.SpecHash != want.intent {
-		if pool != "" && r.onlyCredentialsChanged(ctx, s, wg) {
-			s.setConfigOutdated(metav1.ConditionTrue, v1alpha1.ReasonCredentialsChanged, fmt.Sprintf(
-				"the credentials Secret %s changed; instance %s keeps serving with the credentials it was built with (Secret %s) until ProxyPool %s replaces it",
-				px.Spec.Proxy.BasicAuth.SecretRef.Name, px.InstanceName(), st.CredentialsSecret, pool))
-			return "", nil
-		}
-		return "spec changed", nil
+	for _, e := range v.events {
+		s.event(e.typ, e.reason, common.ActionReconcile, "%s", e.message)
 	}
-	if v := replaceRequested(px); v != "" {
-		if pool == "" {
-			return fmt.Sprintf("replacement asked for by annotation %s=%q", v1alpha1.ReplaceAnnotation, v), nil
-		}
-		st.ObservedReplace = v
-		s.event(corev1.EventTypeWarning, v1alpha1.ReasonReplaceIgnored, common.ActionReconcile,
-			"annotation %s=%q is ignored on a child of ProxyPool %s: the pool replaces its children (surge-first) when their ConfigOutdated condition is True or its template changes",
-			v1alpha1.ReplaceAnnotation, v, pool)
+	if v.condition != nil {
+		meta.SetStatusCondition(&st.Conditions, *v.condition)
 	}
-	if st.RenderedHash != want.rendered {
-		// Another version's rendering, after an upgrade; or, for a Proxy adopted from a
-		// version whose intent missed part of spec.proxy, possibly an edit of that part.
-		msg := fmt.Sprintf("instance %s was built from another rendering (rendered hash %s) than this operator version makes of the spec (%s): "+
-			"another operator version built it, or an earlier one kept it when spec.proxy.allowedDestinations or allowOpenProxy was edited; it keeps running as it is; ",
-			px.InstanceName(), st.RenderedHash, want.rendered)
-		if pool != "" {
-			msg += fmt.Sprintf("ProxyPool %s replaces it surge-first", pool)
-		} else {
-			msg += fmt.Sprintf("to build it again: kubectl annotate proxy -n %s %s %s=\"$(date +%%s)\" --overwrite", px.Namespace, px.Name, v1alpha1.ReplaceAnnotation)
-		}
-		s.setConfigOutdated(metav1.ConditionTrue, v1alpha1.ReasonRenderingChanged, msg)
-		return "", nil
-	}
-	// The intent matches, so the referenced Secret holds what the instance was built
-	// with: a snapshot lost since is made again from it.
-	if err := r.syncSnapshot(ctx, s, creds); err != nil {
-		return "", err
-	}
-	s.setConfigUpToDate()
-	return "", nil
+	return nil
 }
 
 // onlyCredentialsChanged reports an intent that differs from the instance's by the
@@ -280,55 +233,29 @@ func (r *ProxyReconciler) onlyCredentialsChanged(ctx context.Context, s *scope, 
 	return err == nil && h == px.Status.SpecHash
 }
 
-// adoptPartialIntent takes over an instance whose status.specHash an operator version
-// that covered only part of spec.proxy recorded (partialIntentHash) and that still
-// matches the spec: the hash is new, not the user's intent. A pool child is kept (a
-// rendering that differs shows ConfigOutdated below, and its pool replaces it
-// surge-first), and so is a standalone Proxy built from this version's rendering. A
-// standalone Proxy built from another rendering is replaced: allowedDestinations or
-// allowOpenProxy may have been edited under that version, which kept the instance, and
-// that cannot be told from an operator upgrade; keeping it could keep a fence the user
-// narrowed open. It returns why the instance must be replaced, or "".
-func adoptPartialIntent(s *scope, want hashes, creds *proxyconfig.Credentials, wg *proxyconfig.WireGuard) (string, error) {
-	px := s.px
-	st := &px.Status
-	if st.SpecHash == want.intent {
-		return "", nil
-	}
-	partial, err := partialIntentHash(px, creds, wg)
-	if err != nil || partial != st.SpecHash {
-		return "", err
-	}
-	if st.RenderedHash != want.rendered && controllingPool(px) == "" {
-		return "spec.proxy.allowedDestinations or allowOpenProxy may have been edited under an earlier operator version, which kept the instance built before the edit", nil
-	}
-	st.SpecHash = want.intent
-	s.event(corev1.EventTypeNormal, v1alpha1.ReasonAdopted, common.ActionReconcile,
-		"instance %s is kept: its spec hash %s, recorded by an earlier operator version over part of spec.proxy, matches the spec; this version's, over all of it, is %s",
-		px.InstanceName(), partial, want.intent)
-	return "", nil
-}
-
 // setConfigOutdated sets the ConfigOutdated condition, with a Normal Event when it turns
 // True or changes reason.
 func (s *scope) setConfigOutdated(status metav1.ConditionStatus, reason, message string) {
-	old := meta.FindStatusCondition(s.px.Status.Conditions, v1alpha1.ConditionConfigOutdated)
-	if status == metav1.ConditionTrue && (old == nil || old.Status != status || old.Reason != reason) {
+	if configOutdatedNews(s.px, status, reason) {
 		s.log.Info("proxy configuration outdated", "reason", reason, "message", message)
 		s.event(corev1.EventTypeNormal, reason, common.ActionReconcile, "ConfigOutdated: %s", message)
 	}
-	meta.SetStatusCondition(&s.px.Status.Conditions, metav1.Condition{
-		Type:               v1alpha1.ConditionConfigOutdated,
-		Status:             status,
-		Reason:             reason,
-		Message:            message,
-		ObservedGeneration: s.px.Generation,
-	})
+	meta.SetStatusCondition(&s.px.Status.Conditions, configOutdatedCondition(s.px, status, reason, message))
 }
 
 // setConfigUpToDate sets ConfigOutdated=False: the instance is what this operator
 // version builds for the spec.
 func (s *scope) setConfigUpToDate() {
-	s.setConfigOutdated(metav1.ConditionFalse, v1alpha1.ReasonUpToDate,
-		fmt.Sprintf("instance %s runs the configuration this operator version builds for the spec", s.px.InstanceName()))
+	s.setConfigOutdated(metav1.ConditionFalse, v1alpha1.ReasonUpToDate, upToDateMessage(s.px))
+}
+
+// judge reads the facts, judges the instance (judgeBuild) and carries out the verdict
+// but for its action, which it returns with the verdict.
+func (r *ProxyReconciler) judge(ctx context.Context, s *scope, want hashes, state string, creds *proxyconfig.Credentials, wg *proxyconfig.WireGuard) (buildVerdict, error) {
+	f, err := r.readBuildFacts(ctx, s, want, state, creds, wg)
+	if err != nil {
+		return buildVerdict{}, err
+	}
+	v := judgeBuild(s.px, f)
+	return v, r.carryOut(ctx, s, v, creds)
 }

@@ -57,17 +57,17 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.
 		case err != nil:
 			return r.providerError(s, common.ActionGet, fmt.Errorf("getting instance %s: %w", id, err), false)
 		default:
-			why, err := r.judgeBuild(ctx, s, want, creds, rendered.WireGuard) // intent.go
+			v, err := r.judge(ctx, s, want, inst.State, creds, rendered.WireGuard) // verdict.go, intent.go
 			switch {
 			case errors.Is(err, errSnapshotTaken):
 				return r.snapshotTaken(s, err), nil
 			case err != nil:
 				return r.providerError(s, common.ActionReconcile, err, false)
-			case why != "":
-				if err := r.replace(ctx, s, p, id, why); err != nil {
+			case v.action == buildReplace:
+				if err := r.replace(ctx, s, p, id, v.why); err != nil {
 					return r.providerError(s, common.ActionDelete, err, true)
 				}
-			case inst.State == provider.StateStopped || inst.State == provider.StateUnknown:
+			case v.action == buildRestart:
 				// Create starts an existing instance that is not running, as it was built.
 				return r.restart(ctx, s, p, rendered.UserData)
 			default:
