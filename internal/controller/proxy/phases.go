@@ -46,14 +46,10 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.
 
 	if id := px.Status.ProviderID; id != "" {
 		inst, err := p.Get(ctx, id)
+		gone, isGone := judgeGone(px, err) // verdict.go
 		switch {
-		case errors.Is(err, provider.ErrPreempted):
-			preempted(s, err)
-			px.Status.ProviderID, px.Status.IP, px.Status.IPv6 = "", "", ""
-		case errors.Is(err, provider.ErrNotFound):
-			s.event(corev1.EventTypeWarning, EventInstanceGone, common.ActionGet,
-				"instance %s is gone from provider %s; creating it again", id, px.Spec.Provider)
-			px.Status.ProviderID, px.Status.IP, px.Status.IPv6 = "", "", ""
+		case isGone:
+			forget(s, gone)
 		case err != nil:
 			return r.providerError(s, common.ActionGet, fmt.Errorf("getting instance %s: %w", id, err), false)
 		default:
@@ -99,23 +95,18 @@ var preemptionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 func init() { metrics.Registry.MustRegister(preemptionsTotal) }
 
-// preempted reports an instance its cloud reclaimed (provider.ErrPreempted): a Warning
-// Preempted Event with the provider's message, the preemptions counter of its zone, and
-// the Preempted condition, which stays until the health engine marks the successor Ready.
-func preempted(s *scope, err error) {
+// forget carries out the verdict on an instance the provider no longer has: a preempted
+// one is counted in its zone, the Event is recorded and the Preempted condition set; the
+// instance is forgotten, to be created again.
+func forget(s *scope, v goneVerdict) {
 	px := s.px
-	zone := px.Spec.Placement.Zone
-	if zone == "" {
-		zone = "unknown"
+	if v.preempted != nil {
+		preemptionsTotal.WithLabelValues(px.Spec.Provider, v.zone).Inc()
+		s.log.Info("instance preempted", "providerID", px.Status.ProviderID, "zone", v.zone, "error", v.err.Error())
+		meta.SetStatusCondition(&px.Status.Conditions, *v.preempted)
 	}
-	preemptionsTotal.WithLabelValues(px.Spec.Provider, zone).Inc()
-	msg := fmt.Sprintf("%v; building its successor %s", err, px.InstanceName())
-	s.log.Info("instance preempted", "providerID", px.Status.ProviderID, "zone", zone, "error", err.Error())
-	s.event(corev1.EventTypeWarning, v1alpha1.ReasonPreempted, common.ActionGet, "%s", msg)
-	meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
-		Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted,
-		Message: msg + "; this condition stays until the successor is Ready", ObservedGeneration: px.Generation,
-	})
+	s.event(v.event.typ, v.event.reason, common.ActionGet, "%s", v.event.message)
+	px.Status.ProviderID, px.Status.IP, px.Status.IPv6 = "", "", ""
 }
 
 // replace deletes an instance built from an older spec (or one the replace annotation

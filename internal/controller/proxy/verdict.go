@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,45 @@ const (
 	// buildRestart starts the stopped instance as it was built.
 	buildRestart buildAction = "restart"
 )
+
+// goneVerdict is the verdict on an instance the provider no longer has (judgeGone): it is
+// forgotten and created again, with an Event saying why.
+type goneVerdict struct {
+	event verdictEvent // recorded with action common.ActionGet
+	// preempted is the Preempted condition of an instance its cloud reclaimed
+	// (provider.ErrPreempted), counted in zone; nil for one simply gone.
+	preempted *metav1.Condition
+	zone      string
+	err       error // the provider's
+}
+
+// judgeGone reads the provider's answer to a Get of the Proxy's instance: gone (true) when
+// it says ErrNotFound, or ErrPreempted (a Warning Preempted Event with the provider's
+// message and the Preempted condition, which stays until the health engine marks the
+// successor Ready); anything else (false) is an instance to judge (judgeBuild) or an
+// error.
+func judgeGone(px *v1alpha1.Proxy, err error) (goneVerdict, bool) {
+	switch {
+	case errors.Is(err, provider.ErrPreempted):
+		zone := px.Spec.Placement.Zone
+		if zone == "" {
+			zone = "unknown"
+		}
+		msg := fmt.Sprintf("%v; building its successor %s", err, px.InstanceName())
+		return goneVerdict{
+			event: verdictEvent{corev1.EventTypeWarning, v1alpha1.ReasonPreempted, msg},
+			preempted: &metav1.Condition{
+				Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted,
+				Message: msg + "; this condition stays until the successor is Ready", ObservedGeneration: px.Generation,
+			},
+			zone: zone, err: err,
+		}, true
+	case errors.Is(err, provider.ErrNotFound):
+		return goneVerdict{event: verdictEvent{corev1.EventTypeWarning, EventInstanceGone,
+			fmt.Sprintf("instance %s is gone from provider %s; creating it again", px.Status.ProviderID, px.Spec.Provider)}, err: err}, true
+	}
+	return goneVerdict{}, false
+}
 
 // buildFacts is what the verdict is judged from beside the Proxy itself.
 type buildFacts struct {

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -232,5 +234,58 @@ func checkVerdictEvents(t *testing.T, got []verdictEvent, want []wantEvent) {
 		if g := got[i]; g.typ != w.typ || g.reason != w.reason || !strings.Contains(g.message, w.message) {
 			t.Errorf("Event %d is %s %s %q, want %s %s containing %q", i, g.typ, g.reason, g.message, w.typ, w.reason, w.message)
 		}
+	}
+}
+
+// The provider's answer to a Get of the Proxy's instance: gone (created again, with the
+// Event saying why, and a preempted one's condition and zone) or not (judged, or an error).
+func TestBuildVerdictGone(t *testing.T) {
+	reclaimed := provider.Preempted(errors.New("spot VM reclaimed at 16:20"))
+	for _, c := range []struct {
+		name      string
+		zone      string
+		err       error
+		gone      bool
+		event     wantEvent
+		preempted bool // sets the Preempted condition
+		wantZone  string
+	}{
+		{"there", "b", nil, false, wantEvent{}, false, ""},
+		{"a failed Get", "b", provider.Transient(errors.New("timeout")), false, wantEvent{}, false, ""},
+		{"gone", "b", fmt.Errorf("getting vm-7: %w", provider.ErrNotFound), true,
+			wantEvent{corev1.EventTypeWarning, EventInstanceGone, "instance vm-7 is gone from provider home; creating it again"}, false, ""},
+		{"preempted", "b", reclaimed, true,
+			wantEvent{corev1.EventTypeWarning, v1alpha1.ReasonPreempted, "spot VM reclaimed at 16:20; building its successor proxy-"}, true, "b"},
+		{"preempted without a zone", "", reclaimed, true,
+			wantEvent{corev1.EventTypeWarning, v1alpha1.ReasonPreempted, "spot VM reclaimed at 16:20"}, true, "unknown"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			px := verdictProxy(func(px *v1alpha1.Proxy) { px.Spec.Placement.Zone, px.Status.ProviderID = c.zone, "vm-7" })
+			before := px.DeepCopy()
+			v, gone := judgeGone(px, c.err)
+			if !reflect.DeepEqual(px, before) {
+				t.Errorf("judgeGone changed the Proxy")
+			}
+			if gone != c.gone {
+				t.Fatalf("gone %v, want %v", gone, c.gone)
+			}
+			if !gone {
+				return
+			}
+			checkVerdictEvents(t, []verdictEvent{v.event}, []wantEvent{c.event})
+			switch p := v.preempted; {
+			case !c.preempted && p != nil:
+				t.Errorf("sets Preempted %+v, want none", *p)
+			case !c.preempted:
+			case p == nil:
+				t.Errorf("sets no Preempted condition, want one")
+			case p.Type != v1alpha1.ConditionPreempted || p.Status != metav1.ConditionTrue || p.Reason != v1alpha1.ReasonPreempted ||
+				p.Message != v.event.message+"; this condition stays until the successor is Ready" || p.ObservedGeneration != px.Generation:
+				t.Errorf("sets %+v, want Preempted=True Preempted with the Event's message and what it waits for", *p)
+			}
+			if v.zone != c.wantZone {
+				t.Errorf("counted in zone %q, want %q", v.zone, c.wantZone)
+			}
+		})
 	}
 }
