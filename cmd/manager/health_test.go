@@ -25,6 +25,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health/healthtest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
@@ -70,8 +71,7 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 	mgr, disc := startProbingManager(t, env, "--provider-check-interval", "1s", "--provider-check-timeout", "500ms")
 
 	ctx := context.Background()
-	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: "default", Labels: map[string]string{"pool": "crawl"}},
-		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: fp.Host, Port: fp.Port}}
+	px := testbuild.Proxy("default", "edge", testbuild.WithLabel("pool", "crawl"), testbuild.External(fp.Host), testbuild.WithPort(fp.Port))
 	if err := c.Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}
@@ -172,9 +172,7 @@ func TestManagerProbesAndHandsOutCredentials(t *testing.T) {
 	if err := c.Create(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
-	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "authed", Namespace: "default"},
-		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: fp.Host, Port: fp.Port,
-			Proxy: &v1alpha1.ProxyConfig{BasicAuth: &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: "edge-auth"}}}}}
+	px := testbuild.Proxy("default", "authed", testbuild.External(fp.Host), testbuild.WithPort(fp.Port), testbuild.WithBasicAuth("edge-auth"))
 	if err := c.Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}
@@ -284,11 +282,8 @@ func TestManagerNeverSendsAnUnlabelledSecret(t *testing.T) {
 	if err := c.Create(ctx, bot); err != nil {
 		t.Fatal(err)
 	}
-	nosy := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "nosy", Namespace: "default"},
-		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "127.0.0.1", Port: int32(port),
-			Proxy: &v1alpha1.ProxyConfig{BasicAuth: &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: "deploy-bot"}}}}}
-	plain := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"},
-		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: fp.Host, Port: fp.Port}}
+	nosy := testbuild.Proxy("default", "nosy", testbuild.External("127.0.0.1"), testbuild.WithPort(int32(port)), testbuild.WithBasicAuth("deploy-bot"))
+	plain := testbuild.Proxy("default", "plain", testbuild.External(fp.Host), testbuild.WithPort(fp.Port))
 	for _, px := range []*v1alpha1.Proxy{nosy, plain} {
 		if err := c.Create(ctx, px); err != nil {
 			t.Fatal(err)

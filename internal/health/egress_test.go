@@ -17,6 +17,7 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health/healthtest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 )
 
 // A wg0.conf the parser takes (the keys are 32 zero and 32 one bytes, base64).
@@ -63,7 +64,7 @@ func TestVerifyEgress(t *testing.T) {
 // Warning Event on entering it and none while it lasts; the address the target saw is
 // the status's egressIP.
 func TestLayResultEgressMismatch(t *testing.T) {
-	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, IP: "10.0.0.5"}}
+	px := testbuild.Proxy("", "", testbuild.WithPort(3128), testbuild.WithPhase(v1alpha1.PhaseReady), testbuild.WithIP("10.0.0.5"))
 	now := time.Now()
 	if tr := layResult(px, result{latency: time.Millisecond, egressIP: "198.51.100.7", verified: true}, now, 3, ""); tr == nil || tr.reason != v1alpha1.ReasonProbeSucceeded ||
 		!strings.Contains(tr.note, "egress IP 198.51.100.7 (the egressIP its WireGuard Secret states)") {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 )
 
 // seen is what a user would see after one probe outcome.
@@ -23,7 +24,7 @@ type seen struct {
 }
 
 func TestLayResultNoFlapping(t *testing.T) {
-	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.1"}}
+	px := testbuild.Proxy("", "", testbuild.WithPort(3128), testbuild.WithPhase(v1alpha1.PhaseRunning), testbuild.WithIP("192.0.2.1"))
 	ok := result{latency: 12 * time.Millisecond, egressIP: "198.51.100.1"}
 	bad := result{err: errors.New("probe through 192.0.2.1:3128: connection refused"), latency: time.Millisecond}
 	steps := []struct {
@@ -66,7 +67,7 @@ func TestLayResultNoFlapping(t *testing.T) {
 // The engine never moves a proxy out of a phase the reconciler owns.
 func TestLayResultLeavesOtherPhases(t *testing.T) {
 	for _, ph := range []v1alpha1.ProxyPhase{v1alpha1.PhaseProvisioning, v1alpha1.PhaseFailed, v1alpha1.PhaseDeleting} {
-		px := &v1alpha1.Proxy{Status: v1alpha1.ProxyStatus{Phase: ph}}
+		px := testbuild.Proxy("", "", testbuild.WithPhase(ph))
 		layResult(px, result{}, time.Now(), 3, "")
 		if px.Status.Phase != ph {
 			t.Errorf("%s became %s", ph, px.Status.Phase)
@@ -79,7 +80,7 @@ func TestLayResultLeavesOtherPhases(t *testing.T) {
 // once it has.
 func TestLayResultHintOnlyWhileNeverAnswered(t *testing.T) {
 	const hint = "the image may lack cloud-init"
-	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.1"}}
+	px := testbuild.Proxy("", "", testbuild.WithPort(3128), testbuild.WithPhase(v1alpha1.PhaseRunning), testbuild.WithIP("192.0.2.1"))
 	bad := result{err: errors.New("probe through 192.0.2.1:3128: connection refused")}
 	msg := func() string {
 		return meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionHealthy).Message
@@ -102,8 +103,8 @@ func TestLayResultHintOnlyWhileNeverAnswered(t *testing.T) {
 // then removes the notice, TestReadiness in internal/controller/proxy), and the engine's apply
 // carries no Preempted at all.
 func TestLayResultLeavesPreemptedToTheReconciler(t *testing.T) {
-	px := &v1alpha1.Proxy{Spec: v1alpha1.ProxySpec{Port: 3128}, Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, IP: "192.0.2.1",
-		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted}}}}
+	px := testbuild.Proxy("", "", testbuild.WithPort(3128), testbuild.WithPhase(v1alpha1.PhaseRunning), testbuild.WithIP("192.0.2.1"),
+		testbuild.WithCondition(metav1.Condition{Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted}))
 	layResult(px, result{err: errors.New("connection refused")}, time.Now(), 3, "")
 	if meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionPreempted) == nil {
 		t.Error("a failed probe removed the Preempted condition")

@@ -9,8 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -18,6 +16,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/controllertest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
@@ -43,8 +42,7 @@ func gcClient(t *testing.T) client.Client {
 // first Create is still running.
 func newProxyObject(t *testing.T, ctx context.Context, c client.Client, name string) *v1alpha1.Proxy {
 	t.Helper()
-	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "gc", Name: name, UID: types.UID("uid-" + name)},
-		Spec: v1alpha1.ProxySpec{Provider: "gc-a"}}
+	px := testbuild.Proxy("gc", name, testbuild.WithUID("uid-"+name), testbuild.WithProvider("gc-a"))
 	if err := c.Create(ctx, px); err != nil {
 		t.Fatalf("creating proxy gc/%s: %v", name, err)
 	}

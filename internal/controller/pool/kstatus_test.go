@@ -13,6 +13,7 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/controllertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
@@ -85,9 +86,8 @@ func TestKstatusThroughLife(t *testing.T) {
 	}
 
 	// A standalone Proxy: InProgress while Running without a probe, Current once Ready.
-	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "alone", Namespace: e.NS},
-		Spec: v1alpha1.ProxySpec{Provider: testProvider,
-			Placement: v1alpha1.ProxyPlacement{Zone: "beelink", MachineType: "small", Image: "debian-12"}}}
+	px := testbuild.Proxy(e.NS, "alone", testbuild.WithProvider(testProvider),
+		testbuild.WithPlacement(v1alpha1.ProxyPlacement{Zone: "beelink", MachineType: "small", Image: "debian-12"}))
 	e.Hold("alone")
 	if err := e.C.Create(e.Ctx, px); err != nil {
 		t.Fatal(err)

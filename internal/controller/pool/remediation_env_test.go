@@ -26,6 +26,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 )
 
 // Remediation through the Proxy and pool reconcilers on the package's API server, the
@@ -112,8 +113,7 @@ func (e *remEnv) stepAndWake(d time.Duration, names ...string) {
 
 func (e *remEnv) standalone(name, prov string, rem *v1alpha1.ProxyRemediation) {
 	e.T.Helper()
-	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.NS},
-		Spec: v1alpha1.ProxySpec{Provider: prov, Remediation: rem}}
+	px := testbuild.Proxy(e.NS, name, testbuild.WithProvider(prov), testbuild.WithSpec(func(s *v1alpha1.ProxySpec) { s.Remediation = rem }))
 	if err := e.C.Create(e.Ctx, px); err != nil {
 		e.T.Fatalf("creating proxy %s: %v", name, err)
 	}

@@ -19,17 +19,14 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/controllertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
 // sliceChild is a Ready child named c-<i> with an address.
 func sliceChild(i int) *v1alpha1.Proxy {
-	return &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c-%04d", i), Namespace: "ns", UID: types.UID(fmt.Sprintf("uid-%d", i))},
-		Spec:       v1alpha1.ProxySpec{Port: 3128},
-		Status: v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseReady, Healthy: true,
-			IP: fmt.Sprintf("10.0.%d.%d", i/256, i%256)},
-	}
+	return testbuild.Proxy("ns", fmt.Sprintf("c-%04d", i), testbuild.WithUID(fmt.Sprintf("uid-%d", i)), testbuild.WithPort(3128),
+		testbuild.WithPhase(v1alpha1.PhaseReady), testbuild.Healthy(), testbuild.WithIP(fmt.Sprintf("10.0.%d.%d", i/256, i%256)))
 }
 
 func sliceChildren(from, to int) []*v1alpha1.Proxy {

@@ -12,6 +12,7 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/controllertest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/manifest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 )
 
 // The CRD's schema and CEL rules, as the API server applies them to what a user applies.
@@ -40,7 +41,7 @@ func TestProxyValidation(t *testing.T) {
 
 func TestProxyDefaultsAndImmutableProvider(t *testing.T) {
 	ctx := testContext(t)
-	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "defaults", Namespace: "default"}, Spec: v1alpha1.ProxySpec{Provider: "kvm2-home"}}
+	px := testbuild.Proxy("default", "defaults", testbuild.WithProvider("kvm2-home"))
 	if err := shared.Client(t).Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 )
 
 // TestPoolOfNamesTheControllingPool: a Create request names the ProxyPool that controls
@@ -29,7 +30,7 @@ func TestPoolOfNamesTheControllingPool(t *testing.T) {
 		{[]metav1.OwnerReference{ref("Deployment", "apps/v1", true)}, provider.PoolRef{}},
 		{[]metav1.OwnerReference{ref("ProxyPool", "example.com/v1", true)}, provider.PoolRef{}},
 	} {
-		px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: "eu-abc", OwnerReferences: c.owners}}
+		px := testbuild.Proxy("crawl", "eu-abc", testbuild.WithOwners(c.owners...))
 		if got := poolOf(px); got != c.want {
 			t.Errorf("owners %v: %+v, want %+v", c.owners, got, c.want)
 		}

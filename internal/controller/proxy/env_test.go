@@ -19,6 +19,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/controllertest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
@@ -83,14 +84,9 @@ func newProxyEnvManager(t testing.TB, workers int, mutate func(*ctrl.Options), o
 
 // newProxy returns a Managed Proxy on testProvider (not yet created).
 func (e *proxyEnv) newProxy(name string) *v1alpha1.Proxy {
-	return &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
-		Spec: v1alpha1.ProxySpec{
-			Provider:  testProvider,
-			Placement: v1alpha1.ProxyPlacement{Region: "home", Zone: "beelink", MachineType: "small", Image: "debian-12"},
-			CloudInit: "#cloud-config\npackages: [tinyproxy]\n",
-		},
-	}
+	return testbuild.Proxy(e.ns, name, testbuild.WithProvider(testProvider),
+		testbuild.WithPlacement(v1alpha1.ProxyPlacement{Region: "home", Zone: "beelink", MachineType: "small", Image: "debian-12"}),
+		testbuild.WithSpec(func(s *v1alpha1.ProxySpec) { s.CloudInit = "#cloud-config\npackages: [tinyproxy]\n" }))
 }
 
 func (e *proxyEnv) create(px *v1alpha1.Proxy) *v1alpha1.Proxy {

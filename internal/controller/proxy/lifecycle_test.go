@@ -21,6 +21,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/controllertest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
@@ -103,10 +104,7 @@ func TestDeletionFindsUnrecordedInstance(t *testing.T) {
 
 func TestExternalProxyCreatesNothing(t *testing.T) {
 	e := newProxyEnv(t)
-	px := &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: "ext", Namespace: e.ns},
-		Spec:       v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "proxy.example.net", Port: 8080},
-	}
+	px := testbuild.Proxy(e.ns, "ext", testbuild.External("proxy.example.net"), testbuild.WithPort(8080))
 	e.create(px)
 	got := e.waitPhase("ext", v1alpha1.PhaseRunning)
 	if got.Status.IP != "proxy.example.net" || got.Status.ProviderID != "" {

@@ -8,7 +8,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -18,6 +17,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 )
 
 // These tests run the reconciler, called directly, against the envtest API server, with
@@ -103,12 +103,11 @@ func envReconciler(t *testing.T, px *v1alpha1.Proxy, funcs interceptor.Funcs) (*
 }
 
 func managedProxy(name string) *v1alpha1.Proxy {
-	return &v1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Generation: 1,
-			Finalizers: []string{Finalizer}},
-		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeManaged, Provider: testProvider, Port: 3128,
-			Placement: v1alpha1.ProxyPlacement{Region: "home", Zone: "beelink", MachineType: "small", Image: "debian-12"}},
-	}
+	px := testbuild.Proxy("default", name, testbuild.WithUID("uid-"+name), testbuild.WithFinalizers(Finalizer),
+		testbuild.Managed(), testbuild.WithProvider(testProvider), testbuild.WithPort(3128),
+		testbuild.WithPlacement(v1alpha1.ProxyPlacement{Region: "home", Zone: "beelink", MachineType: "small", Image: "debian-12"}))
+	px.Generation = 1
+	return px
 }
 
 // envProxy is managedProxy as the API server takes it: no UID, no generation.

@@ -14,6 +14,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/controllertest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 )
 
 const (
@@ -182,9 +183,7 @@ func TestPoolChildNotReplacedByItsReconciler(t *testing.T) {
 // The replace annotation on an External Proxy is refused with a message naming it.
 func TestReplaceAnnotationRefusedOnExternalProxy(t *testing.T) {
 	e := newProxyEnv(t)
-	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "ext", Namespace: e.ns,
-		Annotations: map[string]string{v1alpha1.ReplaceAnnotation: "now"}},
-		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "192.0.2.10"}}
+	px := testbuild.Proxy(e.ns, "ext", testbuild.WithAnnotation(v1alpha1.ReplaceAnnotation, "now"), testbuild.External("192.0.2.10"))
 	e.create(px)
 	want := "annotation egress.hrajfrisbee.cz/replace is ignored: an External proxy (spec.mode) has no instance the operator could build again"
 	got := e.waitProxy("ext", "refusing the annotation", func(p *v1alpha1.Proxy) bool {

@@ -20,6 +20,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/proxy"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
@@ -203,8 +204,7 @@ func testPoolSaturated(t *testing.T, env *testenv.Env) {
 func TestStandaloneProxyRetired(t *testing.T) {
 	env := shared.Env(t)
 	e, br := newPoolEnvBans(t, env)
-	px := &v1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "solo"},
-		Spec: v1alpha1.ProxySpec{Mode: v1alpha1.ProxyModeExternal, Address: "192.0.2.7"}}
+	px := testbuild.Proxy(e.NS, "solo", testbuild.External("192.0.2.7"))
 	if err := e.C.Create(e.Ctx, px); err != nil {
 		t.Fatal(err)
 	}
