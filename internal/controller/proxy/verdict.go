@@ -14,7 +14,9 @@ import (
 
 // The build verdict: what to do with a Proxy's instance that the provider reports, decided
 // by judgeBuild from facts read beforehand (readBuildFacts) without the API server or the
-// provider, and carried out by carryOut (intent.go). verdict_test.go tables every rule.
+// provider, and carried out by carryOut (intent.go); before it, judgeGone decides what a
+// Get that finds no instance means, carried out by forget (phases.go). verdict_test.go
+// tables every rule.
 
 // buildAction is what a verdict does with the instance.
 type buildAction string
