@@ -13,13 +13,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/statusapply"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
@@ -121,19 +121,14 @@ func (e *PoolEnv) Release(names ...string) {
 
 // NewPool returns a pool of replicas on the fake provider (not yet created).
 func (e *PoolEnv) NewPool(name string, replicas int32) *v1alpha1.ProxyPool {
-	return &v1alpha1.ProxyPool{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.NS},
-		Spec: v1alpha1.ProxyPoolSpec{
-			Replicas: ptr.To(replicas),
-			Template: v1alpha1.ProxyTemplate{
-				Metadata: v1alpha1.ProxyTemplateMetadata{Labels: map[string]string{"team": "news"}},
-				Spec: v1alpha1.ProxySpec{
-					Provider:  TestProvider,
-					Placement: v1alpha1.ProxyPlacement{Zone: "beelink", MachineType: "small", Image: "debian-12"},
-				},
-			},
-		},
-	}
+	return NewPool(e.NS, name, replicas)
+}
+
+// NewPool returns the pool ns/name of replicas on the fake provider, its children in
+// zone beelink labelled team=news (not yet created).
+func NewPool(ns, name string, replicas int32) *v1alpha1.ProxyPool {
+	return testbuild.Pool(ns, name, replicas, testbuild.WithTemplateLabel("team", "news"), testbuild.WithProvider(TestProvider),
+		testbuild.WithPlacement(v1alpha1.ProxyPlacement{Zone: "beelink", MachineType: "small", Image: "debian-12"}))
 }
 
 func (e *PoolEnv) Create(pool *v1alpha1.ProxyPool) *v1alpha1.ProxyPool {
@@ -196,9 +191,15 @@ func (e *PoolEnv) Poke(name string) {
 // Children lists the pool's children, by name.
 func (e *PoolEnv) Children(pool string) []v1alpha1.Proxy {
 	e.T.Helper()
+	return ListChildren(e.T, e.Ctx, e.C, e.NS, pool)
+}
+
+// ListChildren lists the children of the pool ns/pool through c, by name.
+func ListChildren(t testing.TB, ctx context.Context, c client.Client, ns, pool string) []v1alpha1.Proxy {
+	t.Helper()
 	list := &v1alpha1.ProxyList{}
-	if err := e.C.List(e.Ctx, list, client.InNamespace(e.NS), client.MatchingLabels{v1alpha1.PoolLabel: pool}); err != nil {
-		e.T.Fatalf("listing children of %s: %v", pool, err)
+	if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.PoolLabel: pool}); err != nil {
+		t.Fatalf("listing children of %s: %v", pool, err)
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
 	return list.Items

@@ -40,7 +40,11 @@ func (e *poolEnv) exitSecret(name string) {
 
 // wireGuardPool is a pool of replicas handing out the Secrets labelled exits=news.
 func (e *poolEnv) wireGuardPool(name string, replicas int32, selector map[string]string) *v1alpha1.ProxyPool {
-	p := e.NewPool(name, replicas)
+	return wireGuardPool(e.NewPool(name, replicas), selector)
+}
+
+// wireGuardPool makes p hand out the Secrets selector matches.
+func wireGuardPool(p *v1alpha1.ProxyPool, selector map[string]string) *v1alpha1.ProxyPool {
 	p.Spec.Template.Spec.Proxy = &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"10.0.0.0/8"}}
 	p.Spec.Egress = &v1alpha1.PoolEgress{WireGuard: &v1alpha1.PoolWireGuard{
 		SecretSelector: metav1.LabelSelector{MatchLabels: selector}}}
@@ -161,12 +165,16 @@ func testPoolWireGuardAssignment(t *testing.T, env *testenv.Env) {
 }
 
 // A selector that matches no Secret makes no child and names the selector and namespace.
+// One pass decides it: the synchronous layer.
 func testPoolWireGuardNoMatch(t *testing.T, env *testenv.Env) {
-	e := newPoolEnv(t, env)
-	e.Create(e.wireGuardPool("nomatch", 2, map[string]string{"exits": "none"}))
-	e.WaitPool("nomatch", "EgressExhausted=True naming the selector", egressExhausted(metav1.ConditionTrue, v1alpha1.PoolReasonNoFreeEgress,
+	e := newSyncEnv(t, env)
+	pool := wireGuardPool(e.NewPool("nomatch", 2), map[string]string{"exits": "none"})
+	e.Create(pool)
+	if !egressExhausted(metav1.ConditionTrue, v1alpha1.PoolReasonNoFreeEgress,
 		fmt.Sprintf("spec.egress.wireguard.secretSelector (exits=none) matches no WireGuard Secret (labelled %s=true, holding wg0.conf) in namespace %s; 2 children wait for one each",
-			v1alpha1.CredentialsLabel, e.NS)))
+			v1alpha1.CredentialsLabel, e.NS))(pool, nil) {
+		t.Errorf("after one reconcile: EgressExhausted %+v, want True naming the selector", controllertest.PoolCondition(pool, v1alpha1.PoolConditionEgressExhausted))
+	}
 	if kids := e.Children("nomatch"); len(kids) != 0 {
 		t.Errorf("%d children without a configuration, want none", len(kids))
 	}
