@@ -45,6 +45,10 @@ type ForwardProxy struct {
 	mode      atomic.Int32
 	transport *http.Transport
 	dialer    *net.Dialer
+	// stopped ends with Close: every forward and tunnel in flight is cut, and a request
+	// that reaches the handler after it loses its connection unanswered.
+	stopped context.Context
+	stop    context.CancelFunc
 
 	mu      sync.Mutex
 	auth    *Auth
@@ -69,6 +73,7 @@ func New(tb testing.TB, egressIP string) *ForwardProxy {
 		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(egressIP)}
 	}
 	p := &ForwardProxy{dialer: d}
+	p.stopped, p.stop = context.WithCancel(context.Background())
 	p.transport = &http.Transport{DialContext: p.dial, DisableKeepAlives: true, Proxy: nil}
 	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
 	u, _ := url.Parse(p.srv.URL)
@@ -164,13 +169,30 @@ func statusLine(w http.ResponseWriter, code int, text string) {
 	http.Error(w, text, code)
 }
 
-// Close stops the proxy; later connections are refused.
+// Close stops the proxy as a killed process stops: its forwards and tunnels in flight
+// are cut, its connections closed, and later connections refused. It returns without
+// waiting for the targets of those forwards to answer.
+//
+// The order matters: httptest.Server.Close waits for every handler still running, and a
+// connection accepted between closing the clients' connections and closing the listener
+// would otherwise be served and wait on its target (a target that waits for the proxy's
+// death waits forever).
 func (p *ForwardProxy) Close() {
+	p.stop()
+	_ = p.srv.Listener.Close()
 	p.srv.CloseClientConnections()
 	p.srv.Close()
 }
 
 func (p *ForwardProxy) serve(w http.ResponseWriter, r *http.Request) {
+	if p.stopped.Err() != nil {
+		panic(http.ErrAbortHandler) // closes the connection without an answer
+	}
+	// The forward ends with the client's request or with Close, whichever comes first.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(p.stopped, cancel)()
+	r = r.WithContext(ctx)
 	p.Requests.Add(1)
 	switch Mode(p.mode.Load()) {
 	case Fail:
@@ -201,6 +223,9 @@ func (p *ForwardProxy) serve(w http.ResponseWriter, r *http.Request) {
 	out.Header.Del("Proxy-Authorization")
 	res, err := p.transport.RoundTrip(out)
 	if err != nil {
+		if p.stopped.Err() != nil {
+			panic(http.ErrAbortHandler) // a killed proxy answers nothing
+		}
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
@@ -230,6 +255,8 @@ func (p *ForwardProxy) tunnel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer down.Close()
+	// A hijacked connection is no longer the server's: Close cuts it here.
+	defer context.AfterFunc(p.stopped, func() { _ = down.Close(); _ = up.Close() })()
 	if _, err := io.WriteString(down, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
