@@ -6,9 +6,12 @@
 # Debian packages for Debian's own python3 (/usr/bin/python3), whatever python3 comes first
 # on PATH; the tests run that interpreter. Besides, for TestDemoExternal (the VM-less demo
 # and the docs' curl examples): tinyproxy, curl and jq. For TestGateway
-# (test/crawl/gateway_test.go): Debian's chromium, driven headless through chromedp.
-# Idempotent: installed packages are left alone; tinyproxy's own service is kept from
-# starting.
+# (test/crawl/gateway_test.go): Debian's chromium, driven headless through chromedp. For
+# TestHCloudProxyLeavesOverIPv6 (test/crawl/ipv6_test.go): the address 2001:db8:46::1 (a
+# documentation prefix) on the loopback interface, the IPv6 address of the test's stand-in
+# Hetzner server, so that traffic to it stays on this machine.
+# Idempotent: installed packages and the address are left alone; tinyproxy's own service is
+# kept from starting.
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -20,3 +23,10 @@ packages=(python3-scrapy python3-pytest python3-setuptools python3-wheel python3
 need=$(missing_packages "${packages[@]}")
 [[ -z $need || $(id -u) -eq 0 ]] || die "need root to install: ${need//$'\n'/ }"
 ensure_packages "${packages[@]}"
+
+# The stand-in server's IPv6 address, on loopback only (nodad: usable at once).
+if ! ip -6 addr show dev lo | grep -q 'inet6 2001:db8:46::1/128'; then
+	[[ $(id -u) -eq 0 ]] || die "need root to add 2001:db8:46::1/128 to the loopback interface"
+	ip -6 addr add 2001:db8:46::1/128 dev lo nodad
+	log "added 2001:db8:46::1/128 to lo"
+fi

@@ -18,17 +18,6 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 )
 
-const hcloudConfig = `providers:
-  - name: hetzner-eu
-    type: hcloud
-    hcloud:
-      tokenFile: %s
-      locations: [fsn1]
-      serverTypes: [cx23]
-      images: [ubuntu-24.04]
-      endpoint: %s
-`
-
 // TestManagerRunsAProxyOnHCloud: the manager binary with an hcloud provider entry pointed
 // at the in-process Hetzner Cloud API runs a Managed Proxy end to end. The server is
 // created with the Proxy's user-data and labels, the fake gives it a loopback IPv4 where a
@@ -47,7 +36,7 @@ func TestManagerRunsAProxyOnHCloud(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(hcloudfake.Token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	providers := writeFile(t, "providers.yaml", fmt.Sprintf(hcloudConfig, tokenFile, fake.URL))
+	providers := writeFile(t, "providers.yaml", fake.ProvidersConfig("hetzner-eu", tokenFile))
 	disc := freeAddr(t)
 	mgr := startManager(t, env, "--providers-config", providers,
 		"--health-probe-bind-address", freeAddr(t), "--metrics-bind-address", "0",

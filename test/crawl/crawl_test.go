@@ -258,6 +258,12 @@ func crawl(t *testing.T, hc *http.Client, urls []string) {
 // file.
 func startManager(t *testing.T, env *testenv.Env, root string) (string, string) {
 	t.Helper()
+	return startManagerWithProviders(t, env, "providers: []\n")
+}
+
+// startManagerWithProviders is startManager with providers as the providers config.
+func startManagerWithProviders(t *testing.T, env *testenv.Env, providersConfig string) (string, string) {
+	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "manager")
 	if err := testutil.BuildManager(bin); err != nil {
@@ -271,7 +277,7 @@ func startManager(t *testing.T, env *testenv.Env, root string) (string, string) 
 		return p
 	}
 	kubeconfig := write("kubeconfig", string(env.KubeConfig))
-	providers := write("providers.yaml", "providers: []\n")
+	providers := write("providers.yaml", providersConfig)
 	tokenFile := write("token", token+"\n")
 	disc := testutil.FreeAddr(t)
 	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--providers-config", providers,

@@ -64,10 +64,22 @@ type Auth struct {
 	WrongStatus        int
 }
 
-// New starts a forward proxy whose outgoing connections come from egressIP (a loopback
-// address such as 127.0.0.2; empty for the default). It stops when the test ends.
+// New starts a forward proxy on 127.0.0.1 whose outgoing connections come from egressIP
+// (a loopback address such as 127.0.0.2; empty for the default). It stops when the test
+// ends.
 func New(tb testing.TB, egressIP string) *ForwardProxy {
 	tb.Helper()
+	return Listen(tb, "127.0.0.1:0", egressIP)
+}
+
+// Listen is New on the address addr ("[::1]:3128", or a port of 0 for a free one): an
+// IPv6 proxy, or a second proxy on the port of another one.
+func Listen(tb testing.TB, addr, egressIP string) *ForwardProxy {
+	tb.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		tb.Fatalf("healthtest: listen on %s: %v", addr, err)
+	}
 	d := &net.Dialer{}
 	if egressIP != "" {
 		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(egressIP)}
@@ -75,7 +87,10 @@ func New(tb testing.TB, egressIP string) *ForwardProxy {
 	p := &ForwardProxy{dialer: d}
 	p.stopped, p.stop = context.WithCancel(context.Background())
 	p.transport = &http.Transport{DialContext: p.dial, DisableKeepAlives: true, Proxy: nil}
-	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
+	p.srv = httptest.NewUnstartedServer(http.HandlerFunc(p.serve))
+	_ = p.srv.Listener.Close()
+	p.srv.Listener = l
+	p.srv.Start()
 	u, _ := url.Parse(p.srv.URL)
 	port, _ := strconv.Atoi(u.Port())
 	p.Host, p.Port = u.Hostname(), int32(port)

@@ -589,3 +589,20 @@ func (s *Server) SetIPv6Network(network string) {
 	}
 	s.ipv6Net = network
 }
+
+// ProvidersConfig is a providers config (the manager's --providers-config) with one
+// hcloud entry, name, pointed at this fake: the token in tokenFile (write Token there),
+// the location fsn1, the server type cx23 and the image ubuntu-24.04, which the fake's
+// catalogue holds.
+func (s *Server) ProvidersConfig(name, tokenFile string) string {
+	return fmt.Sprintf(`providers:
+  - name: %s
+    type: hcloud
+    hcloud:
+      tokenFile: %s
+      locations: [fsn1]
+      serverTypes: [cx23]
+      images: [ubuntu-24.04]
+      endpoint: %s
+`, name, tokenFile, s.URL)
+}
