@@ -1,10 +1,14 @@
 package provider
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -160,5 +164,35 @@ func TestPricesProblems(t *testing.T) {
 				t.Errorf("problems:\n  got:  %q\n  want: %q", got, c.want)
 			}
 		})
+	}
+}
+
+// TestDefaultPriceTablesInDocs: the default tables of docs/gce-provider.md and
+// docs/hcloud-provider.md ("The default price table") are the code's, row for row.
+func TestDefaultPriceTablesInDocs(t *testing.T) {
+	rowRE := regexp.MustCompile("^\\| `([a-z0-9-]+)` \\| ([0-9.]+) \\|$")
+	ipRE := regexp.MustCompile("^\\| [^|]*\\(`ipv4Address`[^|]*\\| ([0-9.]+) \\|$")
+	for typ, doc := range map[string]string{TypeGCE: "gce-provider.md", TypeHCloud: "hcloud-provider.md"} {
+		data, err := os.ReadFile(filepath.Join("..", "..", "docs", doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, section, ok := strings.Cut(string(data), "### The default price table\n")
+		if !ok {
+			t.Fatalf("docs/%s has no section The default price table", doc)
+		}
+		got := Prices{MachineTypes: map[string]Price{}}
+		for _, line := range strings.Split(section, "\n") {
+			if m := rowRE.FindStringSubmatch(line); m != nil {
+				got.MachineTypes[m[1]] = Price(m[2])
+			} else if m := ipRE.FindStringSubmatch(line); m != nil {
+				got.IPv4Address = Price(m[1])
+			}
+		}
+		def, _ := DefaultPrices(typ)
+		got.Currency = def.Currency
+		if diff := cmp.Diff(def, got); diff != "" {
+			t.Errorf("docs/%s's default table differs from the code's (-code +docs):\n%s", doc, diff)
+		}
 	}
 }
