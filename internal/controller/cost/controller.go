@@ -75,7 +75,7 @@ type CostReconciler struct {
 	// Providers are the entries of the providers config, by name.
 	Providers map[string]provider.ProviderConfig
 
-	// warned holds, by pool UID, the currencies last reported in a
+	// warned holds, by pool (namespace/name), the currencies last reported in a
 	// CostCurrenciesDiffer event, so that the event is made once per change.
 	warned sync.Map
 }
@@ -220,6 +220,7 @@ func (r *CostReconciler) ReconcilePool(ctx context.Context, req reconcile.Reques
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			poolCostHourly.DeletePartialMatch(prometheus.Labels{"namespace": req.Namespace, "pool": req.Name})
+			r.warned.Delete(req.String())
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
@@ -296,7 +297,7 @@ func templateProviders(pool *v1alpha1.ProxyPool) []string {
 func (r *CostReconciler) poolCost(ctx context.Context, pool *v1alpha1.ProxyPool, s poolSum) *v1alpha1.Cost {
 	log := ctrl.LoggerFrom(ctx)
 	if len(s.currencies) < 2 {
-		r.warned.Delete(pool.UID)
+		r.warned.Delete(client.ObjectKeyFromObject(pool).String())
 	}
 	switch {
 	case len(s.unpriced) > 0:
@@ -315,10 +316,10 @@ func (r *CostReconciler) poolCost(ctx context.Context, pool *v1alpha1.ProxyPool,
 
 func (r *CostReconciler) warnCurrencies(ctx context.Context, pool *v1alpha1.ProxyPool, currencies []string) {
 	set := strings.Join(currencies, ", ")
-	msg := fmt.Sprintf("the pool's children are priced in %s: no sum in one currency, so status.cost is left out "+
-		"(give the pool's providers prices in one currency)", set)
+	msg := fmt.Sprintf("the pool's children (without children, its providers) are priced in %s: no sum in one currency, "+
+		"so status.cost is left out (give the pool's providers prices in one currency)", set)
 	ctrl.LoggerFrom(ctx).Info("the pool's cost is not known: its children are priced in more than one currency", "currencies", set)
-	if prev, loaded := r.warned.Swap(pool.UID, set); loaded && prev == set {
+	if prev, loaded := r.warned.Swap(client.ObjectKeyFromObject(pool).String(), set); loaded && prev == set {
 		return
 	}
 	if r.Recorder != nil {
