@@ -462,6 +462,12 @@ type ProxyStatus struct {
 	// probed the proxy for. Written under the proxy-health field manager.
 	// +optional
 	UnreachableProbe *ProxyUnreachableProbe `json:"unreachableProbe,omitempty"`
+	// Cost is what the proxy's instance costs per hour by its provider's prices (its
+	// machine type and its external IPv4 address), while it has an instance; absent when
+	// the provider has no price for it (kvm2 without prices). Written under the
+	// egress-proxies-cost field manager.
+	// +optional
+	Cost *Cost `json:"cost,omitempty"`
 }
 
 // ProxyUnreachable is the crawlers' reports that a proxy could not be reached.
@@ -534,6 +540,7 @@ type ProxyCooldown struct {
 // +kubebuilder:printcolumn:name="VM Age",type=date,JSONPath=`.status.conditions[?(@.reason=="InstanceRunning")].lastTransitionTime`,priority=1,description="Since the VM was last seen starting to run (the Provisioned condition with reason InstanceRunning); none for an External proxy or a VM not running"
 // +kubebuilder:printcolumn:name="Cooling",type=integer,JSONPath=`.status.coolingSites`,priority=1,description="How many sites crawlers reported the proxy banned or throttled on and it is cooling for now"
 // +kubebuilder:printcolumn:name="Latency (ms)",type=integer,JSONPath=`.status.probeLatencyMilliseconds`,priority=1,description="The last successful probe's latency through the proxy"
+// +kubebuilder:printcolumn:name="Cost/h",type=string,JSONPath=`.status.cost.hourly`,priority=1,description="What the instance costs per hour by its provider's prices (status.cost, in status.cost.currency)"
 type Proxy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -399,6 +399,12 @@ type ProxyPoolStatus struct {
 	// whose address is not known yet is not counted.
 	// +optional
 	DistinctEgressIPs int32 `json:"distinctEgressIPs"`
+	// Cost is the sum of the costs of the children not being deleted, in their one
+	// currency; absent while one of them has an instance without a price, or when their
+	// prices are in more than one currency. Written under the egress-proxies-cost field
+	// manager.
+	// +optional
+	Cost *Cost `json:"cost,omitempty"`
 	// Conditions: Available, Progressing, PlacementValid, EgressShared and (with
 	// spec.egress.wireguard) EgressExhausted.
 	// +listType=map
@@ -423,6 +429,7 @@ type ProxyPoolStatus struct {
 // +kubebuilder:printcolumn:name="Egress IPs",type=integer,JSONPath=`.status.distinctEgressIPs`,description="Distinct egress addresses among the available children"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.conditions[?(@.type=="Progressing")].reason`,priority=1,description="The Progressing condition's reason: why a stalled pool cannot proceed (Stalled, ProgressDeadlineExceeded, CredentialsUnavailable, ...)"
+// +kubebuilder:printcolumn:name="Cost/h",type=string,JSONPath=`.status.cost.hourly`,priority=1,description="What the pool's children cost per hour together (status.cost, in status.cost.currency)"
 type ProxyPool struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,8 +42,9 @@ func gceFake(t *testing.T) (*healthtest.ForwardProxy, *gcefake.Server, string) {
 // TestManagerRunsAProxyOnGCE: the manager binary with a gce provider entry pointed at the
 // in-process Compute API runs a Managed Proxy end to end. The instance is inserted with
 // the Proxy's user-data, the fake hands out a loopback NAT IP where a forward proxy
-// listens, the Proxy goes Running and then Ready with its egress IP, ProviderHealth
-// reports the zone, and deleting the Proxy deletes the instance, leaving none.
+// listens, the Proxy goes Running, with its cost by gce's default price table, and then
+// Ready with its egress IP, ProviderHealth reports the zone, and deleting the Proxy
+// deletes the instance, leaving none.
 func TestManagerRunsAProxyOnGCE(t *testing.T) {
 	env := testenv.StartT(t)
 	c := env.Client
@@ -70,6 +72,15 @@ func TestManagerRunsAProxyOnGCE(t *testing.T) {
 		}
 		return strings.HasPrefix(got.Status.ProviderID, "gce://epo-env-project/europe-west1-b/proxy-") && got.Status.IP == fp.Host,
 			fmt.Errorf("providerID %q, ip %q, phase %s", got.Status.ProviderID, got.Status.IP, got.Status.Phase)
+	})
+	// The cost controller prices it by gce's default table: e2-small and its external IPv4.
+	mgr.waitUntil("the Proxy's status.cost", func() (bool, error) {
+		if err := c.Get(ctx, key, got); err != nil {
+			return false, err
+		}
+		cost := got.Status.Cost
+		return cost != nil && cost.Hourly.Cmp(resource.MustParse("0.021751")) == 0 && cost.Currency == "USD",
+			fmt.Errorf("status.cost %+v, want 0.021751 USD", cost)
 	})
 	name := got.Status.ProviderID[strings.LastIndex(got.Status.ProviderID, "/")+1:]
 	inst := fake.Instance("europe-west1-b", name)

@@ -280,6 +280,10 @@ func run(args []string, stderr io.Writer) int {
 		log.Error(err, "setting up components")
 		return 1
 	}
+	if err := setupCosts(mgr, cfg, log); err != nil { // costs.go
+		log.Error(err, "setting up components")
+		return 1
+	}
 	log.Info("starting manager", "providers", len(providers), "leaderElect", o.leaderElect)
 	err = mgr.Start(ctx)
 	// The discovery API may still be draining (--discovery-drain-delay).

@@ -30,6 +30,9 @@ type ProviderConfig struct {
 	GCE *GCEConfig `json:"gce,omitempty"`
 	// HCloud is the block of an hcloud (Hetzner Cloud) entry.
 	HCloud *HCloudConfig `json:"hcloud,omitempty"`
+	// Prices are what the entry's instances cost per hour (config_prices.go), over the
+	// type's default table.
+	Prices *Prices `json:"prices,omitempty"`
 }
 
 // Provider type names.
@@ -113,8 +116,14 @@ func providerPrefix(i int, name string) string {
 	return fmt.Sprintf("provider %q", name)
 }
 
-// validate checks one entry: its name, its type and that exactly the matching block is set.
+// validate checks one entry: its name, its type, that exactly the matching block is set,
+// and its prices.
 func (pc ProviderConfig) validate() []error {
+	return append(pc.validateBlock(), pc.validatePrices()...)
+}
+
+// validateBlock checks the entry's name, its type and its type's block.
+func (pc ProviderConfig) validateBlock() []error {
 	var problems []error
 	if pc.Name == "" {
 		problems = append(problems, errors.New("name is required"))

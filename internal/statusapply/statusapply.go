@@ -50,6 +50,9 @@ const (
 	// is), on every replica: a Proxy's cooldowns and unreachable mark, from the crawlers'
 	// reports.
 	ProxyFeedback = "proxy-feedback"
+	// Cost is the cost controller (internal/controller/cost): a Proxy's and a ProxyPool's
+	// status.cost.
+	Cost = "egress-proxies-cost"
 )
 
 // Option adjusts one Status call.

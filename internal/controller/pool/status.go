@@ -271,11 +271,13 @@ func (r *ProxyPoolReconciler) reportDeadline(s *poolScope) {
 }
 
 // poolStatusOf is the part of a pool's status the pool reconciler applies: all of it but
-// what proxy-bans owns (saturatedSites, retirements and the Saturated condition).
+// what proxy-bans owns (saturatedSites, retirements and the Saturated condition) and
+// what egress-proxies-cost owns (cost).
 func poolStatusOf(st *v1alpha1.ProxyPoolStatus) *v1alpha1.ProxyPoolStatus {
 	own := st.DeepCopy()
 	own.SaturatedSites = 0
 	own.Retirements = nil
+	own.Cost = nil
 	own.Conditions = slices.DeleteFunc(own.Conditions, func(c metav1.Condition) bool { return c.Type == v1alpha1.PoolConditionSaturated })
 	return own
 }
