@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -79,7 +78,7 @@ func TestManagerRunsAProxyOnGCE(t *testing.T) {
 			return false, err
 		}
 		cost := got.Status.Cost
-		return cost != nil && cost.Hourly.Cmp(resource.MustParse("0.021751")) == 0 && cost.Currency == "USD",
+		return cost != nil && cost.Hourly == "0.021751" && cost.Currency == "USD",
 			fmt.Errorf("status.cost %+v, want 0.021751 USD", cost)
 	})
 	name := got.Status.ProviderID[strings.LastIndex(got.Status.ProviderID, "/")+1:]

@@ -127,7 +127,7 @@ func (p Prices) Hourly(machineType string, ipv4 bool) (v1alpha1.Cost, bool) {
 	if ipv4 && p.IPv4Address != "" {
 		q.Add(p.IPv4Address.quantity())
 	}
-	return v1alpha1.Cost{Hourly: q, Currency: p.Currency}, true
+	return v1alpha1.Cost{Hourly: v1alpha1.AmountOf(q), Currency: p.Currency}, true
 }
 
 // validatePrices checks an entry's prices block, and that a gce entry prices its

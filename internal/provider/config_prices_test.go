@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // entry parses a providers config of one entry and returns it.
@@ -30,15 +29,15 @@ func wantCost(t *testing.T, pc ProviderConfig, name, want, currency string) {
 	if !ok {
 		t.Fatalf("%s %s: no cost, want %s %s", pc.Name, name, want, currency)
 	}
-	if w := resource.MustParse(want); c.Hourly.Cmp(w) != 0 || c.Currency != currency {
-		t.Errorf("%s %s: %s %s, want %s %s", pc.Name, name, c.Hourly.AsDec(), c.Currency, want, currency)
+	if string(c.Hourly) != want || c.Currency != currency {
+		t.Errorf("%s %s: %s %s, want %s %s", pc.Name, name, c.Hourly, c.Currency, want, currency)
 	}
 }
 
 func wantNoCost(t *testing.T, pc ProviderConfig, name string) {
 	t.Helper()
 	if c, ok := pc.Hourly(name); ok {
-		t.Errorf("%s %s: cost %s %s, want none", pc.Name, name, c.Hourly.AsDec(), c.Currency)
+		t.Errorf("%s %s: cost %s %s, want none", pc.Name, name, c.Hourly, c.Currency)
 	}
 }
 

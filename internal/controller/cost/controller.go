@@ -196,7 +196,8 @@ func setGauge(g *prometheus.GaugeVec, who prometheus.Labels, c *v1alpha1.Cost) {
 	for k, v := range who {
 		labels[k] = v
 	}
-	g.With(labels).Set(c.Hourly.AsApproximateFloat64())
+	q := c.Hourly.Quantity()
+	g.With(labels).Set(q.AsApproximateFloat64())
 }
 
 // poolSum is what a pool's children add up to.
@@ -250,7 +251,7 @@ func (r *CostReconciler) sum(pool *v1alpha1.ProxyPool, kids []v1alpha1.Proxy) po
 		c, ok := r.rate(px)
 		switch {
 		case ok && billed(px):
-			s.total.Add(c.Hourly)
+			s.total.Add(c.Hourly.Quantity())
 			s.currency(c.Currency)
 		case ok:
 			s.currency(c.Currency)
@@ -311,7 +312,7 @@ func (r *CostReconciler) poolCost(ctx context.Context, pool *v1alpha1.ProxyPool,
 	case len(s.currencies) == 0:
 		return nil
 	}
-	return &v1alpha1.Cost{Hourly: s.total, Currency: s.currencies[0]}
+	return &v1alpha1.Cost{Hourly: v1alpha1.AmountOf(s.total), Currency: s.currencies[0]}
 }
 
 func (r *CostReconciler) warnCurrencies(ctx context.Context, pool *v1alpha1.ProxyPool, currencies []string) {

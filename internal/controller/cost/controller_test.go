@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -127,17 +126,18 @@ func (e *syncEnv) pool(name string, replicas int32, provider, machineType string
 	return p
 }
 
-// wantCost fails unless c is want (a decimal, "" for none) in currency.
+// wantCost fails unless c is want (a decimal as status shows it, written out in full; ""
+// for none) in currency.
 func wantCost(t *testing.T, what string, c *v1alpha1.Cost, want, currency string) {
 	t.Helper()
 	switch {
 	case want == "" && c != nil:
-		t.Errorf("%s: status.cost %s %s, want none", what, c.Hourly.String(), c.Currency)
+		t.Errorf("%s: status.cost %s %s, want none", what, c.Hourly, c.Currency)
 	case want == "":
 	case c == nil:
 		t.Errorf("%s: no status.cost, want %s %s", what, want, currency)
-	case c.Hourly.Cmp(resource.MustParse(want)) != 0 || c.Currency != currency:
-		t.Errorf("%s: status.cost %s %s, want %s %s", what, c.Hourly.AsDec(), c.Currency, want, currency)
+	case string(c.Hourly) != want || c.Currency != currency:
+		t.Errorf("%s: status.cost %s %s, want %s %s", what, c.Hourly, c.Currency, want, currency)
 	}
 }
 
