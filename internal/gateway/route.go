@@ -98,9 +98,9 @@ func (g *Gateway) failed(rt *route, exit Exit, err error) error {
 // openTunnel connects to rt.target through an exit, trying other exits when one fails
 // before answering 200 to CONNECT. It returns the connection to the exit and any bytes
 // the exit sent after its answer.
-func (g *Gateway) openTunnel(ctx context.Context, rt *route) (*net.TCPConn, Exit, []byte, error) {
+func (g *Gateway) openTunnel(ctx context.Context, rt *route, cl client) (*net.TCPConn, Exit, []byte, error) {
 	for {
-		exit, err := g.choose(ctx, rt)
+		exit, err := g.chooseFor(ctx, rt, cl)
 		if err != nil {
 			return nil, Exit{}, nil, err
 		}
@@ -198,7 +198,10 @@ const (
 func refuseChoice(rt *route, err error) refusal {
 	var sat *SaturatedError
 	var unavail *UnavailableError
+	var held *heldError
 	switch {
+	case errors.As(err, &held):
+		return held.refusal()
 	case errors.As(err, &sat):
 		return refusal{status: http.StatusServiceUnavailable, outcome: outcomeSaturated, retryAfter: sat.RetryAfter,
 			msg: fmt.Sprintf("pool %q is saturated for site %s: too many of its exits are cooling for it; retry after %s", rt.opts.Pool, sat.Site, sat.RetryAfter), socks: socksNotAllowed}
