@@ -160,8 +160,8 @@ type Decision struct {
 //     more than 0, never fewer than MinReplicas nor more than MaxReplicas or the budget
 //     allows;
 //   - it grows at once, toward what it wants, at most MaxStepUp children beyond those
-//     available (ScaledUp, or HeldByStep while the last step boots); any demand at zero
-//     gives at least one child at once;
+//     available (ScaledUp, or HeldByStep while the last step boots), but to MinReplicas
+//     in one step; any demand at zero gives at least one child at once;
 //   - it shrinks only once it has wanted fewer for ScaleDownDelay, and ScaleDownDelay
 //     after its last change, to the most it wanted in that time (ScaledDown; HeldByDelay
 //     meanwhile): at most one scale-down per delay window;
@@ -237,7 +237,8 @@ func Decide(in Input) Decision {
 		d.State.BelowSince, d.State.BelowPeak = time.Time{}, 0
 	case d.Wanted > in.Replicas:
 		step := in.step()
-		d.Replicas = min(d.Wanted, max(in.Replicas, in.Available+step))
+		// The step bounds growth beyond minReplicas; the floor itself comes at once.
+		d.Replicas = max(min(d.Wanted, max(in.Replicas, in.Available+step)), in.MinReplicas)
 		d.State.BelowSince, d.State.BelowPeak = time.Time{}, 0
 		if d.Replicas == in.Replicas {
 			d.Reason = ReasonHeldByStep

@@ -1,6 +1,7 @@
 package autoscale
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,12 @@ func TestDecide(t *testing.T) {
 			},
 			decided: true, replicas: 4, reason: ReasonHeldByStep, next: StepRecheck,
 			msg: []string{"held at 4: 2 available, at most 1 more beyond them (maxStepUp 1)"}},
+		{name: "below minReplicas: raised to it in one step",
+			in: func(in *Input) {
+				in.Replicas, in.Available, in.MinReplicas = 1, 0, 5
+				in.Demand = []Sample{fresh("gw-a", 0, 100)}
+			},
+			decided: true, replicas: 5, reason: ReasonScaledUp, next: StepRecheck, msg: []string{"wants 10", "scaled up from 1 to 5"}},
 		{name: "a percentage step rounds up",
 			in: func(in *Input) {
 				in.Replicas, in.Available, in.MaxStepUp = 3, 3, ptr(intstr.FromString("10%"))
@@ -207,6 +214,14 @@ func TestDecide(t *testing.T) {
 				in.Demand = []Sample{fresh("gw-a", 0, 1000)}
 			},
 			decided: true, replicas: 10, reason: ReasonWithinTarget, next: -1},
+		{name: "a budget of nothing keeps the pool at zero, even for a held request",
+			in: func(in *Input) {
+				in.Budget = &Budget{MaxHourly: 0, CostPerChildHourly: 0.5}
+				in.Demand = []Sample{{Source: "gw-a", At: t0, Held: 1}}
+			},
+			decided: true, replicas: 0, reason: ReasonBudgetCapped, next: -1, msg: []string{"capped at 0 by budget 0/h"}},
+		{name: "invalid: a negative budget", in: func(in *Input) { in.Budget = &Budget{MaxHourly: -1, CostPerChildHourly: 0.5} },
+			reason: ReasonInvalidSpec, next: -1, msg: []string{"budget maxHourly -1"}},
 		{name: "a free child makes no cap",
 			in: func(in *Input) {
 				in.Replicas, in.Available = 10, 10
@@ -336,5 +351,70 @@ func wantTime(t *testing.T, name string, got, want time.Time) {
 	t.Helper()
 	if !got.Equal(want) {
 		t.Errorf("%s = %s, want %s", name, got.Format(time.TimeOnly), want.Format(time.TimeOnly))
+	}
+}
+
+// TestDecideBounds decides from many random inputs and checks the bounds every decision
+// keeps: within min, max and the budget; up by at most the step; down only after the
+// delay, to no fewer than wanted.
+func TestDecideBounds(t *testing.T) {
+	r := rand.New(rand.NewPCG(45, 1))
+	for i := range 20000 {
+		in := Input{
+			Now:            t0,
+			MaxReplicas:    1 + r.Int32N(20),
+			Replicas:       r.Int32N(25),
+			WarmSpare:      r.Int32N(4),
+			ScaleDownDelay: time.Duration(r.IntN(4)) * time.Minute,
+			Target:         Target{Sessions: float64(r.IntN(3) * 5), RequestsPerSecond: float64(r.IntN(3))},
+		}
+		if in.Target == (Target{}) {
+			in.Target.Sessions = 1
+		}
+		in.MinReplicas = r.Int32N(in.MaxReplicas + 1)
+		in.Available = r.Int32N(in.Replicas + 1)
+		if r.IntN(3) == 0 {
+			in.MaxStepUp = ptr(intstr.FromInt32(r.Int32N(4)))
+		}
+		if r.IntN(3) == 0 {
+			in.Budget = &Budget{MaxHourly: float64(r.IntN(10)), CostPerChildHourly: 0.5}
+		}
+		for j := range r.IntN(4) {
+			in.Demand = append(in.Demand, Sample{Source: string(rune('a' + j)), At: t0.Add(-time.Duration(r.IntN(180)) * time.Second),
+				Sessions: float64(r.IntN(100)), Held: r.Int32N(2), RequestsPerSecond: float64(r.IntN(20))})
+		}
+		ago := func() time.Time {
+			if r.IntN(2) == 0 {
+				return time.Time{}
+			}
+			return t0.Add(-time.Duration(r.IntN(10)) * time.Minute)
+		}
+		in.State = State{LastScaleUp: ago(), LastScaleDown: ago(), BelowSince: ago()}
+		if !in.State.BelowSince.IsZero() {
+			in.State.BelowPeak = r.Int32N(in.Replicas + 1)
+		}
+		d := Decide(in)
+		capN, _ := in.capacity()
+		switch {
+		case !d.Decided:
+			t.Fatalf("%d: not decided: %s", i, d.Message)
+		case d.Replicas > capN || d.Replicas < in.MinReplicas:
+			t.Fatalf("%d: %d replicas, out of [%d, %d]: %+v\n%s", i, d.Replicas, in.MinReplicas, capN, in, d.Message)
+		case d.Replicas > in.Replicas && d.Replicas > max(in.Replicas, in.Available+in.step(), in.MinReplicas):
+			t.Fatalf("%d: up from %d to %d beyond the step: %+v\n%s", i, in.Replicas, d.Replicas, in, d.Message)
+		case d.Replicas < in.Replicas && in.Replicas <= capN:
+			delay := in.delay()
+			if in.State.BelowSince.IsZero() || in.Now.Sub(in.State.BelowSince) < delay ||
+				in.Now.Sub(in.State.LastScaleUp) < delay || in.Now.Sub(in.State.LastScaleDown) < delay {
+				t.Fatalf("%d: down from %d to %d within the delay: %+v\n%s", i, in.Replicas, d.Replicas, in, d.Message)
+			}
+			if d.Replicas < d.Wanted {
+				t.Fatalf("%d: down to %d, below the %d wanted\n%s", i, d.Replicas, d.Wanted, d.Message)
+			}
+		}
+		if d.Demand.Sources > 0 && (d.Demand.Held > 0 || d.Demand.Sessions > 0 || d.Demand.RequestsPerSecond > 0) &&
+			in.Replicas == 0 && capN > 0 && d.Replicas < 1 {
+			t.Fatalf("%d: demand at zero and still 0 replicas\n%s", i, d.Message)
+		}
 	}
 }

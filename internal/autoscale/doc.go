@@ -36,7 +36,8 @@
 //   - Up at once, in bounded steps: at most MaxStepUp (a count, or a percentage of the
 //     replicas rounded up, at least 1; default 100%) children beyond those available, like
 //     a rollout's maxSurge, so that a pool whose children fail to boot does not keep
-//     adding (HeldByStep). From zero, any demand (one held request) gives at least one
+//     adding (HeldByStep). A pool below MinReplicas is raised to it in one step, as a
+//     rollout creates a scale-up's children at once. From zero, any demand (one held request) gives at least one
 //     child at once.
 //   - Down only after the pool has wanted fewer for ScaleDownDelay (default
 //     DefaultScaleDownDelay, 5m) and ScaleDownDelay after its last change, and then to

@@ -121,7 +121,7 @@ func (s *sim) check(t *testing.T, in Input, d Decision) {
 	}
 	switch {
 	case p.after > p.before:
-		if limit := max(p.before, p.available+in.step()); p.after > limit {
+		if limit := max(p.before, p.available+in.step(), in.MinReplicas); p.after > limit {
 			t.Errorf("at %s: up from %d to %d, more than the step allows (%d available, step %d)", p.at, p.before, p.after, p.available, in.step())
 		}
 	case p.after < p.before:
