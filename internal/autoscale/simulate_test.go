@@ -279,3 +279,17 @@ func TestSimulatedCrawlBudget(t *testing.T) {
 		t.Errorf("%d changes under steady demand at the cap, want none", n)
 	}
 }
+
+// BenchmarkDecide is one pool's pass with ten gateway replicas' samples: the
+// autoscaler's work per pool.
+func BenchmarkDecide(b *testing.B) {
+	in := crawlSpec()
+	in.Now, in.Replicas, in.Available = t0, 20, 18
+	in.State = State{BelowSince: t0.Add(-time.Minute), BelowPeak: 12}
+	for i := range 10 {
+		in.Demand = append(in.Demand, Sample{Source: string(rune('a' + i)), At: t0.Add(-10 * time.Second), Sessions: 11})
+	}
+	for b.Loop() {
+		Decide(in)
+	}
+}
