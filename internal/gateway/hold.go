@@ -39,9 +39,6 @@ const (
 	holdRefused    = "refused"     // the Chooser answered otherwise (the pool was deleted, ...)
 )
 
-// outcomeClientGone counts a request or tunnel whose client left while it was held.
-const outcomeClientGone = "client_gone"
-
 // poolKey is one pool: its namespace and name.
 type poolKey struct{ namespace, pool string }
 

@@ -180,6 +180,8 @@ const (
 	outcomeSaturated  = "saturated"
 	outcomeNoExit     = "no_exit"
 	outcomeExitFailed = "exit_failed"
+	// outcomeClientGone: the client left while its request was held (hold.go).
+	outcomeClientGone = "client_gone"
 	outcomeAuthFailed = "auth_failed"
 	outcomeBadRequest = "bad_request"
 )
