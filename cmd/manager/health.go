@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/common"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/orphangc"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/providerhealth"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/demand"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -93,7 +95,16 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	if err := mgr.Add(feedback); err != nil {
 		return nil, fmt.Errorf("adding the feedback recorder: %w", err)
 	}
+	// Picks are demand: each replica reports its picks per pool, and its refusals of picks
+	// for pools at zero (wakes), in demand Leases of source kind discovery.
+	picks := &discovery.PickDemand{Reporter: demand.NewReporter(mgr.GetClient(), demand.KindDiscovery, "discovery-"+podName()),
+		Log: ctrl.Log.WithName("discovery-demand")}
+	if err := mgr.Add(picks); err != nil {
+		return nil, fmt.Errorf("adding discovery's demand reporter: %w", err)
+	}
 	srv, err := discovery.New(src, discovery.Options{
+		Pools:             mgr.GetClient(),
+		Demand:            picks,
 		Addr:              h.DiscoveryBindAddress,
 		TokenFile:         h.DiscoveryTokenFile,
 		Access:            discoveryAccess(mgr, h.DiscoveryKubeAuth),
@@ -110,6 +121,18 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	// Feedback taken up to the recorder's last flush is written: it stops taking more first.
 	feedback.BeforeFinalFlush = srv.Drain
 	return addDiscovery(mgr, srv, h.DiscoveryBindAddress, h.DiscoveryDrainDelay)
+}
+
+// podName names this replica: the POD_NAME environment variable, else the host name (a
+// pod's is its name).
+func podName() string {
+	if n := os.Getenv("POD_NAME"); n != "" {
+		return n
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "manager"
 }
 
 // discoveryAccess is what authenticates and authorizes Kubernetes callers of the
