@@ -158,7 +158,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	// Each replica reports its own demand per pool: demand Leases of source kind gateway,
 	// named after the pod.
-	source := demandSource()
+	source := demand.PodName("gateway")
 	reporter := demand.NewReporter(mgr.GetClient(), demand.KindGateway, source)
 	demandRec := kube.NewDemandReporter(reporter, ctrl.Log.WithName("demand"))
 	g, err := gateway.New(gateway.Config{Chooser: adapter, Authenticator: adapter, Reporter: adapter,
@@ -204,18 +204,6 @@ func run(args []string, stderr io.Writer) int {
 }
 
 func ptrTo[T any](v T) *T { return &v }
-
-// demandSource names this replica as a demand measurer: the POD_NAME environment variable
-// (the Deployment sets it from the pod's name), else the host name (a pod's is its name).
-func demandSource() string {
-	if n := os.Getenv("POD_NAME"); n != "" {
-		return n
-	}
-	if h, err := os.Hostname(); err == nil && h != "" {
-		return h
-	}
-	return "gateway"
-}
 
 // everyReplica is a Runnable that runs on every replica (no leader election).
 type everyReplica func(ctx context.Context) error

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -97,7 +96,7 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	}
 	// Picks are demand: each replica reports its picks per pool, and its refusals of picks
 	// for pools at zero (wakes), in demand Leases of source kind discovery.
-	picks := &discovery.PickDemand{Reporter: demand.NewReporter(mgr.GetClient(), demand.KindDiscovery, "discovery-"+podName()),
+	picks := &discovery.PickDemand{Reporter: demand.NewReporter(mgr.GetClient(), demand.KindDiscovery, "discovery-"+demand.PodName("manager")),
 		Log: ctrl.Log.WithName("discovery-demand")}
 	if err := mgr.Add(picks); err != nil {
 		return nil, fmt.Errorf("adding discovery's demand reporter: %w", err)
@@ -121,18 +120,6 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	// Feedback taken up to the recorder's last flush is written: it stops taking more first.
 	feedback.BeforeFinalFlush = srv.Drain
 	return addDiscovery(mgr, srv, h.DiscoveryBindAddress, h.DiscoveryDrainDelay)
-}
-
-// podName names this replica: the POD_NAME environment variable, else the host name (a
-// pod's is its name).
-func podName() string {
-	if n := os.Getenv("POD_NAME"); n != "" {
-		return n
-	}
-	if h, err := os.Hostname(); err == nil && h != "" {
-		return h
-	}
-	return "manager"
 }
 
 // discoveryAccess is what authenticates and authorizes Kubernetes callers of the
