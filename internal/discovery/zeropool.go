@@ -96,7 +96,7 @@ func (s *Snapshot) serves(pool, ns string) bool {
 // zeroPoolError is pick's answer for a pool with no serving proxy.
 func zeroPoolError(pool types.NamespacedName) *apiError {
 	return &apiError{status: http.StatusServiceUnavailable, Parameter: paramPool, retryAfter: int(ZeroPoolRetryAfter / time.Second),
-		Message: fmt.Sprintf("pool %s has no serving proxy yet: it is starting one; retry after %s", pool, ZeroPoolRetryAfter)}
+		Message: fmt.Sprintf("pool %s has no serving proxy yet; retry after %s", pool, ZeroPoolRetryAfter)}
 }
 
 // PickDemand is discovery's demand per pool, written through a demand.Reporter (source

@@ -61,7 +61,7 @@ func TestPickAtZeroAnswers503AndWakes(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &e); err != nil {
 			t.Fatalf("pick?%s: %v: %s", q, err, body)
 		}
-		want := fmt.Sprintf("pool %s/news has no serving proxy yet: it is starting one; retry after 10s", ns)
+		want := fmt.Sprintf("pool %s/news has no serving proxy yet; retry after 10s", ns)
 		if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != "10" || e.Error != want || e.Parameter != "pool" {
 			t.Errorf("pick?%s: %d, Retry-After %q, %+v; want 503, 10, %q naming parameter pool", q, res.StatusCode, res.Header.Get("Retry-After"), e, want)
 		}
