@@ -17,6 +17,9 @@ type Exit struct {
 	// User and Password are the exit's own basic-auth credentials, empty when it takes
 	// none. The gateway sends them to the exit only; a client never sees them.
 	User, Password string
+	// Pool is the ProxyPool the exit belongs to, empty for a standalone proxy: a request
+	// carried by it is that pool's demand, whether or not it named the pool.
+	Pool string
 }
 
 // ID is namespace/name, the name crawlers report bans by and X-Egress-Proxy carries.

@@ -65,6 +65,15 @@ func (d *demand) request(key poolKey) {
 	d.counts(key).requests++
 }
 
+// countDemand counts rt once in its pool's requests per second.
+func (g *Gateway) countDemand(rt *route) {
+	if rt.counted || rt.demand.pool == "" {
+		return
+	}
+	rt.counted = true
+	g.demand.request(rt.demand)
+}
+
 // poolDemandNow is key's demand now, with the request rate of the last measurement.
 func (g *Gateway) poolDemandNow(key poolKey) PoolDemand {
 	live := g.sessions.perPool()[key]

@@ -127,7 +127,8 @@ func (g *Gateway) chooseFor(ctx context.Context, rt *route, cl client) (Exit, er
 
 // hold waits for an exit of the pool key, as the package comment of Holding says.
 func (g *Gateway) hold(ctx context.Context, rt *route, key poolKey, cl client) (exit Exit, err error) {
-	rt.namespace = key.namespace
+	rt.namespace, rt.demand = key.namespace, key
+	g.countDemand(rt)
 	start := time.Now()
 	outcome := holdServed
 	defer func() {

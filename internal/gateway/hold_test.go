@@ -303,9 +303,11 @@ func TestHeldEndsOnShutdown(t *testing.T) {
 }
 
 // TestMeasureDemand: a pool's demand is its open tunnels plus live sessions, and its
-// requests per second; a pool whose demand ended is measured once at zero, then no more.
+// requests per second, those naming it and those its exits carried without naming it; a
+// pool whose demand ended is measured once at zero, then no more.
 func TestMeasureDemand(t *testing.T) {
 	exit := startTestExit(t, "crawlers", "news-0", "127.0.0.3")
+	exit.Exit.Pool = "news"
 	h := newHarness(t, []*testExit{exit}, nil)
 	h.chooser.pools["news"] = []string{exit.ID()}
 	st := startSite(t)
@@ -319,6 +321,17 @@ func TestMeasureDemand(t *testing.T) {
 		t.Fatal(err)
 	}
 	readBody(t, r2)
+	r3, err := h.client("me", tokenCrawlers).Get(st.url) // no pool named: its exit's pool
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBody(t, r3)
+	h.g.demand.mu.Lock()
+	requests := h.g.demand.pools[poolKey{"crawlers", "news"}].requests
+	h.g.demand.mu.Unlock()
+	if requests != 3 {
+		t.Errorf("requests counted for crawlers/news: %d, want the tunnel and both requests", requests)
+	}
 	got := h.g.MeasureDemand()
 	if len(got) != 1 || got[0].Namespace != "crawlers" || got[0].Pool != "news" || got[0].Sessions != 2 || got[0].RequestsPerSecond <= 0 {
 		t.Fatalf("demand with one tunnel of one session and a request: %+v, want crawlers/news with 2 sessions and a rate", got)

@@ -93,9 +93,6 @@ func (g *Gateway) count(kind, namespace, pool, outcome string) {
 	if outcome == outcomeAuthFailed || outcome == outcomeBadRequest {
 		namespace, pool = "", ""
 	}
-	if pool != "" && namespace != "" && outcome != outcomeClientGone {
-		g.demand.request(poolKey{namespace, pool})
-	}
 	v := g.metrics.requests
 	if kind == kindTunnel {
 		v = g.metrics.tunnels

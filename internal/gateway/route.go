@@ -28,6 +28,10 @@ type route struct {
 	rotation uint64
 	// namespace and pool label the metrics: the exit's namespace once one is chosen.
 	namespace, pool string
+	// demand is the pool the route is demand of (the chosen exit's, else the requested
+	// one), and counted whether it was counted in the pool's requests per second.
+	demand  poolKey
+	counted bool
 }
 
 func newRoute(id Identity, opts Options, target string) *route {
@@ -73,6 +77,11 @@ func (g *Gateway) choose(ctx context.Context, rt *route) (Exit, error) {
 		return Exit{}, fmt.Errorf("%w: the chooser offered %s, outside the namespaces %s may use", ErrNoExit, exit.ID(), rt.id.Name)
 	}
 	rt.namespace = exit.Namespace
+	rt.demand = poolKey{exit.Namespace, exit.Pool}
+	if exit.Pool == "" {
+		rt.demand.pool = rt.opts.Pool
+	}
+	g.countDemand(rt)
 	if rt.opts.Session != "" {
 		g.sessions.touch(rt, exit, g.log)
 	}

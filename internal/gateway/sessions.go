@@ -44,7 +44,7 @@ func (s *sessions) touch(rt *route, exit Exit, log logr.Logger) {
 		log.Info("session moved to another exit", "session", rt.opts.Session, "pool", rt.opts.Pool, "from", e.exit, "to", id, "site", rt.site)
 		e.exit = id
 	}
-	e.pool = poolKey{exit.Namespace, rt.opts.Pool}
+	e.pool = rt.demand
 	e.expires = now.Add(rt.opts.TTL())
 	if now.Sub(s.lastSweep) > time.Minute {
 		s.sweepLocked(now)

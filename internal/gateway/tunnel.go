@@ -28,7 +28,7 @@ func (g *Gateway) startTunnel(client, exitConn *net.TCPConn, early, rest []byte,
 	g.tunnels[t] = struct{}{}
 	g.mu.Unlock()
 	g.metrics.open.Inc()
-	key := poolKey{rt.namespace, rt.pool}
+	key := rt.demand
 	if key.pool != "" {
 		g.demand.tunnel(key, 1)
 	}

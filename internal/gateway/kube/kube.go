@@ -99,7 +99,7 @@ func (a *Adapter) Choose(ctx context.Context, req gateway.ChoiceRequest) (gatewa
 		return gateway.Exit{}, err
 	}
 	return gateway.Exit{Namespace: ch.Namespace, Name: ch.Name, Address: ch.Address, EgressIP: ch.EgressIP,
-		User: ch.Username, Password: ch.Password}, nil
+		User: ch.Username, Password: ch.Password, Pool: ch.Pool}, nil
 }
 
 // poolNamespace finds the ProxyPool req.Pool (not being deleted) among the namespaces req may use (req.Namespace
