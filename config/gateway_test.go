@@ -22,8 +22,10 @@ import (
 // gateway's RBAC may give: its cache reads Proxies, ProxyPools and Secrets, the ban
 // recorder gets a Proxy past the cache and applies its status, the credentials look-up
 // gets a Secret's metadata past the cache, and token checks create TokenReviews and
-// SubjectAccessReviews.
+// SubjectAccessReviews, and its demand per pool is applied to coordination.k8s.io Leases.
 var gatewayGrants = []string{
+	"create coordination.k8s.io/leases", "get coordination.k8s.io/leases", "list coordination.k8s.io/leases",
+	"watch coordination.k8s.io/leases", "update coordination.k8s.io/leases", "patch coordination.k8s.io/leases",
 	"create authentication.k8s.io/tokenreviews",
 	"create authorization.k8s.io/subjectaccessreviews",
 	"get /secrets", "list /secrets", "watch /secrets",
@@ -36,17 +38,19 @@ var gatewayGrants = []string{
 var readVerbs = []string{"get", "list", "watch"}
 
 // checkGatewayGrants: the grants are gatewayGrants, none more: Secrets only read, and the
-// only writes the status patch and the two reviews.
+// only writes the status patch, the two reviews and the demand Leases.
 func checkGatewayGrants(t *testing.T, what string, got map[grant]bool) {
 	t.Helper()
 	for g := range got {
 		switch {
 		case g.resource == "secrets" && !slices.Contains(readVerbs, g.verb):
 			t.Errorf("%s grants %s: the gateway only reads Secrets", what, g)
+		case g.group == "coordination.k8s.io" && g.resource == "leases":
+			// the demand Leases: created and renewed by server-side apply
 		case !slices.Contains(readVerbs, g.verb) && g.String() != "patch egress.hrajfrisbee.cz/proxies/status" && g.verb != "create":
 			t.Errorf("%s grants the write %s", what, g)
 		case g.verb == "create" && g.resource != "tokenreviews" && g.resource != "subjectaccessreviews":
-			t.Errorf("%s grants %s: the gateway creates only TokenReviews and SubjectAccessReviews", what, g)
+			t.Errorf("%s grants %s: the gateway creates only TokenReviews, SubjectAccessReviews and Leases", what, g)
 		case g.resource == "*" || g.group == "*" || g.verb == "*":
 			t.Errorf("%s grants the wildcard %s", what, g)
 		}

@@ -288,11 +288,16 @@ func dashboardQueries(t *testing.T) []framework.PanelQuery {
 	return qs
 }
 
-// gatewayOutcomes are the outcome label values the gateway counts, read from its source.
+// gatewayOutcomes are the outcome label values the gateway counts, read from its source:
+// those of its requests and tunnels (route.go) and those of its held requests' waits
+// (hold.go).
 func gatewayOutcomes(t *testing.T) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
 	for _, m := range regexp.MustCompile(`\boutcome[A-Z]\w*\s*=\s*"([a-z_]+)"`).FindAllSubmatch(mustRead(t, "../internal/gateway/route.go"), -1) {
+		out[string(m[1])] = true
+	}
+	for _, m := range regexp.MustCompile(`\bhold[A-Z]\w*\s*=\s*"([a-z_]+)"`).FindAllSubmatch(mustRead(t, "../internal/gateway/hold.go"), -1) {
 		out[string(m[1])] = true
 	}
 	if len(out) < 7 {

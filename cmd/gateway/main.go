@@ -21,10 +21,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/demand"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/gateway"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/gateway/kube"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/watchns"
@@ -40,6 +42,8 @@ type options struct {
 	maxAttempts         int
 	headerTimeout       time.Duration
 	shutdownGrace       time.Duration
+	activationTimeout   time.Duration
+	maxHeldPerPool      int
 	watchNamespaces     []string // nil: every namespace
 	zap                 zap.Options
 }
@@ -57,6 +61,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxAttempts, "max-attempts", gateway.DefaultMaxAttempts, "Exits one request or tunnel tries at most (the first and the retries), 1 to 10.")
 	fs.DurationVar(&o.headerTimeout, "header-timeout", gateway.DefaultHeaderTimeout, "Time a request header (or a SOCKS5 handshake) must arrive in, from the connection or its first byte.")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "After SIGTERM the gateway stops accepting and lets open requests and tunnels finish this long, then closes what is left.")
+	fs.DurationVar(&o.activationTimeout, "activation-timeout", gateway.DefaultActivationTimeout, "How long a request for a pool that exists but has no eligible exit yet (at zero, or its children still starting) is held waiting for one; past it: 503 with Retry-After. 0 holds nothing: such a request gets 502 at once.")
+	fs.IntVar(&o.maxHeldPerPool, "max-held-per-pool", gateway.DefaultMaxHeldPerPool, "Requests held at once for one pool at most; beyond it: 503 with Retry-After at once.")
 	watchNamespaces := fs.String("watch-namespaces", "", "Comma-separated namespaces whose Proxies, ProxyPools and credential Secrets the gateway watches; exits elsewhere are never chosen. Empty: every namespace (needs cluster-wide read access; with a list, Roles in those namespaces suffice).")
 	if f := flag.CommandLine.Lookup("kubeconfig"); f != nil { // registered by controller-runtime
 		fs.Var(f.Value, f.Name, f.Usage)
@@ -75,6 +81,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--max-attempts %d: give 1 to 10", o.maxAttempts)
 	case o.headerTimeout <= 0:
 		return nil, fmt.Errorf("--header-timeout %s: give a positive duration", o.headerTimeout)
+	case o.activationTimeout < 0:
+		return nil, fmt.Errorf("--activation-timeout %s: give 0 (no holding) or a positive duration", o.activationTimeout)
+	case o.maxHeldPerPool < 1:
+		return nil, fmt.Errorf("--max-held-per-pool %d: give 1 or more", o.maxHeldPerPool)
 	case o.shutdownGrace < 0:
 		return nil, fmt.Errorf("--shutdown-grace %s: give 0 or a positive duration", o.shutdownGrace)
 	case o.tokenFile == "" && !o.kubeAuth:
@@ -146,12 +156,28 @@ func run(args []string, stderr io.Writer) int {
 		log.Error(err, "setting up discovery's selection")
 		return 1
 	}
+	// Each replica reports its own demand per pool: demand Leases of source kind gateway,
+	// named after the pod.
+	source := demand.PodName("gateway")
+	reporter := demand.NewReporter(mgr.GetClient(), demand.KindGateway, source)
+	demandRec := kube.NewDemandReporter(reporter, ctrl.Log.WithName("demand"))
 	g, err := gateway.New(gateway.Config{Chooser: adapter, Authenticator: adapter, Reporter: adapter,
 		Registry: metrics.Registry, Log: ctrl.Log.WithName("gateway"),
-		HeaderTimeout: o.headerTimeout, MaxAttempts: o.maxAttempts})
+		HeaderTimeout: o.headerTimeout, MaxAttempts: o.maxAttempts,
+		ActivationTimeout: o.activationTimeout, MaxHeldPerPool: o.maxHeldPerPool, Demand: demandRec})
 	if err != nil {
 		log.Error(err, "creating the gateway")
 		return 1
+	}
+	adapter.WakeOn(g.ExitsChanged)
+	for _, r := range []manager.Runnable{demandRec, everyReplica(reporter.Start), everyReplica(func(ctx context.Context) error {
+		g.RunDemand(ctx)
+		return nil
+	})} {
+		if err := mgr.Add(r); err != nil {
+			log.Error(err, "adding the demand reporter")
+			return 1
+		}
 	}
 	srv := &server{g: g, cache: mgr.GetCache(), httpLn: httpLn, socksLn: socksLn, grace: o.shutdownGrace}
 	if err := mgr.Add(srv); err != nil {
@@ -167,7 +193,8 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	log.Info("starting gateway", "listen", httpLn.Addr().String(), "socks", o.socksListen,
-		"tokenFile", o.tokenFile != "", "kubernetesAuth", o.kubeAuth, "maxAttempts", o.maxAttempts, "watchNamespaces", o.watchNamespaces)
+		"tokenFile", o.tokenFile != "", "kubernetesAuth", o.kubeAuth, "maxAttempts", o.maxAttempts, "watchNamespaces", o.watchNamespaces,
+		"activationTimeout", o.activationTimeout, "maxHeldPerPool", o.maxHeldPerPool, "demandSource", source)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "gateway stopped")
 		return 1
@@ -177,6 +204,12 @@ func run(args []string, stderr io.Writer) int {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// everyReplica is a Runnable that runs on every replica (no leader election).
+type everyReplica func(ctx context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+func (everyReplica) NeedLeaderElection() bool          { return false }
 
 // server serves the gateway's listeners once the cache has synced, and drains them when
 // the manager stops.

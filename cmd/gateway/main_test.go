@@ -36,6 +36,8 @@ func TestFlagsRefused(t *testing.T) {
 	}{
 		{[]string{"--max-attempts", "0"}, "--max-attempts 0"},
 		{[]string{"--header-timeout", "0s"}, "--header-timeout 0s"},
+		{[]string{"--activation-timeout", "-1s"}, "--activation-timeout -1s"},
+		{[]string{"--max-held-per-pool", "0"}, "--max-held-per-pool 0"},
 		{[]string{"--shutdown-grace", "-1s"}, "--shutdown-grace -1s"},
 		{[]string{"--discovery-kubernetes-auth=false"}, "--discovery-token-file"},
 		{[]string{"--listen-address", "0"}, "--listen-address"},

@@ -20,6 +20,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/common"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/orphangc"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/providerhealth"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/demand"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -93,7 +94,16 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 	if err := mgr.Add(feedback); err != nil {
 		return nil, fmt.Errorf("adding the feedback recorder: %w", err)
 	}
+	// Picks are demand: each replica reports its picks per pool, and its refusals of picks
+	// for pools at zero (wakes), in demand Leases of source kind discovery.
+	picks := &discovery.PickDemand{Reporter: demand.NewReporter(mgr.GetClient(), demand.KindDiscovery, "discovery-"+demand.PodName("manager")),
+		Log: ctrl.Log.WithName("discovery-demand")}
+	if err := mgr.Add(picks); err != nil {
+		return nil, fmt.Errorf("adding discovery's demand reporter: %w", err)
+	}
 	srv, err := discovery.New(src, discovery.Options{
+		Pools:             mgr.GetClient(),
+		Demand:            picks,
 		Addr:              h.DiscoveryBindAddress,
 		TokenFile:         h.DiscoveryTokenFile,
 		Access:            discoveryAccess(mgr, h.DiscoveryKubeAuth),

@@ -28,7 +28,14 @@ type CacheSource struct {
 
 	mu  sync.Mutex // one rebuild at a time
 	cur atomic.Pointer[built]
+	// onChange is called after every change that makes a new snapshot (OnChange).
+	onChange atomic.Pointer[func()]
 }
+
+// OnChange makes fn be called after every Proxy change that makes a new snapshot, once
+// the next Snapshot call sees it (the gateway wakes its held requests with it). fn must
+// not block. A later call replaces fn.
+func (s *CacheSource) OnChange(fn func()) { s.onChange.Store(&fn) }
 
 // built is a snapshot and the generation it was built at.
 type built struct {
@@ -45,7 +52,12 @@ func NewCacheSource(ctx context.Context, c cache.Cache) (*CacheSource, error) {
 	}
 	s := &CacheSource{reader: c}
 	s.gen.Store(1) // the first request builds the first snapshot
-	bump := func() { s.gen.Add(1) }
+	bump := func() {
+		s.gen.Add(1)
+		if fn := s.onChange.Load(); fn != nil {
+			(*fn)()
+		}
+	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { bump() },
 		UpdateFunc: func(o, n any) {

@@ -62,7 +62,7 @@ func (s *Server) choose(ctx context.Context, all *Snapshot, req *request, author
 		}
 		return snap.pick(req.key, &req.filter, skip)
 	}
-	const none = "no healthy proxy matches the request"
+	none := ErrNoProxy.Error()
 	if !req.credentials {
 		it := next(nil)
 		if it == nil {

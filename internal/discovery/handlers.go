@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/access"
 )
 
@@ -108,8 +110,20 @@ func (s *Server) pick(w http.ResponseWriter, r *http.Request, c *access.Caller) 
 		w.Header().Set(credentialsUnavailableHeader, strconv.Itoa(len(ch.failed)))
 	}
 	if aerr != nil {
+		// Nothing matched (not a refusal of the caller, nor a saturated site): a pool at zero?
+		if strings.HasPrefix(aerr.Message, ErrNoProxy.Error()) && aerr.retryAfter == 0 && req.filter.pool != "" && s.opts.Pools != nil {
+			if pool, ok := s.zeroPool(r.Context(), c, snap, req); ok {
+				if s.opts.Demand != nil {
+					s.opts.Demand.Picked(pool, true)
+				}
+				aerr = zeroPoolError(pool)
+			}
+		}
 		writeError(w, aerr)
 		return
+	}
+	if s.opts.Demand != nil && ch.it.Pool != "" {
+		s.opts.Demand.Picked(types.NamespacedName{Namespace: ch.it.Namespace, Name: ch.it.Pool}, false)
 	}
 	if !req.credentials {
 		if req.format == formatText {

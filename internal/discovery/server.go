@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 
@@ -58,6 +59,14 @@ type Options struct {
 	// requests naming that pool.
 	MaxCoolingPercent int
 	PoolBans          func(ctx context.Context, pool types.NamespacedName) *v1alpha1.PoolBans
+	// Pools, when set, reads ProxyPools (the manager's cache): a pick naming a pool
+	// (?pool=) that exists but has no serving proxy (a pool at zero, or whose children
+	// are still starting) is answered 503 with Retry-After (ZeroPoolRetryAfter) and a
+	// body naming the pool, and Demand hears of it as a wake. Nil: such a pick gets the
+	// plain 503 of no proxy.
+	Pools client.Reader
+	// Demand, when set, hears of every pick that chose a pool's proxy, and of every wake.
+	Demand PickRecorder
 	// Clock is what ?domain= compares cooldowns with (default: the real clock).
 	Clock clock.PassiveClock
 	Log   logr.Logger

@@ -17,6 +17,9 @@ type Exit struct {
 	// User and Password are the exit's own basic-auth credentials, empty when it takes
 	// none. The gateway sends them to the exit only; a client never sees them.
 	User, Password string
+	// Pool is the ProxyPool the exit belongs to, empty for a standalone proxy: a request
+	// carried by it is that pool's demand, whether or not it named the pool.
+	Pool string
 }
 
 // ID is namespace/name, the name crawlers report bans by and X-Egress-Proxy carries.
@@ -93,9 +96,11 @@ func (r ChoiceRequest) Excludes(id string) bool {
 //
 // Choose returns an exit the caller may use, or an error wrapping one of:
 // ErrNoExit (nothing eligible: an empty pool, every exit excluded, unhealthy or of
-// the other IP family), ErrUnknownPool (the pool does not exist in the namespaces the
-// identity may use; never ErrNoExit for that, since the pool label of the metrics is
-// only kept for pools a Chooser knows),
+// the other IP family; an *EmptyPoolError when the request names a pool that exists as a
+// ProxyPool but has no eligible exit now, which the gateway holds the request for),
+// ErrUnknownPool (the pool does not exist in the namespaces the identity may use; never
+// ErrNoExit for that, since the pool label of the metrics is only kept for pools a
+// Chooser knows),
 // ErrSaturated (too many of the pool's exits are cooling for the site; a SaturatedError
 // carries the site and when to come back), ErrSessionExitUnavailable (a strict session's
 // exit is unavailable; an UnavailableError names it). Any other error is the Chooser's
@@ -145,6 +150,42 @@ func (e *SaturatedError) Error() string {
 
 // Is makes errors.Is(err, ErrSaturated) true.
 func (e *SaturatedError) Is(target error) bool { return target == ErrSaturated }
+
+// EmptyPoolError is a Chooser's ErrNoExit for a request naming a pool that exists (a
+// ProxyPool in Namespace the identity may use) but has no eligible exit now: at zero
+// children, or none of them Ready yet. The gateway holds such a request for an exit
+// (Config.ActivationTimeout) and counts it as the pool's held demand.
+type EmptyPoolError struct {
+	Namespace, Pool string
+	// Reason says why nothing is eligible, for the log.
+	Reason string
+}
+
+func (e *EmptyPoolError) Error() string {
+	return fmt.Sprintf("pool %s/%s has no eligible exit now: %s", e.Namespace, e.Pool, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrNoExit) true.
+func (e *EmptyPoolError) Is(target error) bool { return target == ErrNoExit }
+
+// PoolDemand is the gateway's demand on one pool, as this replica measures it.
+type PoolDemand struct {
+	Namespace, Pool string
+	// Sessions is the pool's open tunnels plus its live sessions (those used within their
+	// sesstime); Held the requests held waiting for one of its exits.
+	Sessions, Held int
+	// RequestsPerSecond is the rate of requests and tunnels the gateway took for the
+	// pool over the last measuring interval.
+	RequestsPerSecond float64
+}
+
+// DemandRecorder takes the gateway's demand per pool: on every change of a pool's held
+// requests at once (so that a first held request wakes the pool), and every measuring
+// interval for every pool with demand, and once more with all zero when it has none
+// left. Record must not block: the gateway calls it on the request's path.
+type DemandRecorder interface {
+	Record(d PoolDemand)
+}
 
 // UnavailableError is ErrSessionExitUnavailable naming the exit.
 type UnavailableError struct {

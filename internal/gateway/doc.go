@@ -43,7 +43,17 @@
 // back before the pumping starts. The end of one direction half-closes the other side;
 // an error closes both.
 //
+// Holding. A request naming a pool that exists but has no eligible exit yet (the
+// Chooser's *EmptyPoolError) is held, before any exit was tried, for up to
+// Config.ActivationTimeout: it counts as the pool's held demand (the DemandRecorder hears
+// of it at once, which wakes a pool at zero), and it asks the Chooser again each time
+// ExitsChanged is called (the binary calls it from its informers' events; nothing
+// polls). It is served through the first exit offered, or answered 503 with Retry-After
+// on the timeout or beyond Config.MaxHeldPerPool held for the pool; a client going away
+// ends it. MeasureDemand and RunDemand measure each pool's demand (open tunnels plus live
+// sessions, held requests, requests per second) for the DemandRecorder.
+//
 // Draining. Shutdown closes the listeners, wakes idle keep-alive connections so they
-// close, lets requests in flight and open tunnels finish until its context ends, then
-// closes what is left; each step is logged.
+// close, answers held requests 503, lets requests in flight and open tunnels finish until
+// its context ends, then closes what is left; each step is logged.
 package gateway

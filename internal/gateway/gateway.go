@@ -58,6 +58,19 @@ type Config struct {
 	// BanStatuses are the site statuses that Reporter.Banned hears of (429 only with a
 	// Retry-After); nil: DefaultBanStatuses.
 	BanStatuses []int
+
+	// ActivationTimeout is how long a request for a pool with no eligible exit yet (the
+	// Chooser's *EmptyPoolError) is held waiting for one; 0 holds nothing (the request
+	// gets its 502 at once), as does a Config left zero: the binary sets
+	// DefaultActivationTimeout.
+	ActivationTimeout time.Duration
+	// MaxHeldPerPool bounds the requests held for one pool; beyond it: 503 at once.
+	// 0: DefaultMaxHeldPerPool.
+	MaxHeldPerPool int
+	// Demand hears of each pool's demand (DemandRecorder); nil: nobody.
+	Demand DemandRecorder
+	// DemandInterval is how often RunDemand measures; 0: DefaultDemandInterval.
+	DemandInterval time.Duration
 }
 
 // fillDefaults sets the fields left zero to their defaults.
@@ -89,6 +102,12 @@ func (c *Config) fillDefaults() {
 	if c.Reporter == nil {
 		c.Reporter = nopReporter{}
 	}
+	if c.MaxHeldPerPool <= 0 {
+		c.MaxHeldPerPool = DefaultMaxHeldPerPool
+	}
+	if c.DemandInterval <= 0 {
+		c.DemandInterval = DefaultDemandInterval
+	}
 }
 
 type nopReporter struct{}
@@ -105,6 +124,8 @@ type Gateway struct {
 	sessions  *sessions
 	transport *exitTransport
 	rotation  atomic.Uint64
+	act       *activation
+	demand    *demand
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -132,6 +153,8 @@ func New(cfg Config) (*Gateway, error) {
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*clientConn]struct{}{},
 		tunnels:   map[*tunnel]struct{}{},
+		act:       newActivation(),
+		demand:    newDemand(),
 	}
 	g.sessions = newSessions()
 	m, err := newMetrics(cfg.Registry, g)
@@ -240,6 +263,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	openTunnels, openConns := len(g.tunnels), len(g.conns)
 	g.mu.Unlock()
+	g.act.drainOnce.Do(func() { close(g.act.drain) }) // held requests end: 503, retry elsewhere
 	g.log.Info("gateway draining: no new connections; waiting for open tunnels and requests", "tunnels", openTunnels, "connections", openConns)
 	start := time.Now()
 	done := make(chan struct{})

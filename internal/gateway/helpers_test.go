@@ -128,7 +128,10 @@ type testChooser struct {
 	pools     map[string][]string // pool -> exit IDs
 	saturated map[string]bool     // sites
 	down      map[string]bool     // exit IDs the health view says are unavailable
-	calls     []ChoiceRequest
+	// zero are pools that exist (as ProxyPools, in the namespace given) with no exit yet:
+	// with nothing eligible, an *EmptyPoolError.
+	zero  map[string]string
+	calls []ChoiceRequest
 }
 
 func (c *testChooser) Choose(_ context.Context, req ChoiceRequest) (Exit, error) {
@@ -166,6 +169,9 @@ func (c *testChooser) Choose(_ context.Context, req ChoiceRequest) (Exit, error)
 				return e, nil
 			}
 		}
+		if ns, ok := c.zero[req.Pool]; ok {
+			return Exit{}, &EmptyPoolError{Namespace: ns, Pool: req.Pool, Reason: "no child is Ready"}
+		}
 		return Exit{}, ErrNoExit
 	}
 	var eligible []Exit
@@ -175,6 +181,9 @@ func (c *testChooser) Choose(_ context.Context, req ChoiceRequest) (Exit, error)
 		}
 	}
 	if len(eligible) == 0 {
+		if ns, ok := c.zero[req.Pool]; ok {
+			return Exit{}, &EmptyPoolError{Namespace: ns, Pool: req.Pool, Reason: "no child is Ready"}
+		}
 		return Exit{}, ErrNoExit
 	}
 	slices.SortFunc(eligible, func(a, b Exit) int { return strings.Compare(a.EgressIP, b.EgressIP) })
@@ -458,3 +467,11 @@ func counterValue(t testing.TB, reg *prometheus.Registry, name, label, value str
 type leakyChooser struct{ exit Exit }
 
 func (c *leakyChooser) Choose(context.Context, ChoiceRequest) (Exit, error) { return c.exit, nil }
+
+// addToPool adds exit to pool as a child that just became Ready.
+func (c *testChooser) addToPool(pool string, e Exit) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.exits = append(c.exits, e)
+	c.pools[pool] = append(c.pools[pool], e.ID())
+}

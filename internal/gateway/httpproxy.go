@@ -61,7 +61,7 @@ func (g *Gateway) serveHTTPConn(cc *clientConn) {
 			g.handleConnect(cc, br, bw, req)
 			return
 		}
-		if !g.handleForward(cc, bw, req) {
+		if !g.handleForward(cc, br, bw, req) {
 			return
 		}
 	}
@@ -120,7 +120,7 @@ func (g *Gateway) handleConnect(cc *clientConn, br *bufio.Reader, bw *bufio.Writ
 	if rt == nil {
 		return
 	}
-	exitConn, exit, rest, err := g.openTunnel(context.Background(), rt)
+	exitConn, exit, rest, err := g.openTunnel(context.Background(), rt, client{cc.c, br})
 	if err != nil {
 		r := refuseChoice(rt, err)
 		g.count(kindTunnel, rt.namespace, rt.pool, r.outcome)
@@ -163,7 +163,7 @@ func (rt *route) outcome() string {
 
 // handleForward sends one absolute-URI request through an exit and writes its response.
 // It reports whether the client connection may carry another request.
-func (g *Gateway) handleForward(cc *clientConn, bw *bufio.Writer, req *http.Request) bool {
+func (g *Gateway) handleForward(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req *http.Request) bool {
 	if req.URL.Scheme != "http" || req.URL.Host == "" {
 		g.count(kindRequest, "", "", outcomeBadRequest)
 		g.refuseHTTP(bw, refusal{status: http.StatusBadRequest,
@@ -190,7 +190,7 @@ func (g *Gateway) handleForward(cc *clientConn, bw *bufio.Writer, req *http.Requ
 	}
 	ctx := context.Background()
 	for {
-		exit, err := g.choose(ctx, rt)
+		exit, err := g.chooseFor(ctx, rt, client{cc.c, br})
 		if err != nil {
 			r := refuseChoice(rt, err)
 			g.count(kindRequest, rt.namespace, rt.pool, r.outcome)

@@ -28,6 +28,10 @@ type route struct {
 	rotation uint64
 	// namespace and pool label the metrics: the exit's namespace once one is chosen.
 	namespace, pool string
+	// demand is the pool the route is demand of (the chosen exit's, else the requested
+	// one), and counted whether it was counted in the pool's requests per second.
+	demand  poolKey
+	counted bool
 }
 
 func newRoute(id Identity, opts Options, target string) *route {
@@ -73,6 +77,11 @@ func (g *Gateway) choose(ctx context.Context, rt *route) (Exit, error) {
 		return Exit{}, fmt.Errorf("%w: the chooser offered %s, outside the namespaces %s may use", ErrNoExit, exit.ID(), rt.id.Name)
 	}
 	rt.namespace = exit.Namespace
+	rt.demand = poolKey{exit.Namespace, exit.Pool}
+	if exit.Pool == "" {
+		rt.demand.pool = rt.opts.Pool
+	}
+	g.countDemand(rt)
 	if rt.opts.Session != "" {
 		g.sessions.touch(rt, exit, g.log)
 	}
@@ -98,9 +107,9 @@ func (g *Gateway) failed(rt *route, exit Exit, err error) error {
 // openTunnel connects to rt.target through an exit, trying other exits when one fails
 // before answering 200 to CONNECT. It returns the connection to the exit and any bytes
 // the exit sent after its answer.
-func (g *Gateway) openTunnel(ctx context.Context, rt *route) (*net.TCPConn, Exit, []byte, error) {
+func (g *Gateway) openTunnel(ctx context.Context, rt *route, cl client) (*net.TCPConn, Exit, []byte, error) {
 	for {
-		exit, err := g.choose(ctx, rt)
+		exit, err := g.chooseFor(ctx, rt, cl)
 		if err != nil {
 			return nil, Exit{}, nil, err
 		}
@@ -180,6 +189,8 @@ const (
 	outcomeSaturated  = "saturated"
 	outcomeNoExit     = "no_exit"
 	outcomeExitFailed = "exit_failed"
+	// outcomeClientGone: the client left while its request was held (hold.go).
+	outcomeClientGone = "client_gone"
 	outcomeAuthFailed = "auth_failed"
 	outcomeBadRequest = "bad_request"
 )
@@ -198,7 +209,10 @@ const (
 func refuseChoice(rt *route, err error) refusal {
 	var sat *SaturatedError
 	var unavail *UnavailableError
+	var held *heldError
 	switch {
+	case errors.As(err, &held):
+		return held.refusal()
 	case errors.As(err, &sat):
 		return refusal{status: http.StatusServiceUnavailable, outcome: outcomeSaturated, retryAfter: sat.RetryAfter,
 			msg: fmt.Sprintf("pool %q is saturated for site %s: too many of its exits are cooling for it; retry after %s", rt.opts.Pool, sat.Site, sat.RetryAfter), socks: socksNotAllowed}

@@ -18,6 +18,7 @@ type sessions struct {
 
 type sessionEntry struct {
 	exit    string
+	pool    poolKey // the exit's namespace and the requested pool
 	expires time.Time
 }
 
@@ -43,6 +44,7 @@ func (s *sessions) touch(rt *route, exit Exit, log logr.Logger) {
 		log.Info("session moved to another exit", "session", rt.opts.Session, "pool", rt.opts.Pool, "from", e.exit, "to", id, "site", rt.site)
 		e.exit = id
 	}
+	e.pool = rt.demand
 	e.expires = now.Add(rt.opts.TTL())
 	if now.Sub(s.lastSweep) > time.Minute {
 		s.sweepLocked(now)
@@ -64,4 +66,18 @@ func (s *sessions) live() int {
 	defer s.mu.Unlock()
 	s.sweepLocked(time.Now())
 	return len(s.m)
+}
+
+// perPool counts the live sessions of each pool (sessions without a pool are left out).
+func (s *sessions) perPool() map[poolKey]int {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[poolKey]int{}
+	for _, e := range s.m {
+		if e.pool.pool != "" && !now.After(e.expires) {
+			out[e.pool]++
+		}
+	}
+	return out
 }

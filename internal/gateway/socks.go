@@ -41,7 +41,7 @@ func (g *Gateway) serveSOCKSConn(cc *clientConn) {
 		g.log.V(1).Info("SOCKS5 handshake refused", "client", c.RemoteAddr().String(), "reason", err.Error())
 		return
 	}
-	exitConn, exit, rest, err := g.openTunnel(context.Background(), rt)
+	exitConn, exit, rest, err := g.openTunnel(context.Background(), rt, client{c, br})
 	if err != nil {
 		r := refuseChoice(rt, err)
 		g.count(kindTunnel, rt.namespace, rt.pool, r.outcome)

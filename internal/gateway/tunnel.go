@@ -28,6 +28,10 @@ func (g *Gateway) startTunnel(client, exitConn *net.TCPConn, early, rest []byte,
 	g.tunnels[t] = struct{}{}
 	g.mu.Unlock()
 	g.metrics.open.Inc()
+	key := rt.demand
+	if key.pool != "" {
+		g.demand.tunnel(key, 1)
+	}
 	up := g.metrics.bytes.WithLabelValues(rt.namespace, rt.pool, directionUp)
 	down := g.metrics.bytes.WithLabelValues(rt.namespace, rt.pool, directionDown)
 	var left atomic.Int32
@@ -39,6 +43,9 @@ func (g *Gateway) startTunnel(client, exitConn *net.TCPConn, early, rest []byte,
 			delete(g.tunnels, t)
 			g.mu.Unlock()
 			g.metrics.open.Dec()
+			if key.pool != "" {
+				g.demand.tunnel(key, -1)
+			}
 			g.wg.Done()
 		}
 	}

@@ -9,10 +9,16 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/discovery"
@@ -22,7 +28,13 @@ import (
 // Adapter is a discovery server as the gateway's Chooser, Authenticator and Reporter.
 type Adapter struct {
 	Server *discovery.Server
-	Log    logr.Logger
+	// Pools reads ProxyPools (the cache): a pool that exists with no eligible exit is an
+	// *gateway.EmptyPoolError, which the gateway holds requests for. Nil: every pool
+	// without a published proxy is unknown.
+	Pools client.Reader
+	Log   logr.Logger
+
+	wake atomic.Pointer[func()]
 }
 
 var (
@@ -68,6 +80,17 @@ func (a *Adapter) Choose(ctx context.Context, req gateway.ChoiceRequest) (gatewa
 		return gateway.Exit{}, &gateway.SaturatedError{Site: sat.Site, RetryAfter: sat.RetryAfter}
 	case errors.As(err, &strict):
 		return gateway.Exit{}, &gateway.UnavailableError{Exit: strict.Proxy, Reason: strict.Reason}
+	case req.Pool != "" && (errors.Is(err, discovery.ErrUnknownPool) || errors.Is(err, discovery.ErrNoProxy)):
+		ns, exists, lerr := a.poolNamespace(ctx, req)
+		switch {
+		case lerr != nil:
+			return gateway.Exit{}, lerr
+		case exists:
+			return gateway.Exit{}, &gateway.EmptyPoolError{Namespace: ns, Pool: req.Pool, Reason: err.Error()}
+		case errors.Is(err, discovery.ErrUnknownPool):
+			return gateway.Exit{}, &classed{gateway.ErrUnknownPool, err}
+		}
+		return gateway.Exit{}, &classed{gateway.ErrNoExit, err}
 	case errors.Is(err, discovery.ErrUnknownPool):
 		return gateway.Exit{}, &classed{gateway.ErrUnknownPool, err}
 	case errors.Is(err, discovery.ErrNoProxy):
@@ -76,7 +99,37 @@ func (a *Adapter) Choose(ctx context.Context, req gateway.ChoiceRequest) (gatewa
 		return gateway.Exit{}, err
 	}
 	return gateway.Exit{Namespace: ch.Namespace, Name: ch.Name, Address: ch.Address, EgressIP: ch.EgressIP,
-		User: ch.Username, Password: ch.Password}, nil
+		User: ch.Username, Password: ch.Password, Pool: ch.Pool}, nil
+}
+
+// poolNamespace finds the ProxyPool req.Pool (not being deleted) among the namespaces req may use (req.Namespace
+// when given; else the first, in name order, of those holding a pool of that name).
+func (a *Adapter) poolNamespace(ctx context.Context, req gateway.ChoiceRequest) (string, bool, error) {
+	if a.Pools == nil {
+		return "", false, nil
+	}
+	if req.Namespace != "" {
+		pool := &v1alpha1.ProxyPool{}
+		err := a.Pools.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: req.Pool}, pool)
+		if apierrors.IsNotFound(err) {
+			return "", false, nil
+		}
+		return req.Namespace, err == nil && pool.DeletionTimestamp == nil, err
+	}
+	var list v1alpha1.ProxyPoolList
+	if err := a.Pools.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return "", false, err
+	}
+	var found []string
+	for i := range list.Items {
+		if p := &list.Items[i]; p.Name == req.Pool && p.DeletionTimestamp == nil && req.Identity.May(p.Namespace) {
+			found = append(found, p.Namespace)
+		}
+	}
+	if len(found) == 0 {
+		return "", false, nil
+	}
+	return slices.Min(found), true, nil
 }
 
 // Authenticate checks the proxy password as a discovery bearer token.

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -76,7 +77,32 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Adapter, error
 	if err := mgr.Add(tokenWatcher{srv}); err != nil {
 		return nil, err
 	}
-	return &Adapter{Server: srv, Log: ctrl.Log.WithName("gateway")}, nil
+	a := &Adapter{Server: srv, Pools: mgr.GetCache(), Log: ctrl.Log.WithName("gateway")}
+	// Held requests choose again on every change of the exits: a Proxy change that makes a
+	// new snapshot (called once the snapshot sees it), and any ProxyPool event.
+	src.OnChange(a.changed)
+	pools, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.ProxyPool{})
+	if err != nil {
+		return nil, fmt.Errorf("getting the proxypool informer: %w", err)
+	}
+	if _, err := pools.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.changed() },
+		UpdateFunc: func(any, any) { a.changed() },
+		DeleteFunc: func(any) { a.changed() },
+	}); err != nil {
+		return nil, fmt.Errorf("watching proxypools: %w", err)
+	}
+	return a, nil
+}
+
+// WakeOn makes fn be called whenever the exits may have changed (the gateway's
+// ExitsChanged, which wakes its held requests). fn must not block.
+func (a *Adapter) WakeOn(fn func()) { a.wake.Store(&fn) }
+
+func (a *Adapter) changed() {
+	if fn := a.wake.Load(); fn != nil {
+		(*fn)()
+	}
 }
 
 // tokenWatcher re-reads the static token file while the manager runs.
