@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -23,7 +24,8 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/hcloud"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/hcloud/hcloudfake"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/kvm2/kvm2test"
 )
 
 const hcloudProvider = "hetzner-eu"
@@ -125,13 +127,16 @@ func watchChildren(t *testing.T, e *controllertest.PoolEnv, pool string) *moveBo
 	return b
 }
 
-// TestPoolMovesToHCloud: a pool of three children on the fake provider (standing for
-// kvm2) whose template is edited to the hcloud provider, over the in-process Hetzner
-// Cloud API through the official client, rolls surge-first with maxSurge 1 and
-// maxUnavailable 0: a watch of the children sees never fewer than three available and
-// never more than four children; every child ends on hcloud with status.ip and
-// status.ipv6, three servers run in the fake and the old instances are deleted.
-func TestPoolMovesToHCloud(t *testing.T) {
+// TestPoolMovesFromKVM2ToHCloud: a pool of three children on the real kvm2 provider
+// (go-libvirt through an in-process SSH server into the libvirt fake, kvm2test) whose
+// template is edited to the hcloud provider, over the in-process Hetzner Cloud API
+// through the official client, rolls surge-first with maxSurge 1 and maxUnavailable 0: a
+// watch of the children sees never fewer than three available and never more than four
+// children; every child ends on hcloud with status.ip and status.ipv6, three servers run
+// in the fake, and the old domains are gone from the libvirt fake with their disks.
+func TestPoolMovesFromKVM2ToHCloud(t *testing.T) {
+	const kvm2Provider = "kvm2-home"
+	kp := kvm2test.New(t, kvm2Provider, kvm2.WithInstallID("install-pool-move"))
 	fake := hcloudfake.New()
 	t.Cleanup(fake.Close)
 	tokenFile := filepath.Join(t.TempDir(), "token")
@@ -147,14 +152,15 @@ func TestPoolMovesToHCloud(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = hp.Close() })
 	zones := maps.Clone(controllertest.PoolZones)
+	zones[kvm2Provider] = []string{kp.Host}
 	zones[hcloudProvider] = []string{"fsn1"}
 
-	var old *providertest.Fake
 	e := controllertest.NewPoolEnv(t, shared.Env(t), 20*time.Millisecond, nil, func(mgr ctrl.Manager, e *controllertest.PoolEnv) {
-		old = e.Fake
 		pr := &proxy.ProxyReconciler{
 			Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("proxy-controller"),
-			Providers: map[string]provider.Provider{testProvider: e.Fake, hcloudProvider: hp}, QuotaRetry: time.Hour,
+			Providers: map[string]provider.Provider{kvm2Provider: kp.Provider, hcloudProvider: hp}, QuotaRetry: time.Hour,
+			// A VM just started has no address yet, on either provider: look again soon.
+			PollInterval: 50 * time.Millisecond,
 		}
 		if err := pr.SetupWithManager(mgr, 4); err != nil {
 			t.Fatalf("setting up the proxy reconciler: %v", err)
@@ -170,12 +176,23 @@ func TestPoolMovesToHCloud(t *testing.T) {
 
 	const replicas = 3
 	pool := e.NewPool("move", replicas)
+	pool.Spec.Template.Spec.Provider = kvm2Provider
+	pool.Spec.Template.Spec.Placement = v1alpha1.ProxyPlacement{Zone: kp.Host, MachineType: kvm2test.MachineType, Image: kvm2test.Image}
 	pool.Spec.Strategy.RollingUpdate = v1alpha1.PoolRollingUpdate{
 		MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0))}
+	created := time.Now()
 	e.CreateSettled(pool)
-	before := old.Instances()
-	if len(before) != replicas {
-		t.Fatalf("%d instances on the fake provider before the move, want %d", len(before), replicas)
+	t.Logf("three children available on kvm2 in %s", time.Since(created).Round(time.Millisecond))
+	var before []string
+	for _, k := range e.Children("move") {
+		if k.Spec.Provider != kvm2Provider || !strings.HasPrefix(k.Status.ProviderID, "hosts/"+kp.Host+"/domains/") || k.Status.IP == "" {
+			t.Fatalf("child %s before the move: provider %s, providerID %q, ip %q; want a kvm2 domain on %s with an address",
+				k.Name, k.Spec.Provider, k.Status.ProviderID, k.Status.IP, kp.Host)
+		}
+		before = append(before, k.Status.ProviderID)
+	}
+	if doms := kp.Domains(); len(before) != replicas || len(doms) != replicas {
+		t.Fatalf("%d children and domains %v on the kvm2 host before the move, want %d of each", len(before), doms, replicas)
 	}
 
 	b := watchChildren(t, e, "move")
@@ -212,12 +229,14 @@ func TestPoolMovesToHCloud(t *testing.T) {
 	if n := len(fake.Servers()); n != replicas {
 		t.Errorf("%d servers in the fake, want %d", n, replicas)
 	}
-	if left := old.Instances(); len(left) != 0 {
-		t.Errorf("%d instances left on the old provider: %+v", len(left), left)
+	// The old children's Deletes ended before their finalizers went, so what the host
+	// holds now is final: no domain, no overlay or seed, only the cached base image.
+	if doms, vols := kp.Domains(), kp.Volumes(); len(doms) != 0 || len(vols) != 0 {
+		t.Errorf("domains %v and volumes %v left on the kvm2 host, want none (old instances %v)", doms, vols, before)
 	}
-	for _, inst := range before {
-		if _, ok := old.Instance(inst.ProviderID); ok {
-			t.Errorf("old instance %s was not deleted", inst.ProviderID)
+	for _, id := range before {
+		if _, err := kp.Provider.Get(e.Ctx, id); !errors.Is(err, provider.ErrNotFound) {
+			t.Errorf("old instance %s: Get says %v, want not found", id, err)
 		}
 	}
 }

@@ -85,7 +85,9 @@
 //   - Interface addresses per source: the agent fails with
 //     ErrAgentUnresponsive and the lease and ARP sources answer empty until
 //     SetInterfaceAddresses says otherwise; an inactive domain is
-//     ErrOperationInvalid.
+//     ErrOperationInvalid. AssignAddresses(source, prefix) makes each
+//     domain's first start give it the next address of a range on one
+//     source, as a guest taking a DHCP lease does.
 //   - Pools: lookups by UUID; volume calls on a stopped pool fail with
 //     ErrOperationInvalid "storage pool 'x' is not active";
 //     StoragePoolGetInfo reports capacity, the sum of the volumes'

@@ -141,6 +141,9 @@ func (f *Fake) DomainCreate(h libvirt.Domain) error {
 		delete(f.afterCreate, d.def.name)
 		f.setState(d, st)
 	}
+	if d.state == libvirt.DomainRunning {
+		f.lease(d)
+	}
 	return nil
 }
 

@@ -49,6 +49,7 @@ type Fake struct {
 	nextGates   map[string][]*Gate // one call each, in order, before it takes effect
 	returnGates map[string]*Gate   // after it took effect, before it returns
 	afterCreate map[string]libvirt.DomainState
+	leases      *leases // AssignAddresses; nil: starts give no address
 
 	srv serverState
 }
