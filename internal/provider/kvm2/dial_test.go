@@ -92,7 +92,10 @@ func TestDialFailureStages(t *testing.T) {
 		{"no libvirt socket", func(t *testing.T, e *testEnv) { e.hs.cfg.Hosts[0].Socket = "/run/nothing-here" }, stageSocket, provider.ErrTransient},
 		{"handshake stalls past the dial budget", func(t *testing.T, e *testEnv) {
 			e.ssh.StallHandshakes(true)
-			e.hs.budgets.dial = 100 * time.Millisecond
+			// The stall never ends, so the budget only has to outlast the TCP connect on
+			// loopback, which a loaded machine can hold past 100 ms (the stage was then
+			// "tcp").
+			e.hs.budgets.dial = 2 * time.Second
 		}, stageSSH, provider.ErrTransient},
 	}
 	for _, tt := range tests {
