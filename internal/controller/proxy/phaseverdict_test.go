@@ -406,11 +406,11 @@ func TestPhaseVerdict(t *testing.T) {
 func probedHealthy(healthy bool) func(*v1alpha1.Proxy) {
 	return func(px *v1alpha1.Proxy) {
 		px.Status.Healthy, px.Status.ProbeTarget = healthy, px.CurrentProbeTarget()
-		c := metav1.Condition{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded}
+		c := metav1.Condition{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded, ObservedGeneration: px.Generation}
 		if !healthy {
 			c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonProbeFailed
 		}
 		px.Status.Conditions = append(px.Status.Conditions, c,
-			metav1.Condition{Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted, Message: "preempted"})
+			metav1.Condition{Type: v1alpha1.ConditionPreempted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPreempted, Message: "preempted", ObservedGeneration: px.Generation})
 	}
 }

@@ -146,9 +146,7 @@ func (r *ProxyReconciler) applyStatus(ctx context.Context, s *scope) error {
 	if s.gone {
 		return nil
 	}
-	s.px.Status.ObservedGeneration = s.px.Generation
-	s.readiness()
-	common.SetKstatus(&s.px.Status.Conditions, s.px.Generation, common.ProxyKstate(s.px))
+	s.settle()
 	want := proxyStatusOf(&s.px.Status)
 	if equality.Semantic.DeepEqual(want, proxyStatusOf(&s.base.Status)) {
 		return nil
@@ -165,6 +163,15 @@ func (r *ProxyReconciler) applyStatus(ctx context.Context, s *scope) error {
 	}
 	s.written(obj)
 	return nil
+}
+
+// settle completes the status before a write: the generation observed, Running settled
+// against Ready (readiness), and the kstatus conditions (Ready, Reconciling, Stalled)
+// worked out from the phase and the conditions.
+func (s *scope) settle() {
+	s.px.Status.ObservedGeneration = s.px.Generation
+	s.readiness()
+	common.SetKstatus(&s.px.Status.Conditions, s.px.Generation, common.ProxyKstate(s.px))
 }
 
 // readiness settles Running against Ready from the health engine's Healthy condition
