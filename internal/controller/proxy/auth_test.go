@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -100,12 +99,7 @@ func TestProxyBasicAuthSecretLifecycle(t *testing.T) {
 	prev := otel.GetTracerProvider()
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
 	t.Cleanup(func() { otel.SetTracerProvider(prev) })
-	e := newProxyEnvManager(t, 3, func(o *ctrl.Options) {
-		// Up to V(2), as the kvm2 never-logged test; client-go's request dumps start at V(6).
-		o.Logger = funcr.New(func(prefix, args string) {
-			logs.Add(prefix + " " + args)
-		}, funcr.Options{Verbosity: 2})
-	})
+	e := newProxyEnv(t, withLogLines(logs)) // up to V(2), as the kvm2 never-logged test
 	const (
 		name     = "auth"
 		secret   = "crawl-auth"
@@ -266,6 +260,7 @@ func TestProxyBasicAuthSecretLifecycle(t *testing.T) {
 // A spec.proxy that cannot be rendered (a spec.cloudInit of no known kind) fails the
 // Proxy until its spec changes, without asking the provider.
 func TestProxyConfigRenderErrorLatches(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	px := e.newProxy("bad")
 	px.Spec.Port = 3128
@@ -298,11 +293,12 @@ func TestProxyConfigRenderErrorLatches(t *testing.T) {
 // A Secret that cannot be read (an API failure, not a missing Secret) is an error the
 // controller retries with backoff, not a wait for the user.
 func TestProxyCredentialsReadFailureRetries(t *testing.T) {
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) {
+	t.Parallel()
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, _ ctrl.Manager) {
 		r.Credentials = func(context.Context, *v1alpha1.Proxy) (*proxyconfig.Credentials, error) {
 			return nil, errors.New("reading secret x/y (spec.proxy.basicAuth.secretRef): connection refused")
 		}
-	})
+	}))
 	e.create(e.authProxy("flaky", "y"))
 	e.waitEvent("flaky", v1alpha1.ReasonTransientError, "connection refused; retrying")
 	// The manager's own retries run meanwhile: a direct reconcile that meets one of their
@@ -327,6 +323,7 @@ func TestProxyCredentialsReadFailureRetries(t *testing.T) {
 // The Secret watch maps a Secret to the Proxies of its namespace that name it, Managed
 // and External.
 func TestProxiesForSecret(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	a, b := e.authProxy("uses-a", "a"), e.authProxy("uses-b", "b")
 	ext := e.authProxy("external-a", "a")
@@ -361,6 +358,7 @@ func TestProxiesForSecret(t *testing.T) {
 // the label, and one Warning event. Labelling the Secret wakes both; removing the label
 // from a published External Proxy's Secret takes it back out.
 func TestProxyUnlabelledSecretIsNotRead(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	const secret = "deploy-bot"
 	e.writeSecret(secret, map[string]string{"username": "bot", "password": "Deploy-Pw.9"}, nil)

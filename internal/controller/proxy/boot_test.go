@@ -51,10 +51,10 @@ func TestBootPollIntervalDefault(t *testing.T) {
 // about a second of the address appearing.
 func TestBootingInstancePolledAtFixedShortInterval(t *testing.T) {
 	var gets *timedGets
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) {
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, _ ctrl.Manager) {
 		gets = &timedGets{Fake: r.Providers[testProvider].(*providertest.Fake)}
 		r.Providers = map[string]provider.Provider{testProvider: gets}
-	})
+	}))
 	e.fake.SetIPFunc(func(provider.CreateRequest) string { return "" })
 	px := e.create(e.newProxy("booting"))
 	e.waitProxy("booting", "Provisioning, waiting for an address", func(p *v1alpha1.Proxy) bool {
@@ -95,9 +95,10 @@ func TestBootingInstancePolledAtFixedShortInterval(t *testing.T) {
 // status once, with the new progress, rather than first "creating instance" and then
 // the progress again (two writes per retry, the message and reason flipping).
 func TestPendingRetryWritesStatusOnce(t *testing.T) {
+	t.Parallel()
 	const pends = 6
 	var writes atomic.Int32
-	e := newProxyEnv(t, func(r *ProxyReconciler, mgr ctrl.Manager) {
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, mgr ctrl.Manager) {
 		r.PendingRetry = 100 * time.Millisecond
 		r.Client = interceptor.NewClient(controllertest.NoWatch{Client: mgr.GetClient()}, interceptor.Funcs{
 			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
@@ -110,7 +111,7 @@ func TestPendingRetryWritesStatusOnce(t *testing.T) {
 				return c.SubResource(sub).Apply(ctx, obj, opts...)
 			},
 		})
-	})
+	}))
 	e.fake.PendCreates(pends)
 	e.create(e.newProxy("pendwrites"))
 	e.waitPhase("pendwrites", v1alpha1.PhaseRunning)

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -154,7 +151,12 @@ func (r *ProxyReconciler) renderConfig(ctx context.Context, s *scope) (rendered 
 // earlier keeps running as it is: replacing it needs the new credentials, and deleting
 // it would take a working proxy away over a Secret being edited.
 func (r *ProxyReconciler) waitForCredentials(s *scope, err error) {
-	px := s.px
+	s.enact(judgeCredentials(s.px, err))
+}
+
+// judgeCredentials is waitForCredentials's verdict: CredentialsUnavailable, or
+// EgressUnavailable for a WireGuard Secret (judgeUnavailable).
+func judgeCredentials(px *v1alpha1.Proxy, err error) phaseVerdict {
 	reason, what := v1alpha1.ReasonCredentialsUnavailable, "basic-auth"
 	if errors.Is(err, proxyconfig.ErrWireGuardSecret) {
 		reason, what = v1alpha1.ReasonEgressUnavailable, "WireGuard"
@@ -163,14 +165,5 @@ func (r *ProxyReconciler) waitForCredentials(s *scope, err error) {
 	if px.Status.ProviderID != "" {
 		msg += fmt.Sprintf(" (instance %s keeps the configuration it was built with)", px.InstanceName())
 	}
-	if c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned); c == nil ||
-		c.Reason != reason || c.Message != msg {
-		s.log.Info("proxy waits for its "+what+" secret", "error", err.Error())
-		s.event(corev1.EventTypeWarning, reason, common.ActionReconcile, "%s", msg)
-	}
-	if px.Status.ProviderID == "" {
-		s.setPhase(v1alpha1.PhasePending, reason, msg)
-	}
-	px.Status.Message = msg
-	s.setProvisioned(metav1.ConditionFalse, reason, msg)
+	return judgeUnavailable(px, reason, msg, "proxy waits for its "+what+" secret", "error", err.Error())
 }

@@ -24,6 +24,7 @@ import (
 )
 
 func TestProxyCreatedAndRunning(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	px := e.create(e.newProxy("web"))
 	got := e.waitPhase("web", v1alpha1.PhaseRunning)
@@ -65,6 +66,7 @@ func TestProxyCreatedAndRunning(t *testing.T) {
 }
 
 func TestInstanceNameStableAcrossRecreation(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	first := e.create(e.newProxy("again"))
 	e.waitPhase("again", v1alpha1.PhaseRunning)
@@ -91,77 +93,85 @@ func TestInstanceNameStableAcrossRecreation(t *testing.T) {
 }
 
 func TestPermanentErrorLatchedUntilSpecChanges(t *testing.T) {
+	t.Parallel()
 	// However short the re-check timer, it does not apply to a cause that cannot clear.
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.FailedRecheckInterval = time.Millisecond })
+	e := newSyncEnv(t, func(r *ProxyReconciler) { r.FailedRecheckInterval = time.Millisecond })
 	e.fake.NextCreateErr(provider.Permanent(errors.New(`placement.machineType "huge" is not in kvm2.machineTypes`)))
-	e.create(e.newProxy("perm"))
-	got := e.waitPhase("perm", v1alpha1.PhaseFailed)
+	got := e.newProxy("perm")
+	e.create(got)
+	if got.Status.Phase != v1alpha1.PhaseFailed {
+		t.Fatalf("phase %s, want Failed", got.Status.Phase)
+	}
 	if c := provisioned(got); c.Reason != v1alpha1.ReasonPermanentError || !strings.Contains(c.Message, `"huge"`) {
 		t.Errorf("Provisioned = %+v, want reason PermanentError with the provider's message", c)
 	}
 	if !strings.Contains(got.Status.Message, `placement.machineType "huge"`) {
 		t.Errorf("message %q does not carry the provider's error", got.Status.Message)
 	}
-	ev := e.waitEvent("perm", v1alpha1.ReasonPermanentError, "stays Failed until its spec changes")
-	if ev.Type != corev1.EventTypeWarning {
-		t.Errorf("event type %s, want Warning", ev.Type)
-	}
+	e.expectEvent(corev1.EventTypeWarning, v1alpha1.ReasonPermanentError, "stays Failed until its spec changes")
 
 	// Another reconcile at the same generation asks the provider nothing.
 	before := len(e.fake.Calls())
-	res, err := e.reconcileNow("perm")
-	if err != nil || res != (ctrl.Result{}) {
-		t.Errorf("latched reconcile = %+v, %v; want no requeue and no error", res, err)
+	if res := e.reconcile(got); res != (ctrl.Result{}) {
+		t.Errorf("latched reconcile = %+v; want no requeue and no error", res)
 	}
 	if n := len(e.fake.Calls()); n != before {
 		t.Errorf("latched reconcile called the provider: %v", e.ops()[before:])
 	}
-	if px := e.get("perm"); px.Status.Phase != v1alpha1.PhaseFailed {
-		t.Errorf("phase %s after a latched reconcile, want Failed", px.Status.Phase)
+	if got.Status.Phase != v1alpha1.PhaseFailed {
+		t.Errorf("phase %s after a latched reconcile, want Failed", got.Status.Phase)
 	}
 
 	// A spec change (new generation) lifts the latch.
-	px := e.get("perm")
-	px.Spec.Placement.MachineType = "medium"
-	if err := e.c.Update(e.ctx, px); err != nil {
+	got.Spec.Placement.MachineType = "medium"
+	if err := e.c.Update(e.ctx, got); err != nil {
 		t.Fatal(err)
 	}
-	got = e.waitPhase("perm", v1alpha1.PhaseRunning)
+	if e.reconcile(got); got.Status.Phase != v1alpha1.PhaseRunning {
+		t.Errorf("phase %s after the spec change, want Running", got.Status.Phase)
+	}
 	if got.Status.ObservedGeneration != got.Generation || got.Generation < 2 {
 		t.Errorf("observedGeneration %d, generation %d", got.Status.ObservedGeneration, got.Generation)
 	}
 }
 
 func TestQuotaExceededWaitsOffTheBackoffCurve(t *testing.T) {
+	t.Parallel()
 	var blocked atomic.Bool
 	blocked.Store(true)
 	const retry = 2 * time.Second
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.QuotaRetry = retry })
+	e := newSyncEnv(t, func(r *ProxyReconciler) { r.QuotaRetry = retry })
 	e.fake.SetCreateHook(quotaUntil(&blocked))
-	e.create(e.newProxy("quota"))
-	got := e.waitProxy("quota", "Provisioned reason QuotaExceeded", func(px *v1alpha1.Proxy) bool {
-		return provisioned(px).Reason == v1alpha1.ReasonQuotaExceeded
-	})
+	got := e.newProxy("quota")
+	res := e.create(got)
+	if provisioned(got).Reason != v1alpha1.ReasonQuotaExceeded {
+		t.Fatalf("Provisioned = %+v, want reason QuotaExceeded", provisioned(got))
+	}
 	if got.Status.Phase != v1alpha1.PhaseProvisioning {
 		t.Errorf("phase %s, want Provisioning (quota is never Failed)", got.Status.Phase)
 	}
 	if c := provisioned(got); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "11 GiB needed") || !strings.Contains(c.Message, "retrying in 2s") {
 		t.Errorf("Provisioned = %+v, want False with the provider's message and the retry delay", c)
 	}
-	e.waitEvent("quota", v1alpha1.ReasonQuotaExceeded, "11 GiB needed")
-
-	res, err := e.reconcileNow("quota")
-	if err != nil || res.RequeueAfter != retry {
-		t.Errorf("reconcile on quota = %+v, %v; want RequeueAfter %s and no error", res, err, retry)
+	e.expectEvent(corev1.EventTypeWarning, v1alpha1.ReasonQuotaExceeded, "11 GiB needed")
+	if res.RequeueAfter != retry {
+		t.Errorf("reconcile on quota = %+v; want RequeueAfter %s and no error", res, retry)
 	}
-	if px := e.get("quota"); px.Status.Phase == v1alpha1.PhaseFailed {
+
+	if res := e.reconcile(got); res.RequeueAfter != retry {
+		t.Errorf("reconcile on quota = %+v; want RequeueAfter %s and no error", res, retry)
+	}
+	if got.Status.Phase == v1alpha1.PhaseFailed {
 		t.Error("quota made the Proxy Failed")
 	}
 	blocked.Store(false)
-	e.waitPhase("quota", v1alpha1.PhaseRunning)
+	if e.reconcile(got); got.Status.Phase != v1alpha1.PhaseRunning {
+		t.Errorf("phase %s once the quota allows, want Running", got.Status.Phase)
+	}
 }
 
 func TestTransientErrorRetriedWithBackoff(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	var fails atomic.Int32
 	fails.Store(2)
@@ -190,7 +200,8 @@ func TestTransientErrorRetriedWithBackoff(t *testing.T) {
 }
 
 func TestVanishedInstanceCreatedAgain(t *testing.T) {
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.ResyncInterval = 300 * time.Millisecond })
+	t.Parallel()
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, _ ctrl.Manager) { r.ResyncInterval = 300 * time.Millisecond }))
 	px := e.create(e.newProxy("gone"))
 	first := e.waitPhase("gone", v1alpha1.PhaseRunning)
 	if !e.fake.RemoveInstance(first.Status.ProviderID) {
@@ -206,6 +217,7 @@ func TestVanishedInstanceCreatedAgain(t *testing.T) {
 }
 
 func TestSpecChangeReplacesInstance(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	e.create(e.newProxy("repl"))
 	first := e.waitPhase("repl", v1alpha1.PhaseRunning)
@@ -260,7 +272,8 @@ func lastIndex(ss []string, s string) int {
 // the Preempted condition, still there while the successor is only Running (the health
 // engine removes it at Ready).
 func TestPreemptedInstanceReported(t *testing.T) {
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.ResyncInterval = 300 * time.Millisecond })
+	t.Parallel()
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, _ ctrl.Manager) { r.ResyncInterval = 300 * time.Millisecond }))
 	e.create(e.newProxy("spot"))
 	first := e.waitPhase("spot", v1alpha1.PhaseRunning)
 	before := testutil.ToFloat64(preemptionsTotal.WithLabelValues(testProvider, "beelink"))

@@ -17,6 +17,7 @@ import (
 
 // The CRD's schema and CEL rules, as the API server applies them to what a user applies.
 func TestProxyValidation(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	for _, tc := range []struct {
 		name string
@@ -40,6 +41,7 @@ func TestProxyValidation(t *testing.T) {
 }
 
 func TestProxyDefaultsAndImmutableProvider(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	px := testbuild.Proxy("default", "defaults", testbuild.WithProvider("kvm2-home"))
 	if err := shared.Client(t).Create(ctx, px); err != nil {
@@ -63,6 +65,7 @@ func TestProxyDefaultsAndImmutableProvider(t *testing.T) {
 }
 
 func TestSamplesAreAccepted(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	files, _ := filepath.Glob(filepath.Join("..", "..", "..", "config", "samples", "proxy_*.yaml"))
 	if len(files) == 0 {
@@ -95,6 +98,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 }
 
 func TestProviderHealthIsClusterScoped(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	ph := &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "kvm2-home"}}
 	if err := shared.Client(t).Create(ctx, ph, client.DryRunAll); err != nil {

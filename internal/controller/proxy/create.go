@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -25,55 +24,36 @@ import (
 // copied into the Proxy's snapshot. userData may hold the proxy's password: it goes to
 // the provider and nowhere else.
 func (r *ProxyReconciler) create(ctx context.Context, s *scope, p provider.Provider, want hashes, userData []byte, creds *proxyconfig.Credentials) (ctrl.Result, error) {
-	px := s.px
 	if err := r.syncSnapshot(ctx, s, creds); err != nil {
 		if errors.Is(err, errSnapshotTaken) {
-			return r.snapshotTaken(s, err), nil
+			v := judgeSnapshotTaken(s.px, err, r.timings())
+			s.enact(v)
+			return v.result, nil
 		}
 		return r.providerError(s, common.ActionCreate, err, true)
 	}
-	inst, res, err := r.provision(ctx, s, p, want.rendered, userData)
-	if inst == nil {
-		return res, err
-	}
-	px.Status.SpecHash, px.Status.RenderedHash = want.intent, want.rendered
-	px.Status.ObservedReplace = px.Annotations[v1alpha1.ReplaceAnnotation]
-	s.setConfigUpToDate()
-	return r.publishInstance(s, *inst), nil
+	return r.provision(ctx, s, p, want.rendered, userData, &want)
 }
 
 // restart asks the provider to start the Proxy's stopped instance as it was built: the
 // request carries the rendered hash the instance is marked with, so the provider adopts
 // it rather than building it again; hashes and snapshot stay as they are.
 func (r *ProxyReconciler) restart(ctx context.Context, s *scope, p provider.Provider, userData []byte) (ctrl.Result, error) {
-	inst, res, err := r.provision(ctx, s, p, s.px.Status.RenderedHash, userData)
-	if inst == nil {
-		return res, err
-	}
-	return r.publishInstance(s, *inst), nil
+	return r.provision(ctx, s, p, s.px.Status.RenderedHash, userData, nil)
 }
 
 // provision runs the provider's Create for the Proxy with specHash as the instance's
-// mark. It returns the instance, or nil and what the reconcile returns.
-func (r *ProxyReconciler) provision(ctx context.Context, s *scope, p provider.Provider, specHash string, userData []byte) (*provider.Instance, ctrl.Result, error) {
+// mark, and carries out the verdict on its answer (judgeCreated); want are the hashes a
+// new instance is built from, nil for a restart.
+func (r *ProxyReconciler) provision(ctx context.Context, s *scope, p provider.Provider, specHash string, userData []byte, want *hashes) (ctrl.Result, error) {
 	px := s.px
 	name := px.InstanceName()
-	switch {
-	case ownedByOther(px):
-		// A re-check: the Proxy stays Failed, with no phase flapping, until the Create succeeds.
-		s.log.V(1).Info("checking a proxy failed on an instance of another owner again", "message", px.Status.Message)
-	case s.base.Status.Phase == v1alpha1.PhaseProvisioning:
-		// A repeat (after a pending, quota or transient result): the Proxy already shows
-		// Provisioning, and what it shows stays until this Create's outcome, which is
-		// written only if it differs. Announcing "creating" first would write the status
-		// twice per retry, flipping the message and reason back and forth.
-	default:
-		msg := fmt.Sprintf("creating instance %s with provider %s", name, px.Spec.Provider)
-		s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning, msg)
-		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, msg)
+	v, announce := judgeProvision(px, s.base.Status.Phase)
+	s.enact(v)
+	if announce {
 		// A Create may take minutes (a first image download): show Provisioning meanwhile.
 		if err := r.applyStatus(ctx, s); err != nil {
-			return nil, ctrl.Result{}, err
+			return ctrl.Result{}, err
 		}
 	}
 
@@ -97,106 +77,21 @@ func (r *ProxyReconciler) provision(ctx context.Context, s *scope, p provider.Pr
 	if latest := prog.stop(); latest != nil {
 		s.written(latest)
 	}
-	if err != nil {
-		res, err := r.providerError(s, common.ActionCreate, fmt.Errorf("creating instance %s: %w", name, err), true)
-		return nil, res, err
+	c := created{inst: inst, err: err, want: want}
+	if err == nil {
+		c.hold = r.holdFacts(px.UID)
 	}
-	return &inst, ctrl.Result{}, nil
+	v = judgeCreated(px, c, r.timings())
+	s.enact(v)
+	return v.result, v.err
 }
 
-// snapshotTaken shows that the snapshot's Secret name belongs to a Secret the Proxy does
-// not control, and checks again every PendingRetry: nothing is written over it.
-func (r *ProxyReconciler) snapshotTaken(s *scope, err error) ctrl.Result {
-	px := s.px
-	msg := err.Error()
-	if c := meta.FindStatusCondition(px.Status.Conditions, v1alpha1.ConditionProvisioned); c == nil ||
-		c.Reason != v1alpha1.ReasonCredentialsUnavailable || c.Message != msg {
-		s.log.Info("proxy cannot keep its credentials snapshot", "error", msg)
-		s.event(corev1.EventTypeWarning, v1alpha1.ReasonCredentialsUnavailable, common.ActionReconcile, "%s", msg)
-	}
-	if px.Status.ProviderID == "" {
-		s.setPhase(v1alpha1.PhasePending, v1alpha1.ReasonCredentialsUnavailable, msg)
-	}
-	px.Status.Message = msg
-	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonCredentialsUnavailable, msg)
-	return ctrl.Result{RequeueAfter: r.PendingRetry}
-}
-
-// providerError turns a provider error into status, an Event and a result, by class:
-// permanent latches Failed, quota waits QuotaRetry off the backoff curve, pending (work
-// the provider runs in the background, such as an image download) waits PendingRetry off
-// the curve too and shows the work's progress, a transient error that says when a retry
-// can succeed (provider.RetryAfter) waits that long, anything else goes back to
-// controller-runtime for a retry with backoff. provisioning says the error kept the
-// instance from being provisioned, so the Provisioned condition shows it.
+// providerError carries out the verdict on a provider error (judgeProviderError) and
+// returns what the reconcile returns.
 func (r *ProxyReconciler) providerError(s *scope, action string, err error, provisioning bool) (ctrl.Result, error) {
-	st := &s.px.Status
-	switch {
-	case errors.Is(err, errStaleRead):
-		return ctrl.Result{}, err // not the provider's: Reconcile runs again
-	case errors.Is(err, provider.ErrPending):
-		// Not a failure: no Warning event, and the Provisioned condition carries the
-		// progress with the provider's reason (ImageDownloading for kvm2).
-		pr, _ := provider.PendingProgress(err)
-		if pr.Reason == "" {
-			pr.Reason = v1alpha1.ReasonProvisioning
-		}
-		if pr.Message == "" {
-			pr.Message = err.Error()
-		}
-		msg := progressMessage(pr)
-		s.log.V(1).Info("provider work pending; asking again", "op", action, "retryIn", r.PendingRetry,
-			"reason", pr.Reason, "progress", msg)
-		st.Phase, st.Message = v1alpha1.PhaseProvisioning, msg
-		s.setProvisioned(metav1.ConditionFalse, pr.Reason, msg)
-		return ctrl.Result{RequeueAfter: r.PendingRetry}, nil
-	case errors.Is(err, provider.ErrOwnedByOther):
-		// Permanent for this request, but the other owner's instance may go (orphan GC
-		// deletes it once no Proxy owns it): check again later instead of latching.
-		every := r.FailedRecheckInterval
-		msg := fmt.Sprintf("%v; checked again every %s, and as soon as orphan GC deletes that instance", err, every)
-		if !ownedByOther(s.px) {
-			s.log.Info("proxy phase changed", "from", st.Phase, "to", v1alpha1.PhaseFailed, "reason", v1alpha1.ReasonOwnedByOther, "error", err.Error())
-			s.event(corev1.EventTypeWarning, v1alpha1.ReasonOwnedByOther, action, "%s", msg)
-		}
-		st.Phase, st.Message = v1alpha1.PhaseFailed, msg
-		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonOwnedByOther, msg)
-		return ctrl.Result{RequeueAfter: every}, nil
-	case errors.Is(err, provider.ErrPermanent):
-		if st.Phase != v1alpha1.PhaseFailed {
-			s.log.Info("proxy phase changed", "from", st.Phase, "to", v1alpha1.PhaseFailed, "reason", v1alpha1.ReasonPermanentError, "error", err.Error())
-		}
-		st.Phase, st.Message = v1alpha1.PhaseFailed, err.Error()
-		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonPermanentError, err.Error())
-		s.event(corev1.EventTypeWarning, v1alpha1.ReasonPermanentError, action,
-			"%v; the Proxy stays Failed until its spec changes", err)
-		return ctrl.Result{}, nil
-	case errors.Is(err, provider.ErrQuotaExceeded):
-		msg := fmt.Sprintf("%v; retrying in %s", err, r.QuotaRetry)
-		s.log.Info("provider out of capacity; waiting", "op", action, "retryIn", r.QuotaRetry, "error", err.Error())
-		st.Phase, st.Message = v1alpha1.PhaseProvisioning, msg
-		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonQuotaExceeded, msg)
-		s.event(corev1.EventTypeWarning, v1alpha1.ReasonQuotaExceeded, action, "%s", msg)
-		return ctrl.Result{RequeueAfter: r.QuotaRetry}, nil
-	case errors.Is(err, provider.ErrTransient) && provider.RetryAfter(err) > 0:
-		// The provider says when a retry can succeed (a rate limit's reset): wait that
-		// long, at most the error backoff's cap, off the curve.
-		wait := min((provider.RetryAfter(err) + time.Second - 1).Truncate(time.Second), maxErrorBackoff)
-		s.event(corev1.EventTypeWarning, v1alpha1.ReasonTransientError, action, "%v; retrying in %s", err, wait)
-		if provisioning {
-			st.Message = err.Error()
-			s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonTransientError, err.Error())
-		}
-		return ctrl.Result{RequeueAfter: wait}, nil
-	default:
-		// ErrTransient, unclassified errors, and ErrNotFound where the contract rules it out.
-		s.event(corev1.EventTypeWarning, v1alpha1.ReasonTransientError, action, "%v; retrying", err)
-		if provisioning {
-			st.Message = err.Error()
-			s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonTransientError, err.Error())
-		}
-		return ctrl.Result{}, err
-	}
+	v := judgeProviderError(s.px, action, err, provisioning, r.timings())
+	s.enact(v)
+	return v.result, v.err
 }
 
 // progress shows what a long Create is doing on the Provisioned condition, patching at

@@ -21,9 +21,10 @@ import (
 // pool's rotation destroyed a replaced child's VM within a second of taking it out of
 // discovery, cutting the requests a crawler had just sent through it.
 func TestDeletionDrainKeepsAHealthyProxysInstance(t *testing.T) {
+	t.Parallel()
 	const drain = 10 * time.Second
 	clk := clocktesting.NewFakeClock(time.Now())
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.Clock, r.DeletionDrain = clk, drain })
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, _ ctrl.Manager) { r.Clock, r.DeletionDrain = clk, drain }))
 	const name = "drained"
 	px := e.create(e.newProxy(name))
 	running := e.waitPhase(name, v1alpha1.PhaseRunning)
@@ -68,8 +69,9 @@ func TestDeletionDrainKeepsAHealthyProxysInstance(t *testing.T) {
 // A Proxy discovery never handed out (not healthy) has no drain: its instance goes at
 // once, with the clock standing still.
 func TestDeletionDrainSkipsAProxyNeverHealthy(t *testing.T) {
+	t.Parallel()
 	clk := clocktesting.NewFakeClock(time.Now())
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.Clock, r.DeletionDrain = clk, time.Hour })
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, _ ctrl.Manager) { r.Clock, r.DeletionDrain = clk, time.Hour }))
 	const name = "unproven"
 	px := e.create(e.newProxy(name))
 	id := e.waitPhase(name, v1alpha1.PhaseRunning).Status.ProviderID

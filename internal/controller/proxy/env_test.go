@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,29 +42,45 @@ type proxyEnv struct {
 	cached client.Reader
 }
 
-type envOption func(*ProxyReconciler, ctrl.Manager)
+// envConfig is how newProxyEnv sets up its manager and reconciler.
+type envConfig struct {
+	// manager adjusts the manager's options (its logger) when not nil.
+	manager func(*ctrl.Options)
+	// reconciler adjusts the reconciler, in order, before it is set up with the manager.
+	reconciler []func(*ProxyReconciler, ctrl.Manager)
+}
 
-// newProxyEnv starts a manager watching a fresh namespace, with the reconciler wired to
-// a fake provider named testProvider.
+// envOption is one setting of newProxyEnv.
+type envOption func(*envConfig)
+
+// withReconciler adjusts the reconciler (its intervals, clock, providers or client)
+// before it is set up with the manager.
+func withReconciler(f func(*ProxyReconciler, ctrl.Manager)) envOption {
+	return func(c *envConfig) { c.reconciler = append(c.reconciler, f) }
+}
+
+// withLogLines has the manager log into logs, up to V(2) (client-go's request dumps
+// start at V(6)), for a test that reads what is logged.
+func withLogLines(logs *controllertest.LogLines) envOption {
+	return func(c *envConfig) {
+		c.manager = func(o *ctrl.Options) {
+			o.Logger = funcr.New(func(prefix, args string) { logs.Add(prefix + " " + args) }, funcr.Options{Verbosity: 2})
+		}
+	}
+}
+
+// newProxyEnv starts a manager watching a fresh namespace, with the reconciler (three
+// workers) wired to a fake provider named testProvider, set up as opts say.
 func newProxyEnv(t testing.TB, opts ...envOption) *proxyEnv {
 	t.Helper()
-	return newProxyEnvWorkers(t, 3, opts...)
-}
-
-// newProxyEnvWorkers is newProxyEnv with workers concurrent reconciles.
-func newProxyEnvWorkers(t testing.TB, workers int, opts ...envOption) *proxyEnv {
-	t.Helper()
-	return newProxyEnvManager(t, workers, nil, opts...)
-}
-
-// newProxyEnvManager is newProxyEnvWorkers with the manager's options adjusted by
-// mutate (when not nil), such as its logger.
-func newProxyEnvManager(t testing.TB, workers int, mutate func(*ctrl.Options), opts ...envOption) *proxyEnv {
-	t.Helper()
+	var cfg envConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	ctx := testContext(t)
 	env := shared.Env(t)
 	ns := env.Namespace(t, ctx, "px")
-	mgr := env.NewManager(t, ns, mutate)
+	mgr := env.NewManager(t, ns, cfg.manager)
 	e := &proxyEnv{t: t, ctx: ctx, ns: ns, c: env.Client, fake: providertest.NewFake(), cached: mgr.GetClient()}
 	e.r = &ProxyReconciler{
 		Client:     mgr.GetClient(),
@@ -72,10 +89,10 @@ func newProxyEnvManager(t testing.TB, workers int, mutate func(*ctrl.Options), o
 		Providers:  map[string]provider.Provider{testProvider: e.fake},
 		QuotaRetry: time.Hour,
 	}
-	for _, o := range opts {
-		o(e.r, mgr)
+	for _, f := range cfg.reconciler {
+		f(e.r, mgr)
 	}
-	if err := e.r.SetupWithManager(mgr, workers); err != nil {
+	if err := e.r.SetupWithManager(mgr, 3); err != nil {
 		t.Fatalf("setting up the reconciler: %v", err)
 	}
 	testenv.StartManager(t, ctx, mgr)
@@ -83,8 +100,11 @@ func newProxyEnvManager(t testing.TB, workers int, mutate func(*ctrl.Options), o
 }
 
 // newProxy returns a Managed Proxy on testProvider (not yet created).
-func (e *proxyEnv) newProxy(name string) *v1alpha1.Proxy {
-	return testbuild.Proxy(e.ns, name, testbuild.WithProvider(testProvider),
+func (e *proxyEnv) newProxy(name string) *v1alpha1.Proxy { return testProxy(e.ns, name) }
+
+// testProxy is a Managed Proxy ns/name on testProvider.
+func testProxy(ns, name string) *v1alpha1.Proxy {
+	return testbuild.Proxy(ns, name, testbuild.WithProvider(testProvider),
 		testbuild.WithPlacement(v1alpha1.ProxyPlacement{Region: "home", Zone: "beelink", MachineType: "small", Image: "debian-12"}),
 		testbuild.WithSpec(func(s *v1alpha1.ProxySpec) { s.CloudInit = "#cloud-config\npackages: [tinyproxy]\n" }))
 }
@@ -182,9 +202,12 @@ func (e *proxyEnv) reconcileNow(name string) (ctrl.Result, error) {
 }
 
 // ops lists the recorded provider operations, in order, as "op arg".
-func (e *proxyEnv) ops() []string {
+func (e *proxyEnv) ops() []string { return fakeOps(e.fake) }
+
+// fakeOps lists the calls made of fake, as "Op name-or-id".
+func fakeOps(fake *providertest.Fake) []string {
 	var out []string
-	for _, c := range e.fake.Calls() {
+	for _, c := range fake.Calls() {
 		switch a := c.Arg.(type) {
 		case provider.CreateRequest:
 			out = append(out, c.Op+" "+a.Name)

@@ -5,9 +5,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-
-	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
-	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
 
 // DefaultAddressHold is how long a running instance that stops reporting its address
@@ -22,41 +19,30 @@ type addressHolds struct {
 	since map[types.UID]time.Time
 }
 
-// holdAddress reports whether the Proxy keeps its last address and phase while inst,
-// its running instance, reports none, and for how much longer. It holds only an instance
-// the Proxy has already seen at an address (Running or Ready), for AddressHold
-// (DefaultAddressHold) from the first reconcile that saw the address missing.
-func (r *ProxyReconciler) holdAddress(s *scope, inst provider.Instance) (time.Duration, bool) {
-	px := s.px
+// holdFacts are what the address hold of the Proxy uid is judged from (judgeHold): the
+// clock's now and since when its running instance has reported no address.
+func (r *ProxyReconciler) holdFacts(uid types.UID) holdFacts {
 	r.holds.mu.Lock()
 	defer r.holds.mu.Unlock()
-	lost := inst.State == provider.StateRunning && inst.IP == "" && px.Status.IP != "" &&
-		inst.ProviderID == px.Status.ProviderID &&
-		(px.Status.Phase == v1alpha1.PhaseRunning || px.Status.Phase == v1alpha1.PhaseReady)
-	if !lost {
-		delete(r.holds.since, px.UID)
-		return 0, false
-	}
-	now := r.Clock.Now()
-	since, ok := r.holds.since[px.UID]
-	if !ok {
+	return holdFacts{since: r.holds.since[uid], now: r.Clock.Now()}
+}
+
+// keepHold carries out a verdict's start or end of the Proxy uid's address hold.
+func (r *ProxyReconciler) keepHold(uid types.UID, v phaseVerdict) {
+	r.holds.mu.Lock()
+	defer r.holds.mu.Unlock()
+	switch {
+	case !v.holdFrom.IsZero():
 		if r.holds.since == nil {
 			r.holds.since = map[types.UID]time.Time{}
 		}
-		since = now
-		r.holds.since[px.UID] = now
-		s.log.Info("running instance reports no address; keeping the last one for a while",
-			"ip", px.Status.IP, "hold", r.AddressHold)
+		r.holds.since[uid] = v.holdFrom
+	case v.dropHold:
+		delete(r.holds.since, uid)
 	}
-	left := r.AddressHold - now.Sub(since)
-	if left <= 0 {
-		delete(r.holds.since, px.UID)
-		return 0, false
-	}
-	return left, true
 }
 
-// forgetAddressHold drops what holdAddress remembers of a Proxy that goes away.
+// forgetAddressHold drops what the address hold remembers of a Proxy that goes away.
 func (r *ProxyReconciler) forgetAddressHold(uid types.UID) {
 	r.holds.mu.Lock()
 	defer r.holds.mu.Unlock()

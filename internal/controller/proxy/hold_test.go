@@ -15,8 +15,9 @@ import (
 // back to Provisioning; the address coming back ends the hold, and a later loss starts a
 // new one.
 func TestAddressHeldWhileAgentReportsNone(t *testing.T) {
+	t.Parallel()
 	clk := clocktesting.NewFakeClock(time.Now())
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.Clock = clk })
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, _ ctrl.Manager) { r.Clock = clk }))
 	const name = "flaky-agent"
 	e.create(e.newProxy(name))
 	before := e.waitPhase(name, v1alpha1.PhaseRunning)

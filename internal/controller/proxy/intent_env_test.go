@@ -31,6 +31,7 @@ func upToDate(p *v1alpha1.Proxy) bool {
 // one built with the narrower fence, as any spec change does; it is not shown as an
 // operator's rendering change while the old, wider fence keeps running.
 func TestNarrowedAllowedDestinationsReplacesInstance(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	const name = "fenced"
 	e.create(e.fencedProxy(name, "192.168.7.0/24", "10.20.0.0/16"))
@@ -96,6 +97,7 @@ func (e *proxyEnv) setStatusHashes(name, specHash, renderedHash string) {
 // in any case (its pool replaces it surge-first). A standalone Proxy built from another
 // rendering is replaced: its fence may have been edited under that version.
 func TestPartialIntentAdopted(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	const name, child = "partial", "partial-child"
 	e.create(e.fencedProxy(name, "192.168.7.0/24"))

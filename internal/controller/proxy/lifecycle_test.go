@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,10 +27,11 @@ import (
 )
 
 func TestDeletionRemovesInstanceBeforeFinalizer(t *testing.T) {
+	t.Parallel()
 	var deleteFails atomic.Bool
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) {
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, _ ctrl.Manager) {
 		r.Providers[testProvider] = &failingDelete{Fake: r.Providers[testProvider].(*providertest.Fake), fail: &deleteFails}
-	})
+	}))
 	px := e.create(e.newProxy("bye"))
 	got := e.waitPhase("bye", v1alpha1.PhaseRunning)
 	id := got.Status.ProviderID
@@ -80,6 +82,7 @@ func (f *failingDelete) Delete(ctx context.Context, id string) error {
 }
 
 func TestDeletionFindsUnrecordedInstance(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	px := e.create(e.newProxy("lost"))
 	got := e.waitPhase("lost", v1alpha1.PhaseRunning)
@@ -103,6 +106,7 @@ func TestDeletionFindsUnrecordedInstance(t *testing.T) {
 }
 
 func TestExternalProxyCreatesNothing(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	px := testbuild.Proxy(e.ns, "ext", testbuild.External("proxy.example.net"), testbuild.WithPort(8080))
 	e.create(px)
@@ -127,18 +131,21 @@ func TestExternalProxyCreatesNothing(t *testing.T) {
 }
 
 func TestUnconfiguredProviderFails(t *testing.T) {
-	e := newProxyEnv(t)
-	px := e.newProxy("nowhere")
-	px.Spec.Provider = "kvm2-away"
-	e.create(px)
-	got := e.waitPhase("nowhere", v1alpha1.PhaseFailed)
+	t.Parallel()
+	e := newSyncEnv(t)
+	got := e.newProxy("nowhere")
+	got.Spec.Provider = "kvm2-away"
+	e.create(got)
+	if got.Status.Phase != v1alpha1.PhaseFailed {
+		t.Fatalf("phase %s, want Failed", got.Status.Phase)
+	}
 	if !strings.Contains(got.Status.Message, `provider "kvm2-away" is not configured`) || !strings.Contains(got.Status.Message, testProvider) {
 		t.Errorf("message %q, want it to name the missing and the configured providers", got.Status.Message)
 	}
 	if c := provisioned(got); c.Reason != v1alpha1.ReasonProviderNotConfigured {
 		t.Errorf("Provisioned = %+v, want reason ProviderNotConfigured", c)
 	}
-	e.waitEvent("nowhere", v1alpha1.ReasonProviderNotConfigured, "kvm2-away")
+	e.expectEvent(corev1.EventTypeWarning, v1alpha1.ReasonProviderNotConfigured, "kvm2-away")
 	if len(e.fake.Calls()) != 0 {
 		t.Errorf("provider called: %v", e.ops())
 	}
@@ -146,16 +153,17 @@ func TestUnconfiguredProviderFails(t *testing.T) {
 	if err := e.c.Delete(e.ctx, got); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, waitLong, "proxy nowhere to be gone", func() (bool, error) {
-		err := e.c.Get(e.ctx, client.ObjectKeyFromObject(px), &v1alpha1.Proxy{})
-		return apierrors.IsNotFound(err), err
-	})
+	e.reconcile(got)
+	if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(got), &v1alpha1.Proxy{}); !apierrors.IsNotFound(err) {
+		t.Errorf("proxy nowhere after the reconcile of its deletion: %v, want it gone", err)
+	}
 }
 
 func TestCreateProgressShownAndRateLimited(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	var reported atomic.Int32
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.ProgressInterval = 1 << 62 })
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, _ ctrl.Manager) { r.ProgressInterval = 1 << 62 }))
 	e.fake.SetCreateHook(func(ctx context.Context, _ provider.CreateRequest) error {
 		provider.ReportProgress(ctx, provider.Progress{Reason: provider.ReasonImageDownloading, Message: "downloading debian-12 into pool default on beelink", Done: 1, Total: 10})
 		provider.ReportProgress(ctx, provider.Progress{Reason: provider.ReasonImageDownloading, Message: "downloading debian-12 into pool default on beelink", Done: 5, Total: 10})
@@ -186,6 +194,7 @@ func TestCreateProgressShownAndRateLimited(t *testing.T) {
 
 // kvm2 states the percentage in its own message; the status must not repeat it.
 func TestCreateProgressPercentNotRepeated(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	e := newProxyEnv(t)
 	e.fake.SetCreateHook(func(ctx context.Context, _ provider.CreateRequest) error {
@@ -210,38 +219,42 @@ func TestCreateProgressPercentNotRepeated(t *testing.T) {
 }
 
 func TestInstanceWithoutAddressStaysProvisioning(t *testing.T) {
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.PollInterval = 200e6 })
+	t.Parallel()
+	e := newSyncEnv(t)
 	e.fake.SetIPFunc(func(provider.CreateRequest) string { return "" })
-	px := e.create(e.newProxy("noip"))
+	px := e.newProxy("noip")
+	res := e.create(px)
 	want := "instance " + px.InstanceName() + " is running; waiting for it to report an address"
-	e.waitProxy("noip", "Provisioning waiting for an address", func(p *v1alpha1.Proxy) bool {
-		return p.Status.Phase == v1alpha1.PhaseProvisioning && p.Status.Message == want
-	})
+	if px.Status.Phase != v1alpha1.PhaseProvisioning || px.Status.Message != want || res.RequeueAfter != DefaultPollInterval {
+		t.Fatalf("phase %s, message %q, requeue %s; want Provisioning, %q, polled every %s", px.Status.Phase, px.Status.Message, res.RequeueAfter, want, DefaultPollInterval)
+	}
 	id := providertest.ProviderID(px.InstanceName())
 	inst, _ := e.fake.Instance(id)
 	inst.IP = "192.168.122.50"
 	e.fake.SetInstance(inst)
-	got := e.waitPhase("noip", v1alpha1.PhaseRunning)
-	if got.Status.IP != "192.168.122.50" {
-		t.Errorf("ip %q, want the address the provider learnt later", got.Status.IP)
+	if e.reconcile(px); px.Status.Phase != v1alpha1.PhaseRunning || px.Status.IP != "192.168.122.50" {
+		t.Errorf("phase %s, ip %q; want Running at the address the provider learnt later", px.Status.Phase, px.Status.IP)
 	}
 }
 
 // An instance's external IPv6 (gce with stackType IPV4_IPV6) lands in status.ipv6 beside
 // status.ip, written by the reconciler with the rest of its fields.
 func TestInstanceIPv6InStatus(t *testing.T) {
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.PollInterval = 200e6 })
+	t.Parallel()
+	e := newSyncEnv(t)
 	e.fake.SetIPFunc(func(provider.CreateRequest) string { return "" })
-	px := e.create(e.newProxy("dual"))
-	e.waitProxy("dual", "Provisioning waiting for an address", func(p *v1alpha1.Proxy) bool {
-		return p.Status.Phase == v1alpha1.PhaseProvisioning && p.Status.ProviderID != ""
-	})
+	px := e.newProxy("dual")
+	if e.create(px); px.Status.Phase != v1alpha1.PhaseProvisioning || px.Status.ProviderID == "" {
+		t.Fatalf("phase %s, providerID %q; want Provisioning waiting for an address", px.Status.Phase, px.Status.ProviderID)
+	}
 	inst, _ := e.fake.Instance(providertest.ProviderID(px.InstanceName()))
 	inst.IP, inst.IPv6 = "203.0.113.9", "2001:db8:9::"
 	e.fake.SetInstance(inst)
-	got := e.waitPhase("dual", v1alpha1.PhaseRunning)
-	if got.Status.IP != "203.0.113.9" || got.Status.IPv6 != "2001:db8:9::" {
-		t.Errorf("status ip %q, ipv6 %q; want the instance's 203.0.113.9 and 2001:db8:9::", got.Status.IP, got.Status.IPv6)
+	if e.reconcile(px); px.Status.Phase != v1alpha1.PhaseRunning {
+		t.Fatalf("phase %s, want Running", px.Status.Phase)
+	}
+	if px.Status.IP != "203.0.113.9" || px.Status.IPv6 != "2001:db8:9::" {
+		t.Errorf("status ip %q, ipv6 %q; want the instance's 203.0.113.9 and 2001:db8:9::", px.Status.IP, px.Status.IPv6)
 	}
 }
 
@@ -249,8 +262,9 @@ func TestInstanceIPv6InStatus(t *testing.T) {
 // write conflicts, the Proxy is reconciled again from a fresh copy, and both writers'
 // fields survive.
 func TestStatusWriteKeepsHealthEngineFields(t *testing.T) {
+	t.Parallel()
 	var raced atomic.Bool
-	e := newProxyEnv(t, func(r *ProxyReconciler, mgr ctrl.Manager) {
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, mgr ctrl.Manager) {
 		r.Client = interceptor.NewClient(controllertest.NoWatch{Client: mgr.GetClient()}, interceptor.Funcs{
 			SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
 				// The health engine's write lands while the reconciler's write of Running is
@@ -274,7 +288,7 @@ func TestStatusWriteKeepsHealthEngineFields(t *testing.T) {
 				return c.SubResource(sub).Apply(ctx, obj, opts...)
 			},
 		})
-	})
+	}))
 	e.create(e.newProxy("race"))
 	got := e.waitProxy("race", "Ready from the health engine, Provisioned from the reconciler", func(p *v1alpha1.Proxy) bool {
 		return p.Status.Phase == v1alpha1.PhaseReady && provisioned(p).Reason == v1alpha1.ReasonInstanceRunning
@@ -309,6 +323,7 @@ func healthEngineMarksReady(ctx context.Context, t *testing.T, px *v1alpha1.Prox
 
 // An API error on the status write comes back from Reconcile as an error, alone.
 func TestStatusWriteErrorReturned(t *testing.T) {
+	t.Parallel()
 	px := envProxy("apierr")
 	px.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, ProviderID: providertest.ProviderID(px.InstanceName()),
 		IP: "10.0.0.5", SpecHash: RenderedHash(px, px.Spec.CloudInit), ObservedGeneration: 1}

@@ -12,6 +12,7 @@ import (
 // /0 alone) but not the rendering: the Proxy fails with an error naming the field and
 // the way out, and no instance is made until allowOpenProxy (or basicAuth) is set.
 func TestProxySplitOpenRangesRefused(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	for _, tc := range []struct {
 		name    string

@@ -73,7 +73,8 @@ func (e *proxyEnv) waitOwnedByOther(name string) *v1alpha1.Proxy {
 // deletes the old instance, whose Proxy is gone, and wakes the Proxy, which becomes
 // Running without anyone editing it.
 func TestOwnedByOtherRunsOnceGCRemovesTheOldInstance(t *testing.T) {
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.FailedRecheckInterval = time.Hour })
+	t.Parallel()
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, _ ctrl.Manager) { r.FailedRecheckInterval = time.Hour }))
 	px := e.newProxy("restored")
 	oldID := e.oldInstance(px)
 	e.create(px)
@@ -105,7 +106,8 @@ func TestOwnedByOtherRunsOnceGCRemovesTheOldInstance(t *testing.T) {
 // retries; between retries the Proxy stays Failed rather than flapping through
 // Provisioning on every check.
 func TestOwnedByOtherRecheckedOnTheTimer(t *testing.T) {
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.FailedRecheckInterval = 200 * time.Millisecond })
+	t.Parallel()
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, _ ctrl.Manager) { r.FailedRecheckInterval = 200 * time.Millisecond }))
 	px := e.newProxy("recheck")
 	phases := e.phasesAtCreate("recheck")
 	oldID := e.oldInstance(px)
@@ -138,6 +140,7 @@ func leftBehindErr(id string) error {
 // A Delete that leaves the instance behind lets the Proxy go, and says so with a Warning
 // carrying the provider's message instead of a Normal "deleted instance".
 func TestDeleteLeftBehindWarnsAndFinishes(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	px := e.create(e.newProxy("moved"))
 	id := e.waitPhase("moved", v1alpha1.PhaseRunning).Status.ProviderID
@@ -166,6 +169,7 @@ func TestDeleteLeftBehindWarnsAndFinishes(t *testing.T) {
 
 // A replacement whose old instance is left behind goes on and builds the new one.
 func TestReplaceLeftBehindBuildsTheNewInstance(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	e.create(e.newProxy("rezone"))
 	id := e.waitPhase("rezone", v1alpha1.PhaseRunning).Status.ProviderID
@@ -188,6 +192,7 @@ func TestReplaceLeftBehindBuildsTheNewInstance(t *testing.T) {
 // recorded, then switched to External: the instance is found by the Proxy's UID and
 // deleted before the Proxy is published as External.
 func TestManagedToExternalBeforeProviderIDDeletesInstance(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	var failing atomic.Bool
 	failing.Store(true)

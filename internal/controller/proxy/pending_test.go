@@ -26,8 +26,9 @@ func TestPendingRetryDefault(t *testing.T) {
 // after PendingRetry with no error (so not on the backoff curve) and without a Warning
 // event, and the Proxy goes Running once the provider's work is done.
 func TestPendingCreateWaitsOffTheBackoffCurve(t *testing.T) {
+	t.Parallel()
 	const retry = 300 * time.Millisecond
-	e := newProxyEnv(t, func(r *ProxyReconciler, _ ctrl.Manager) { r.PendingRetry = retry })
+	e := newProxyEnv(t, withReconciler(func(r *ProxyReconciler, _ ctrl.Manager) { r.PendingRetry = retry }))
 	e.fake.PendCreates(1000)
 	px := e.create(e.newProxy("pending"))
 	name := px.InstanceName()

@@ -2,10 +2,8 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -17,75 +15,95 @@ import (
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/common"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
 )
 
 // reconcileManaged makes sure the Proxy's instance exists, matches the spec and runs.
+// Each step observes (the providers config, the provider's answer), has a judge decide
+// (phaseverdict.go), and carries the verdict out: its status and Events (enact), then the
+// provider call it names (next).
 func (r *ProxyReconciler) reconcileManaged(ctx context.Context, s *scope) (ctrl.Result, error) {
-	px := s.px
-	p, ok := r.Providers[px.Spec.Provider]
-	if !ok {
-		return r.providerNotConfigured(s), nil
-	}
-	if latchedFailure(px) {
-		// A permanent error stands until the spec changes; retrying cannot help.
-		return ctrl.Result{}, nil
-	}
-	if px.Status.Phase == "" {
-		s.setPhase(v1alpha1.PhasePending, EventPending,
-			fmt.Sprintf("instance %s will be created by provider %s", px.InstanceName(), px.Spec.Provider))
+	p, ok := r.Providers[s.px.Spec.Provider]
+	v := judgeStart(s.px, ok, r.providerNames())
+	if s.enact(v); v.act != actRender {
+		return v.result, v.err
 	}
 	rendered, creds, done, res, err := r.renderConfig(ctx, s) // config.go
 	if done {
 		return res, err
 	}
-	intent, err := IntentHash(px, creds, rendered.WireGuard)
+	intent, err := IntentHash(s.px, creds, rendered.WireGuard)
 	if err != nil {
 		return r.providerError(s, common.ActionReconcile, err, false)
 	}
-	want := hashes{intent: intent, rendered: RenderedHash(px, rendered.HashInput)}
+	b := build{p: p, want: hashes{intent: intent, rendered: RenderedHash(s.px, rendered.HashInput)}, userData: rendered.UserData, creds: creds}
+	v = phaseVerdict{act: actCreate}
+	if id := s.px.Status.ProviderID; id != "" {
+		v = r.look(ctx, s, b, id, rendered.WireGuard)
+	}
+	return r.next(ctx, s, b, v)
+}
 
-	if id := px.Status.ProviderID; id != "" {
-		inst, err := p.Get(ctx, id)
-		gone, isGone := judgeGone(px, err) // verdict.go
-		switch {
-		case isGone:
-			forget(s, gone)
-		case err != nil:
-			return r.providerError(s, common.ActionGet, fmt.Errorf("getting instance %s: %w", id, err), false)
-		default:
-			v, err := r.judge(ctx, s, want, inst.State, creds, rendered.WireGuard) // verdict.go, intent.go
-			switch {
-			case errors.Is(err, errSnapshotTaken):
-				return r.snapshotTaken(s, err), nil
-			case err != nil:
-				return r.providerError(s, common.ActionReconcile, err, false)
-			case v.action == buildReplace:
-				if err := r.replace(ctx, s, p, id, v.why); err != nil {
-					return r.providerError(s, common.ActionDelete, err, true)
-				}
-			case v.action == buildRestart:
-				// Create starts an existing instance that is not running, as it was built.
-				return r.restart(ctx, s, p, rendered.UserData)
-			default:
-				res := r.publishInstance(s, inst)
-				if inst.State != provider.StateRunning {
-					return res, nil
-				}
-				after, replaced, err := r.remediate(ctx, s, p, inst.IP == "") // remediation.go
-				if err != nil {
-					return ctrl.Result{}, err
-				}
-				if !replaced {
-					if after > 0 && (res.RequeueAfter == 0 || after < res.RequeueAfter) {
-						res.RequeueAfter = after
-					}
-					return res, nil
-				}
-				// The instance was deleted for a replacement: build it again below.
+// build is what a reconcile builds an instance with: the provider, the hashes, the
+// user-data and the credentials it was rendered with.
+type build struct {
+	p        provider.Provider
+	want     hashes
+	userData []byte
+	creds    *proxyconfig.Credentials
+}
+
+// look asks the provider for the Proxy's recorded instance id and judges the answer: an
+// instance gone is forgotten (judgeGone) and created again; one found is judged against
+// the spec (judgeBuild, carried out but for its action) and then by judgeLooked.
+func (r *ProxyReconciler) look(ctx context.Context, s *scope, b build, id string, wg *proxyconfig.WireGuard) phaseVerdict {
+	inst, err := b.p.Get(ctx, id)
+	if gone, isGone := judgeGone(s.px, err); isGone { // verdict.go
+		forget(s, gone)
+		return phaseVerdict{act: actCreate}
+	}
+	l := looked{id: id, inst: inst, err: err}
+	if err == nil {
+		l.build, l.buildErr = r.judge(ctx, s, b.want, inst.State, b.creds, wg) // verdict.go, intent.go
+		l.hold = r.holdFacts(s.px.UID)
+	}
+	v := judgeLooked(s.px, l, r.timings())
+	s.enact(v)
+	return v
+}
+
+// next makes the provider call v names, and those the verdicts on their answers name,
+// until one ends the reconcile.
+func (r *ProxyReconciler) next(ctx context.Context, s *scope, b build, v phaseVerdict) (ctrl.Result, error) {
+	for {
+		switch v.act {
+		case actCreate:
+			return r.create(ctx, s, b.p, b.want, b.userData, b.creds)
+		case actRestart:
+			return r.restart(ctx, s, b.p, b.userData)
+		case actReplace:
+			if err := r.replace(ctx, s, b.p, s.px.Status.ProviderID, v.why); err != nil {
+				return r.providerError(s, common.ActionDelete, err, true)
 			}
+			v = phaseVerdict{act: actCreate}
+		case actRemediate:
+			after, replaced, err := r.remediate(ctx, s, b.p, v.booting) // remediation.go
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if replaced { // the instance was deleted for a replacement: build it again
+				v = phaseVerdict{act: actCreate}
+				continue
+			}
+			res := v.result
+			if after > 0 && (res.RequeueAfter == 0 || after < res.RequeueAfter) {
+				res.RequeueAfter = after
+			}
+			return res, nil
+		default:
+			return v.result, v.err
 		}
 	}
-	return r.create(ctx, s, p, want, rendered.UserData, creds)
 }
 
 var preemptionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -112,48 +130,12 @@ func forget(s *scope, v goneVerdict) {
 // replace deletes an instance built from an older spec (or one the replace annotation
 // asks to build again), so that a new one is created.
 func (r *ProxyReconciler) replace(ctx context.Context, s *scope, p provider.Provider, id, why string) error {
-	px := s.px
-	s.event(corev1.EventTypeNormal, EventReplacing, common.ActionDelete,
-		"%s: deleting instance %s to create it again", why, id)
-	s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning,
-		fmt.Sprintf("replacing instance %s: %s", px.InstanceName(), why))
-	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, px.Status.Message)
+	s.enact(judgeReplace(s.px, id, why))
 	if err := p.Delete(ctx, id); err != nil && !s.leftBehind(id, err) {
 		return fmt.Errorf("deleting instance %s for replacement: %w", id, err)
 	}
-	px.Status.ProviderID, px.Status.IP, px.Status.SpecHash, px.Status.RenderedHash = "", "", "", ""
-	px.Status.IPv6 = ""
-	px.Status.ObservedReplace = px.Annotations[v1alpha1.ReplaceAnnotation]
+	s.enact(judgeReplaced(s.px))
 	return nil
-}
-
-// publishInstance lays what the provider reports about a live instance on the status.
-func (r *ProxyReconciler) publishInstance(s *scope, inst provider.Instance) ctrl.Result {
-	px := s.px
-	if left, ok := r.holdAddress(s, inst); ok {
-		return ctrl.Result{RequeueAfter: min(r.PollInterval, left)}
-	}
-	if lost, msg := addressLost(px, inst); lost {
-		px.Status.IP, px.Status.IPv6 = "", ""
-		s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonAddressLost, msg)
-		s.setProvisioned(metav1.ConditionTrue, v1alpha1.ReasonAddressLost, msg)
-		return ctrl.Result{RequeueAfter: r.PollInterval}
-	}
-	px.Status.ProviderID = inst.ProviderID
-	px.Status.IP, px.Status.IPv6 = inst.IP, inst.IPv6
-	if inst.State != provider.StateRunning || inst.IP == "" {
-		msg := fmt.Sprintf("instance %s is %s; waiting for it to run and report an address", inst.Name, strings.ToLower(orState(inst.State)))
-		if inst.State == provider.StateRunning {
-			msg = fmt.Sprintf("instance %s is running; waiting for it to report an address", inst.Name)
-		}
-		s.setPhase(v1alpha1.PhaseProvisioning, v1alpha1.ReasonProvisioning, msg)
-		s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProvisioning, msg)
-		return ctrl.Result{RequeueAfter: r.PollInterval}
-	}
-	msg := fmt.Sprintf("instance %s is running at %s", inst.Name, inst.IP)
-	s.setPhase(v1alpha1.PhaseRunning, v1alpha1.ReasonInstanceRunning, msg)
-	s.setProvisioned(metav1.ConditionTrue, v1alpha1.ReasonInstanceRunning, msg)
-	return ctrl.Result{RequeueAfter: r.ResyncInterval}
 }
 
 // addressLost reports whether inst, the Proxy's running instance, no longer reports the
@@ -203,24 +185,14 @@ func failedWith(px *v1alpha1.Proxy, reason string) bool {
 	return c != nil && c.Reason == reason
 }
 
-// providerNotConfigured fails a Proxy naming a provider that is not in the providers
-// config. It is not retried: the config is read once per process.
-func (r *ProxyReconciler) providerNotConfigured(s *scope) ctrl.Result {
+// providerNames are the configured providers' names, sorted.
+func (r *ProxyReconciler) providerNames() []string {
 	names := make([]string, 0, len(r.Providers))
 	for n := range r.Providers {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	msg := fmt.Sprintf("provider %q is not configured (configured: %s)", s.px.Spec.Provider, strings.Join(names, ", "))
-	if len(names) == 0 {
-		msg = fmt.Sprintf("provider %[1]q is not configured (no providers are configured: the manager was started without a providers config, or with one listing none); add %[1]q to the manager's --providers-config and restart it", s.px.Spec.Provider)
-	}
-	if s.px.Status.Phase != v1alpha1.PhaseFailed {
-		s.setPhase(v1alpha1.PhaseFailed, v1alpha1.ReasonProviderNotConfigured, msg)
-	}
-	s.px.Status.Message = msg
-	s.setProvisioned(metav1.ConditionFalse, v1alpha1.ReasonProviderNotConfigured, msg)
-	return ctrl.Result{}
+	return names
 }
 
 // reconcileExternal publishes an existing proxy: nothing is created, spec.address becomes

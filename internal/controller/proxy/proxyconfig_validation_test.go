@@ -10,6 +10,7 @@ import (
 // spec.proxy as the API server checks it: CIDRs by CEL's isCIDR, the range list required
 // on a Managed Proxy, the Secret's name.
 func TestProxyConfigValidation(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	managed := func(pc *v1alpha1.ProxyConfig) v1alpha1.ProxySpec {
 		return v1alpha1.ProxySpec{Provider: "kvm2-home", Proxy: pc}

@@ -88,12 +88,9 @@ func (r *ProxyReconciler) remediate(ctx context.Context, s *scope, p provider.Pr
 	replaced := false
 	switch {
 	case d.Action != "" && d.Record.Attempt > maxAttempts:
-		rec := self.Record
-		msg := fmt.Sprintf("gave up after %d attempts (spec.remediation.maxAttempts %d; the last, %s at %s, did not mend it): %s. Fix the cause, then delete the Proxy's instance with the annotation %s, or remove the annotation %s to start over",
-			rec.Attempt, maxAttempts, rec.Action, rec.At.Format(time.RFC3339), remediationFault(rec), v1alpha1.ReplaceAnnotation, remediation.RecordAnnotation)
-		c := &metav1.Condition{Type: remediation.ConditionRemediating, Status: metav1.ConditionFalse, Reason: common.ReasonAttemptsExhausted, Message: msg}
+		c := exhausted(self.Record, maxAttempts)
 		if remediation.SetCondition(px, c, now) {
-			s.event(corev1.EventTypeWarning, common.ReasonAttemptsExhausted, common.ActionReconcile, "%s", msg)
+			s.event(corev1.EventTypeWarning, common.ReasonAttemptsExhausted, common.ActionReconcile, "%s", c.Message)
 		}
 		return 0, false, nil
 	case d.Action == remediation.ActionReboot:
@@ -167,6 +164,14 @@ func (r *ProxyReconciler) reportHostBrake(ctx context.Context, providerName stri
 		return
 	}
 	r.Recorder.Eventf(ph, nil, corev1.EventTypeNormal, common.EventRemediationResumed, common.ActionReconcile, "standalone proxies of %s: %s", g.Name, g.Message)
+}
+
+// exhausted is the Remediating condition of a Proxy remediation gave up on after rec,
+// its last attempt, of maxAttempts: False, AttemptsExhausted, saying what the user does.
+func exhausted(rec *remediation.Record, maxAttempts int32) *metav1.Condition {
+	msg := fmt.Sprintf("gave up after %d attempts (spec.remediation.maxAttempts %d; the last, %s at %s, did not mend it): %s. Fix the cause, then delete the Proxy's instance with the annotation %s, or remove the annotation %s to start over",
+		rec.Attempt, maxAttempts, rec.Action, rec.At.Format(time.RFC3339), remediationFault(rec), v1alpha1.ReplaceAnnotation, remediation.RecordAnnotation)
+	return &metav1.Condition{Type: remediation.ConditionRemediating, Status: metav1.ConditionFalse, Reason: common.ReasonAttemptsExhausted, Message: msg}
 }
 
 // remediationFault says what fault rec was made for.

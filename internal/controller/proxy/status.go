@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -55,25 +54,45 @@ func (r *ProxyReconciler) newScope(ctx context.Context, px *v1alpha1.Proxy) *sco
 	}
 }
 
-// setPhase moves the Proxy to phase and records an Event when that is a change. A Ready
-// Proxy stays Ready when the reconciler finds it Running: readiness decides between the
-// two before each write.
+// setPhase moves the Proxy to phase and records an Event when that is a change
+// (phaseVerdict.move).
 func (s *scope) setPhase(phase v1alpha1.ProxyPhase, reason, message string) {
+	var v phaseVerdict
+	v.move(s.px, phase, reason, message)
+	s.enact(v)
+}
+
+// enact carries out v on the Proxy: its log lines, status changes and Events, and the
+// address hold's start or end. The provider call v names is the caller's.
+func (s *scope) enact(v phaseVerdict) {
 	st := &s.px.Status
-	st.Message = message
-	if phase == v1alpha1.PhaseRunning && st.Phase == v1alpha1.PhaseReady {
-		return
+	for _, l := range v.logs {
+		s.log.V(l.level).Info(l.msg, l.kv...)
 	}
-	if st.Phase == phase {
-		return
+	if v.message != "" {
+		st.Message = v.message
 	}
-	s.log.Info("proxy phase changed", "from", st.Phase, "to", phase, "reason", reason, "message", message)
-	st.Phase = phase
-	typ := corev1.EventTypeNormal
-	if phase == v1alpha1.PhaseFailed {
-		typ = corev1.EventTypeWarning
+	if v.phase != "" {
+		st.Phase = v.phase
 	}
-	s.event(typ, reason, common.ActionReconcile, "%s: %s", phase, message)
+	for _, c := range v.conditions {
+		meta.SetStatusCondition(&st.Conditions, c)
+	}
+	for _, typ := range v.removed {
+		meta.RemoveStatusCondition(&st.Conditions, typ)
+	}
+	if a := v.address; a != nil {
+		st.ProviderID, st.IP, st.IPv6 = a.providerID, a.ip, a.ipv6
+	}
+	if rec := v.record; rec != nil {
+		st.SpecHash, st.RenderedHash, st.ObservedReplace = rec.specHash, rec.renderedHash, rec.observedReplace
+	}
+	if !v.holdFrom.IsZero() || v.dropHold {
+		s.r.keepHold(s.px.UID, v)
+	}
+	for _, e := range v.events {
+		s.event(e.typ, e.reason, e.action, "%s", e.message)
+	}
 }
 
 // setProvisioned sets the Provisioned condition.
@@ -127,9 +146,7 @@ func (r *ProxyReconciler) applyStatus(ctx context.Context, s *scope) error {
 	if s.gone {
 		return nil
 	}
-	s.px.Status.ObservedGeneration = s.px.Generation
-	s.readiness()
-	common.SetKstatus(&s.px.Status.Conditions, s.px.Generation, common.ProxyKstate(s.px))
+	s.settle()
 	want := proxyStatusOf(&s.px.Status)
 	if equality.Semantic.DeepEqual(want, proxyStatusOf(&s.base.Status)) {
 		return nil
@@ -148,25 +165,19 @@ func (r *ProxyReconciler) applyStatus(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// readiness moves a Running Proxy to Ready while the health engine's Healthy condition is
-// True for its current instance and address (status.probeTarget), and a Ready one back
-// to Running otherwise. Ready takes the Preempted notice away: the successor serves.
-// The Running/Ready moves are logged; the health engine records their Events
-// (ProbeSucceeded, ProbeFailed).
+// settle completes the status before a write: the generation observed, Running settled
+// against Ready (readiness), and the kstatus conditions (Ready, Reconciling, Stalled)
+// worked out from the phase and the conditions.
+func (s *scope) settle() {
+	s.px.Status.ObservedGeneration = s.px.Generation
+	s.readiness()
+	common.SetKstatus(&s.px.Status.Conditions, s.px.Generation, common.ProxyKstate(s.px))
+}
+
+// readiness settles Running against Ready from the health engine's Healthy condition
+// (judgeReadiness).
 func (s *scope) readiness() {
-	st := &s.px.Status
-	if st.Phase != v1alpha1.PhaseRunning && st.Phase != v1alpha1.PhaseReady {
-		return
-	}
-	phase := v1alpha1.PhaseRunning
-	if s.px.ProbedHealthy() {
-		phase = v1alpha1.PhaseReady
-		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionPreempted)
-	}
-	if st.Phase != phase {
-		s.log.Info("proxy phase changed", "from", st.Phase, "to", phase, "probeTarget", st.ProbeTarget)
-		st.Phase = phase
-	}
+	s.enact(judgeReadiness(s.px))
 }
 
 // written records px as what the server now holds: the base of the reconciler's next

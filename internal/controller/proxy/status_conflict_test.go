@@ -148,6 +148,7 @@ func readProxy(t *testing.T, c client.Client, px *v1alpha1.Proxy) *v1alpha1.Prox
 // runs: neither may cost the spec hash recorded after the Create, or the next reconcile
 // replaces the instance it has just built.
 func TestCreateKeepsSpecHashAfterStatusConflict(t *testing.T) {
+	t.Parallel()
 	for _, at := range []int{1, 2} {
 		t.Run(map[int]string{1: "on the Provisioning write", 2: "during the Create"}[at], func(t *testing.T) {
 			var applies atomic.Int32
@@ -185,6 +186,7 @@ func TestCreateKeepsSpecHashAfterStatusConflict(t *testing.T) {
 // the health engine's failed probes have taken back is not brought back over Running
 // with healthy=false.
 func TestSecondConflictKeepsOtherWritersPhase(t *testing.T) {
+	t.Parallel()
 	var applies atomic.Int32
 	px := envProxy("twice")
 	id := providertest.ProviderID(px.InstanceName())
@@ -225,6 +227,7 @@ func TestSecondConflictKeepsOtherWritersPhase(t *testing.T) {
 // carries the version it read and meets a conflict, so it reconciles again instead, and
 // that run, on a fresh copy, says the instance keeps its configuration.
 func TestStaleReadIsReconciledAgain(t *testing.T) {
+	t.Parallel()
 	px := envProxy("stale")
 	px.Spec.Proxy = &v1alpha1.ProxyConfig{AllowedSourceRanges: []v1alpha1.CIDR{"10.0.0.0/8"},
 		BasicAuth: &v1alpha1.ProxyBasicAuth{SecretRef: v1alpha1.BasicAuthSecretRef{Name: "gone"}}}

@@ -182,6 +182,7 @@ func TestPoolChildNotReplacedByItsReconciler(t *testing.T) {
 
 // The replace annotation on an External Proxy is refused with a message naming it.
 func TestReplaceAnnotationRefusedOnExternalProxy(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	px := testbuild.Proxy(e.ns, "ext", testbuild.WithAnnotation(v1alpha1.ReplaceAnnotation, "now"), testbuild.External("192.0.2.10"))
 	e.create(px)
@@ -202,6 +203,7 @@ func TestReplaceAnnotationRefusedOnExternalProxy(t *testing.T) {
 // Secret; a rotation replaces a standalone Proxy and snapshots the new password; a Secret
 // of the snapshot's name that is not the Proxy's is never written.
 func TestCredentialsSnapshot(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	const name, secret = "snap", "snap-auth"
 	got := e.runningAuthProxy(name, secret, nil)
@@ -259,6 +261,7 @@ func TestCredentialsSnapshot(t *testing.T) {
 // matches: the instance stays, the new hashes and a snapshot are recorded. One whose old
 // hash does not match is replaced, as that release would have.
 func TestLegacyProxyAdopted(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	const name, secret = "legacy", "legacy-auth"
 	built := e.runningAuthProxy(name, secret, nil)

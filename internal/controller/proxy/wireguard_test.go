@@ -5,9 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr/funcr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/controllertest"
@@ -45,12 +43,9 @@ func (e *proxyEnv) wgProxy(name, secretName string) *v1alpha1.Proxy {
 // tunnel into the user-data, and an edited one rebuilds the instance. At V(2) the
 // private key reaches no log line, Event or status.
 func TestProxyWireGuardSecret(t *testing.T) {
+	t.Parallel()
 	logs := &controllertest.LogLines{}
-	e := newProxyEnvManager(t, 3, func(o *ctrl.Options) {
-		o.Logger = funcr.New(func(prefix, args string) {
-			logs.Add(prefix + " " + args)
-		}, funcr.Options{Verbosity: 2})
-	})
+	e := newProxyEnv(t, withLogLines(logs))
 	const name, secret = "wg", "exit-1"
 	e.create(e.wgProxy(name, secret))
 	field := "secret " + e.ns + "/" + secret + " (spec.proxy.egress.wireguard.secretRef)"
@@ -123,6 +118,7 @@ func TestProxyWireGuardSecret(t *testing.T) {
 // The API server refuses a Proxy with both a hand-set and a pool-assigned WireGuard
 // configuration, naming both fields.
 func TestProxyWireGuardBothRefused(t *testing.T) {
+	t.Parallel()
 	e := newProxyEnv(t)
 	px := e.wgProxy("both", "exit-1")
 	px.Spec.Proxy.Egress.WireGuard.AssignedSecretRef = &v1alpha1.WireGuardSecretRef{Name: "exit-2"}
