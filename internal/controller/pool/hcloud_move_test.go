@@ -132,6 +132,7 @@ func watchChildren(t *testing.T, e *controllertest.PoolEnv, pool string) *moveBo
 // never more than four children; every child ends on hcloud with status.ip and
 // status.ipv6, three servers run in the fake and the old instances are deleted.
 func TestPoolMovesToHCloud(t *testing.T) {
+	t.Parallel()
 	fake := hcloudfake.New()
 	t.Cleanup(fake.Close)
 	tokenFile := filepath.Join(t.TempDir(), "token")
