@@ -3,6 +3,8 @@ package controllertest
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -35,6 +37,24 @@ func Main(m *testing.M, shared *testenv.Shared) {
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
 	os.Exit(shared.Run(m))
+}
+
+// Parallel lets up to n of the package's parallel tests (those that call t.Parallel) run
+// at once, unless the command line sets -parallel (-test.parallel) itself. Call it from
+// TestMain before Main. go test's default is GOMAXPROCS, but a controller test spends its
+// time waiting on the API server, its manager's queues and its polls rather than on a
+// CPU, so more of them than there are cores fit at once.
+func Parallel(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", fmt.Sprint(n)); err != nil {
+			panic(err)
+		}
+	}
 }
 
 // ApplyHealthStatus applies the health engine's part of px's status, as it does.

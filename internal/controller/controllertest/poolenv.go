@@ -32,10 +32,13 @@ import (
 
 // PoolEnv is one test's namespace, fake provider, fake clock and running manager.
 type PoolEnv struct {
-	T     testing.TB
-	Ctx   context.Context
-	Env   *testenv.Env
-	C     client.Client
+	T   testing.TB
+	Ctx context.Context
+	Env *testenv.Env
+	C   client.Client
+	// Cache reads from the manager's cache of the namespace: what the health loop lists
+	// children from, at no cost to the API server.
+	Cache client.Reader
 	NS    string
 	Fake  *providertest.Fake
 	Clock *clocktesting.FakeClock
@@ -57,7 +60,7 @@ func NewPoolEnv(t testing.TB, env *testenv.Env, healthEvery time.Duration, mutat
 	ctx := testenv.Context(t)
 	ns := env.Namespace(t, ctx, "pool")
 	mgr := env.NewManager(t, ns, mutate)
-	e := &PoolEnv{T: t, Ctx: ctx, Env: env, C: env.Client, NS: ns, Fake: providertest.NewFake(),
+	e := &PoolEnv{T: t, Ctx: ctx, Env: env, C: env.Client, Cache: mgr.GetCache(), NS: ns, Fake: providertest.NewFake(),
 		Clock: clocktesting.NewFakeClock(time.Now()), unhealth: map[string]bool{}}
 	setup(mgr, e)
 	testenv.StartManager(t, ctx, mgr)
@@ -72,11 +75,13 @@ func NewPoolEnv(t testing.TB, env *testenv.Env, healthEvery time.Duration, mutat
 }
 
 // healthLoop marks Running children healthy, as the health engine does after a probe;
-// the reconciler then shows them Ready.
+// the reconciler then shows them Ready. It lists them from the manager's cache, as the
+// engine does from its own: a poll every few milliseconds for every test running at
+// once would otherwise cost the API server more than the controllers under test.
 func (e *PoolEnv) healthLoop(ctx context.Context, every time.Duration) {
 	for ctx.Err() == nil {
 		list := &v1alpha1.ProxyList{}
-		if err := e.C.List(ctx, list, client.InNamespace(e.NS)); err == nil {
+		if err := e.Cache.List(ctx, list, client.InNamespace(e.NS)); err == nil {
 			for i := range list.Items {
 				px := &list.Items[i]
 				e.mu.Lock()

@@ -139,7 +139,7 @@ func bareRound(b *testing.B, env *testenv.Env, n, workers int) roundFigures {
 	})
 }
 
-// newBenchEnv is newPoolEnvCounting for a benchmark round; once the round's manager has
+// newBenchEnv is newPoolEnv counting requests for a benchmark round; once the round's manager has
 // stopped, every Proxy and pool of the round is removed from the API server (finalizers
 // dropped first), so that a later round meets the same API server state.
 func newBenchEnv(b *testing.B, env *testenv.Env, workers int, requests *atomic.Int64) *poolEnv {
@@ -149,7 +149,7 @@ func newBenchEnv(b *testing.B, env *testenv.Env, workers int, requests *atomic.I
 			clearNamespace(b, env, ns)
 		}
 	})
-	e := newPoolEnvCounting(b, env, workers, 250*time.Millisecond, requests)
+	e := newPoolEnv(b, env, withProxyWorkers(workers, 250*time.Millisecond), countingRequests(requests))
 	ns = e.NS
 	return e
 }

@@ -19,7 +19,7 @@ import (
 // The conditions a pool sets, computed from a poolScope alone (no API server), one row
 // per situation, as cluster-api's machineset_controller_status_test.go does: Available,
 // PlacementValid, Progressing with each of its reasons, the kstatus trio (Ready,
-// Reconciling, Stalled) that follows them, and EgressExhausted.
+// Reconciling, Stalled) that follows them, EgressExhausted and EgressShared.
 
 // condScope is a pool of replicas (maxSurge 1, maxUnavailable 0) with a child for each
 // of kids, kid's flags (g available, r ready only, p booting, f failed, o outdated,
@@ -180,5 +180,43 @@ func checkConds(t *testing.T, conds []metav1.Condition, gen int64, want map[stri
 		case c.Status != w.status || c.Reason != w.reason || !strings.Contains(c.Message, w.msg) || c.ObservedGeneration != gen:
 			t.Errorf("%s %s %s %q (generation %d), want %s %s with %q (generation %d)", typ, c.Status, c.Reason, c.Message, c.ObservedGeneration, w.status, w.reason, w.msg, gen)
 		}
+	}
+}
+
+// EgressShared and status.distinctEgressIPs from the available children's egress
+// addresses: kids as condScope's flags, ips the egress address each one's probe saw
+// ("" not known yet).
+func TestPoolEgressSharedTable(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		kids     []string
+		ips      []string
+		distinct int32
+		want     wantCond
+	}{
+		{"no children", nil, nil, 0,
+			wantCond{metav1.ConditionFalse, v1alpha1.PoolReasonDistinctEgressIPs, "0 available children leave from 0 distinct egress addresses"}},
+		{"each its own address", []string{"g", "g"}, []string{"198.51.100.1", "198.51.100.2"}, 2,
+			wantCond{metav1.ConditionFalse, v1alpha1.PoolReasonDistinctEgressIPs, "2 available children leave from 2 distinct egress addresses"}},
+		{"two share one", []string{"g", "g", "g"}, []string{"198.51.100.7", "198.51.100.9", "198.51.100.7"}, 2,
+			wantCond{metav1.ConditionTrue, v1alpha1.PoolReasonSharedEgressIP, "available children share egress addresses, so sites see them as one proxy each: 198.51.100.7 (c0, c2)"}},
+		{"an address not known yet", []string{"g", "g"}, []string{"198.51.100.1", ""}, 1,
+			wantCond{metav1.ConditionFalse, v1alpha1.PoolReasonDistinctEgressIPs, "1 available children leave from 1 distinct egress addresses; 1 more available children have no egress address known yet (the probe target did not report one)"}},
+		{"shared, and one not known yet", []string{"g", "g", "g"}, []string{"198.51.100.7", "198.51.100.7", ""}, 1,
+			wantCond{metav1.ConditionTrue, v1alpha1.PoolReasonSharedEgressIP, "one proxy each: 198.51.100.7 (c0, c1); 1 more available children have no egress address known yet"}},
+		{"children not available do not count", []string{"g", "r", "gc", "gd", "f"}, []string{"198.51.100.7", "198.51.100.7", "198.51.100.7", "198.51.100.7", "198.51.100.7"}, 1,
+			wantCond{metav1.ConditionFalse, v1alpha1.PoolReasonDistinctEgressIPs, "1 available children leave from 1 distinct egress addresses"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := condScope(int32(len(tc.kids)), tc.kids...)
+			for i, ip := range tc.ips {
+				s.children[i].px.Status.EgressIP = ip
+			}
+			s.setEgressIdentities()
+			checkConds(t, s.pool.Status.Conditions, s.pool.Generation, map[string]wantCond{v1alpha1.PoolConditionEgressShared: tc.want})
+			if got := s.pool.Status.DistinctEgressIPs; got != tc.distinct {
+				t.Errorf("status.distinctEgressIPs %d, want %d", got, tc.distinct)
+			}
+		})
 	}
 }

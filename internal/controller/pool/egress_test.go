@@ -216,6 +216,7 @@ func testPoolWireGuardDeleteFirst(t *testing.T, env *testenv.Env) {
 // get the real exits alone, EgressExhausted counts only those and names the others, and
 // each new snapshot adds no exit.
 func TestPoolWireGuardIdentitiesSkipNonExits(t *testing.T) {
+	t.Parallel()
 	e := newPoolEnv(t, shared.Env(t))
 	auth := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "crawl-auth",
 		Labels: map[string]string{v1alpha1.CredentialsLabel: "true"}},

@@ -135,6 +135,7 @@ func watchChildren(t *testing.T, e *controllertest.PoolEnv, pool string) *moveBo
 // children; every child ends on hcloud with status.ip and status.ipv6, three servers run
 // in the fake, and the old domains are gone from the libvirt fake with their disks.
 func TestPoolMovesFromKVM2ToHCloud(t *testing.T) {
+	t.Parallel()
 	const kvm2Provider = "kvm2-home"
 	kp := kvm2test.New(t, kvm2Provider, kvm2.WithInstallID("install-pool-move"))
 	fake := hcloudfake.New()

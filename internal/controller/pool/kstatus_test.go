@@ -23,8 +23,8 @@ import (
 // scales, and Failed while the Secret its template names is gone; the conditions have
 // one writer each (Reconciling and Stalled never both).
 func TestKstatusThroughLife(t *testing.T) {
-	env := testenv.StartT(t)
-	e := newPoolEnv(t, env)
+	t.Parallel()
+	e := newPoolEnv(t, shared.Env(t))
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "k-auth", Namespace: e.NS, Labels: map[string]string{v1alpha1.CredentialsLabel: "true"}},
 		Data:       map[string][]byte{"username": []byte("crawler"), "password": []byte("Pass-word.1")},

@@ -233,13 +233,20 @@ func testPoolRotation(t *testing.T, env *testenv.Env) {
 // `kubectl scale` does.
 func (e *poolEnv) scale(pool string, replicas int32) {
 	e.T.Helper()
+	scalePool(e.T, e.Ctx, e.C, e.GetPool(pool), replicas)
+}
+
+// scalePool sets pool's replicas through the scale subresource with a merge patch, as
+// `kubectl scale` does.
+func scalePool(t testing.TB, ctx context.Context, c client.Client, pool *v1alpha1.ProxyPool, replicas int32) {
+	t.Helper()
 	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)))
 	scale := &autoscalingv1.Scale{}
-	if err := e.C.SubResource("scale").Patch(e.Ctx, e.GetPool(pool), patch, client.WithSubResourceBody(scale)); err != nil {
-		e.T.Fatalf("scaling pool %s to %d: %v", pool, replicas, err)
+	if err := c.SubResource("scale").Patch(ctx, pool, patch, client.WithSubResourceBody(scale)); err != nil {
+		t.Fatalf("scaling pool %s to %d: %v", pool.Name, replicas, err)
 	}
 	if scale.Spec.Replicas != replicas {
-		e.T.Fatalf("scale after the patch %+v, want %d replicas", scale, replicas)
+		t.Fatalf("scale after the patch %+v, want %d replicas", scale, replicas)
 	}
 }
 

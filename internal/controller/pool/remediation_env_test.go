@@ -82,12 +82,12 @@ func newRemEnv(t *testing.T) *remEnv {
 	e := &remEnv{target: &fakeTarget{}}
 	n := remProviders.Add(1)
 	e.provider, e.noReboot = fmt.Sprintf("rem-%d", n), fmt.Sprintf("rem-%d-noreboot", n)
-	e.poolEnv = newPoolEnvProxy(t, shared.Env(t), 4, 20*time.Millisecond, nil, func(r *proxy.ProxyReconciler, clk *clocktesting.FakeClock) {
+	e.poolEnv = newPoolEnv(t, shared.Env(t), withProxyWorkers(4, 20*time.Millisecond), withProxySetup(func(r *proxy.ProxyReconciler, clk *clocktesting.FakeClock) {
 		r.Clock, r.ProbeTarget = clk, e.target
 		fake := r.Providers[testProvider]
 		r.Providers[e.provider], r.Providers[e.noReboot] = fake, providertest.WithoutReboot(fake)
 		e.pr = r
-	})
+	}))
 	return e
 }
 
@@ -168,6 +168,7 @@ func running(px *v1alpha1.Proxy) bool {
 // retired, and the pool never has fewer children than its replicas. The successor's
 // record is dropped once it has served for the reset time.
 func TestRemediationPoolChildRebootThenReplace(t *testing.T) {
+	t.Parallel()
 	e := newRemEnv(t)
 	pool := e.NewPool("rem", 1)
 	pool.Spec.ProgressDeadlineSeconds = ptr.To[int32](86400) // the pool's own stuck rule stays out of it
@@ -235,6 +236,7 @@ func TestRemediationPoolChildRebootThenReplace(t *testing.T) {
 // spec.remediation.maxAttempts is spent, with nothing more done. On a provider that
 // cannot reboot the first attempt replaces.
 func TestRemediationStandaloneStallsAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
 	e := newRemEnv(t)
 	e.holdAll()
 	e.standalone("stuck", e.provider, &v1alpha1.ProxyRemediation{MaxAttempts: ptr.To[int32](2)})
@@ -277,6 +279,7 @@ func TestRemediationStandaloneStallsAfterMaxAttempts(t *testing.T) {
 // hold remediation (Remediating=False, TooManyUnhealthy, with the counts); once one is
 // healthy again the other is rebooted.
 func TestRemediationBrakeHoldsTwoOfThree(t *testing.T) {
+	t.Parallel()
 	e := newRemEnv(t)
 	pool := e.NewPool("brake", 3)
 	pool.Spec.ProgressDeadlineSeconds = ptr.To[int32](86400)
@@ -334,6 +337,7 @@ func TestRemediationBrakeHoldsTwoOfThree(t *testing.T) {
 // While the probe target itself is down nothing is remediated, however long; when it is
 // back, the unhealthy timeout counts from its return.
 func TestRemediationProbeTargetDownHolds(t *testing.T) {
+	t.Parallel()
 	e := newRemEnv(t)
 	e.standalone("p", e.provider, nil)
 	id := e.WaitProxy("p", "Ready", func(px *v1alpha1.Proxy) bool { return px.Status.Phase == v1alpha1.PhaseReady }).Status.ProviderID
@@ -362,6 +366,7 @@ func TestRemediationProbeTargetDownHolds(t *testing.T) {
 // A reboot the provider refuses counts as the attempt, with a Warning Event, and is not
 // repeated: the next attempt, after its wait, replaces.
 func TestRemediationRebootRefusedThenReplaces(t *testing.T) {
+	t.Parallel()
 	e := newRemEnv(t)
 	e.holdAll()
 	e.Fake.FailReboots(provider.Errorf(provider.ErrTransient, "fake: the hypervisor refuses the reset"))
@@ -391,6 +396,7 @@ func TestRemediationRebootRefusedThenReplaces(t *testing.T) {
 // says so with an Event naming the counts; once one is healthy again the other is
 // rebooted and the ProviderHealth says remediation resumed.
 func TestRemediationHostBrakeOnProviderHealth(t *testing.T) {
+	t.Parallel()
 	e := newRemEnv(t)
 	ph := &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: e.provider}}
 	if err := e.C.Create(e.Ctx, ph); err != nil {
@@ -474,6 +480,7 @@ func (e *remEnv) waitProviderEvent(reason, text string) {
 // (not the boot timeout) it is rebooted; when the address comes back it is Running on
 // the same instance, its start kept.
 func TestRemediationAddressLostIsUnhealthy(t *testing.T) {
+	t.Parallel()
 	e := newRemEnv(t)
 	// The conditions the reconciler sets take the real time, the health loop's the fake
 	// clock's: ahead by a minute, the health loop's come after the instance's start.

@@ -17,6 +17,7 @@ import (
 // spec.remediation of a Proxy (and so of a pool's template) and a pool's
 // spec.remediation.maxUnhealthy, as the API server checks them.
 func TestRemediationValidation(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	d := func(s string) *metav1.Duration {
 		v, err := time.ParseDuration(s)

@@ -105,19 +105,10 @@ func testPoolEndpointSlice(t *testing.T, env *testenv.Env) {
 	})
 }
 
-// newPoolOnlyEnv runs the pool reconciler alone, on a fake clock: no Proxy reconciler
-// and no health loop, so children get no finalizer and no status but what the test
-// writes. For tests of what the pool publishes, at a scale where the Proxy reconciler's
-// cost (measured by BenchmarkProxyPoolThousand) would dominate.
-func newPoolOnlyEnv(t testing.TB, env *testenv.Env) *poolEnv {
-	t.Helper()
-	return newPoolEnvWith(t, env, 0, 0)
-}
-
 // markRunning gives every child of pool without an address one (10.x.y.z by its
 // position) and phase Ready, as the Proxy reconciler and the health engine would, 16 at
 // a time.
-func (e *poolEnv) markRunning(pool string) {
+func (e *syncEnv) markRunning(pool string) {
 	e.T.Helper()
 	kids := e.Children(pool)
 	sem := make(chan struct{}, 16)
@@ -150,7 +141,7 @@ func (e *poolEnv) markRunning(pool string) {
 
 // poolSlices are the pool's EndpointSlices by name, and how often each child appears
 // in them.
-func (e *poolEnv) poolSlices(pool string) (map[string]*discoveryv1.EndpointSlice, map[string]int) {
+func (e *syncEnv) poolSlices(pool string) (map[string]*discoveryv1.EndpointSlice, map[string]int) {
 	e.T.Helper()
 	list := &discoveryv1.EndpointSliceList{}
 	if err := e.C.List(e.Ctx, list, client.InNamespace(e.NS), client.MatchingLabels{v1alpha1.PoolLabel: pool}); err != nil {
@@ -167,55 +158,58 @@ func (e *poolEnv) poolSlices(pool string) (map[string]*discoveryv1.EndpointSlice
 	return byName, seen
 }
 
-// waitShards bounds each step of the 1,001-children test: about 20 s each on a
-// loaded 2-core machine under -race.
-const waitShards = 5 * time.Minute
-
-// A pool of 1,001 children publishes 11 slices of at most 100 endpoints, every child
-// exactly once; scaled down to 150 it keeps 2 and deletes the rest.
-func testPoolSliceShards(t *testing.T, env *testenv.Env) {
-	start := time.Now()
-	e := newPoolOnlyEnv(t, env)
-	pool := e.NewPool("big", 1001)
-	pool.Spec.Service = &v1alpha1.PoolService{Name: "big"}
-	e.Create(pool)
-	waitFor(t, waitShards, "the pool's 1,001 children", func() (bool, error) {
-		n := len(e.Children("big"))
-		return n == 1001, fmt.Errorf("%d children", n)
-	})
-	made := time.Since(start)
-	e.markRunning("big")
-	published := func(n, slices int) func() (bool, error) {
-		return func() (bool, error) {
-			byName, seen := e.poolSlices("big")
-			kids := e.Children("big")
-			if len(kids) != n {
-				return false, fmt.Errorf("%d children", len(kids))
-			}
-			for _, k := range kids {
-				if seen[k.Name] != 1 {
-					return false, fmt.Errorf("child %s in %d slices (%d slices)", k.Name, seen[k.Name], len(byName))
-				}
-			}
-			if len(seen) != n {
-				return false, fmt.Errorf("%d endpoints for %d children", len(seen), n)
-			}
-			for name, es := range byName {
-				if len(es.Endpoints) > maxEndpointsPerSlice {
-					return false, fmt.Errorf("slice %s has %d endpoints", name, len(es.Endpoints))
-				}
-			}
-			return len(byName) == slices, fmt.Errorf("%d slices, want %d", len(byName), slices)
+// published fails the test unless the pool has n children, each in exactly one of its
+// EndpointSlices, and slices slices of at most maxEndpointsPerSlice endpoints.
+func (e *syncEnv) published(pool string, n, slices int) {
+	e.T.Helper()
+	byName, seen := e.poolSlices(pool)
+	kids := e.Children(pool)
+	if len(kids) != n {
+		e.T.Fatalf("%d children, want %d", len(kids), n)
+	}
+	for _, k := range kids {
+		if seen[k.Name] != 1 {
+			e.T.Errorf("child %s in %d slices (%d slices)", k.Name, seen[k.Name], len(byName))
 		}
 	}
-	waitFor(t, waitShards, "1,001 children in 11 slices, each once", published(1001, 11))
+	if len(seen) != n {
+		e.T.Errorf("%d endpoints for %d children", len(seen), n)
+	}
+	for name, es := range byName {
+		if len(es.Endpoints) > maxEndpointsPerSlice {
+			e.T.Errorf("slice %s has %d endpoints", name, len(es.Endpoints))
+		}
+	}
+	if len(byName) != slices {
+		e.T.Errorf("%d slices, want %d", len(byName), slices)
+	}
+}
+
+// A pool of 1,001 children publishes 11 slices of at most 100 endpoints, every child
+// exactly once; scaled down to 150 it keeps 2 and deletes the rest. It runs on the
+// synchronous layer: each step is one reconcile the test runs, with nothing to wait for.
+func testPoolSliceShards(t *testing.T, env *testenv.Env) {
+	start := time.Now()
+	e := newSyncEnv(t, env)
+	pool := e.NewPool("big", 1001)
+	pool.Spec.Service = &v1alpha1.PoolService{Name: "big"}
+	e.Create(pool) // creates the 1,001 children
+	if n := len(e.Children("big")); n != 1001 {
+		t.Fatalf("%d children after the first pass, want 1,001", n)
+	}
+	made := time.Since(start)
+	e.markRunning("big")
+	e.Reconcile(pool)
+	e.published("big", 1001, 11)
 	full := time.Since(start)
 	byName, _ := e.poolSlices("big")
 	if _, ok := byName["big-3128"]; !ok {
 		t.Errorf("no slice big-3128 among %d", len(byName))
 	}
-	e.scale("big", 150)
-	waitFor(t, waitShards, "150 children in 2 slices, each once", published(150, 2))
+	scalePool(t, e.Ctx, e.C, pool, 150)
+	e.Reconcile(pool) // deletes 851 children, published as terminating
+	e.Reconcile(pool) // publishes the 150 left
+	e.published("big", 150, 2)
 	t.Logf("1,001 children made in %v, published in 11 slices after %v; scaled to 150 in 2 slices after %v",
 		made.Round(time.Millisecond), full.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }

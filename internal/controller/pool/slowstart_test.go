@@ -62,6 +62,7 @@ func (e *slowStartEnv) children() int {
 // to createBatchLimit at once, with no barrier between those groups. Each create here is
 // held until the test lets it through, so the numbers in flight are exact.
 func TestPoolCreateSlowStart(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var held []chan struct{}
 	inFlight, sent := 0, 0
@@ -125,6 +126,7 @@ func TestPoolCreateSlowStart(t *testing.T) {
 // refusal is answered, the status counts what was made, and the next pass makes the rest
 // from its own live list.
 func TestPoolCreateFailureStopsSlowStart(t *testing.T) {
+	t.Parallel()
 	refused := func(obj client.Object) error {
 		return apierrors.NewForbidden(schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "proxies"}, obj.GetName(),
 			errors.New(`admission webhook "deny.example.com" denied the request`))

@@ -58,12 +58,19 @@ func newPoolEnvBans(t *testing.T, env *testenv.Env) (*poolEnv, *BansReconciler) 
 }
 
 // TestPoolBans runs the ban controller's tests on pools, each in a namespace of its own
-// on the package's API server: retirement of a child banned on many sites, and the
-// pool's saturated sites.
+// on the package's API server, in parallel: retirement of a child banned on many sites,
+// and the pool's saturated sites.
 func TestPoolBans(t *testing.T) {
+	t.Parallel()
 	env := shared.Env(t)
-	t.Run("Retire", func(t *testing.T) { testPoolRetire(t, env) })
-	t.Run("Saturated", func(t *testing.T) { testPoolSaturated(t, env) })
+	t.Run("Retire", func(t *testing.T) {
+		t.Parallel()
+		testPoolRetire(t, env)
+	})
+	t.Run("Saturated", func(t *testing.T) {
+		t.Parallel()
+		testPoolSaturated(t, env)
+	})
 }
 
 // report writes reports about the Proxy name as a replica's feedback recorder does, at
@@ -202,6 +209,7 @@ func testPoolSaturated(t *testing.T, env *testenv.Env) {
 // retired annotation, the Retired condition and a Warning event; it is not retired
 // again once a user uncordons it while the annotation stays.
 func TestStandaloneProxyRetired(t *testing.T) {
+	t.Parallel()
 	env := shared.Env(t)
 	e, br := newPoolEnvBans(t, env)
 	px := testbuild.Proxy(e.NS, "solo", testbuild.External("192.0.2.7"))
@@ -250,6 +258,7 @@ func TestStandaloneProxyRetired(t *testing.T) {
 // site. The count is in the pool's status, so it outlives the retired child and a
 // restarted manager; an hour later the budget frees and the most burnt child goes next.
 func TestPoolRetirementBudget(t *testing.T) {
+	t.Parallel()
 	e, _ := newPoolEnvBans(t, shared.Env(t))
 	pool := e.NewPool("budget", 3)
 	pool.Spec.Bans = &v1alpha1.PoolBans{RetireAfterSites: ptr.To[int32](3), RetireWindowSeconds: ptr.To[int32](7200)}
