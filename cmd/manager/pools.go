@@ -13,6 +13,7 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/autoscaler"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/common"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/pool"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
@@ -33,6 +34,20 @@ func setupPools(mgr ctrl.Manager, cfg *provider.Config, pol remediation.Policy, 
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("proxy pool reconciler: %w", err)
+	}
+	return nil
+}
+
+// setupAutoscaler adds the built-in autoscaler (internal/controller/autoscaler) unless
+// --autoscaler=false. The children's costs are not known to it yet, so spec.budget caps
+// nothing until they are.
+func setupAutoscaler(mgr ctrl.Manager, on bool) error {
+	if !on {
+		return nil
+	}
+	r := &autoscaler.Reconciler{Client: mgr.GetClient()}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("autoscaler: %w", err)
 	}
 	return nil
 }
