@@ -42,7 +42,7 @@ import (
 
 // FieldManager is the autoscaler's field manager: for spec.replicas, and for
 // status.autoscaling and the Scaling condition.
-const FieldManager = "egress-proxies-autoscaler"
+const FieldManager = statusapply.Autoscaler
 
 // Defaults of the Reconciler's knobs.
 const (

@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/controllertest"
@@ -108,13 +109,19 @@ func Autoscaling(minR, maxR, sessionsPerChild int32, change ...func(*v1alpha1.Po
 	return a
 }
 
-// CreatePool creates a pool with spec.autoscaling a and no spec.replicas (the API server
-// defaults it to 1), with change applied first.
-func (e *syncEnv) CreatePool(name string, a *v1alpha1.PoolAutoscaling, change ...func(*v1alpha1.ProxyPool)) *v1alpha1.ProxyPool {
-	e.T.Helper()
-	pool := controllertest.NewPool(e.NS, name, 0)
+// NewAutoscaledPool is a pool with spec.autoscaling a and no spec.replicas (the API
+// server defaults it to 1).
+func NewAutoscaledPool(ns, name string, a *v1alpha1.PoolAutoscaling) *v1alpha1.ProxyPool {
+	pool := controllertest.NewPool(ns, name, 0)
 	pool.Spec.Replicas = nil
 	pool.Spec.Autoscaling = a
+	return pool
+}
+
+// CreatePool creates NewAutoscaledPool(name, a) with change applied first.
+func (e *syncEnv) CreatePool(name string, a *v1alpha1.PoolAutoscaling, change ...func(*v1alpha1.ProxyPool)) *v1alpha1.ProxyPool {
+	e.T.Helper()
+	pool := NewAutoscaledPool(e.NS, name, a)
 	for _, c := range change {
 		c(pool)
 	}
@@ -226,3 +233,5 @@ func (e *syncEnv) ScaledObject(name, pool string) {
 }
 
 func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }
+
+type reconcileRequest = reconcile.Request
