@@ -167,7 +167,9 @@ type Decision struct {
 //     meanwhile): at most one scale-down per delay window;
 //   - above MaxReplicas or the budget it shrinks at once (ScaledDown, BudgetCapped).
 func Decide(in Input) Decision {
-	d := Decision{Replicas: in.Replicas, State: in.State}
+	// The demand is summed even when nothing is decided: the controller shows and exports
+	// it, and an external autoscaler may scale on it.
+	d := Decision{Replicas: in.Replicas, State: in.State, Demand: in.demand()}
 	if in.ExternalAutoscaler != "" {
 		d.Reason = ReasonExternalAutoscaler
 		d.Message = fmt.Sprintf("%s drives the pool's size; the built-in autoscaler is off while it is on (replicas %d)",
@@ -190,7 +192,6 @@ func Decide(in Input) Decision {
 		bound = in.budgetNote(capN)
 	}
 
-	d.Demand = in.demand()
 	if d.Demand.Sources == 0 {
 		d.Replicas = min(max(in.Replicas, in.MinReplicas), capN)
 		d.Wanted = d.Replicas

@@ -227,6 +227,13 @@ func TestExternalAutoscalerIsRefused(t *testing.T) {
 	if got := replicas(pool); got != 1 {
 		t.Fatalf("with an HPA on the pool: %d replicas, want 1 as it was", got)
 	}
+	// The demand is still measured, shown and exported: the HPA may scale on it.
+	if st := pool.Status.Autoscaling; st == nil || st.Demand.Sessions.AsApproximateFloat64() != 50 {
+		t.Fatalf("with an HPA on the pool: status.autoscaling %+v, want the 50 sessions measured", st)
+	}
+	if got := promtestutil.ToFloat64(demandSessions.WithLabelValues(e.NS, "hpa")); got != 50 {
+		t.Fatalf("with an HPA on the pool: proxy_operator_pool_demand_sessions = %g, want 50", got)
+	}
 	if err := e.C.Delete(e.Ctx, hpa); err != nil {
 		t.Fatal(err)
 	}
