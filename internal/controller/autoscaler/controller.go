@@ -265,6 +265,9 @@ func (r *Reconciler) input(ctx context.Context, pool *v1alpha1.ProxyPool, leases
 		MaxStepUp:   a.MaxStepUp,
 		Demand:      demand.Samples(leases),
 		StaleAfter:  r.staleAfter(),
+		// No Lease at all: no measurer has seen demand for the pool (they write none
+		// before they do), or its Leases were collected an hour after going stale.
+		Idle: len(leases) == 0,
 	}
 	if pool.Spec.Replicas != nil {
 		in.Replicas = *pool.Spec.Replicas

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/autoscale"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/demand"
 )
 
@@ -279,5 +280,30 @@ func TestWithoutAutoscalingNoCondition(t *testing.T) {
 	}
 	if got := replicas(pool); got != 2 {
 		t.Fatalf("spec.autoscaling dropped: %d replicas, want 2 as last set", got)
+	}
+}
+
+// TestUnusedPoolGoesToMinReplicas: a new pool nobody sends anything to has no demand Lease
+// (measurers write none before they see demand): its demand is zero, not unknown, and it
+// goes from the API server's default of 1 to minReplicas 0 a delay later; the first
+// held request (a wake) brings one child at once.
+func TestUnusedPoolGoesToMinReplicas(t *testing.T) {
+	e := newSyncEnv(t)
+	pool := e.CreatePool("unused", Autoscaling(0, 5, 10))
+	e.Available(pool, 1)
+	e.Pass(pool)
+	if c := Scaling(pool); replicas(pool) != 1 || c.Reason != v1alpha1.PoolReasonHeldByDelay {
+		t.Fatalf("a new pool without demand: %d replicas, %s %q; want 1 held by the delay", replicas(pool), c.Reason, c.Message)
+	}
+	e.Clock.Step(autoscale.DefaultScaleDownDelay)
+	e.Pass(pool)
+	if c := Scaling(pool); replicas(pool) != 0 || c.Reason != v1alpha1.PoolReasonScaledDown {
+		t.Fatalf("a delay later: %d replicas, %s %q; want 0, ScaledDown", replicas(pool), c.Reason, c.Message)
+	}
+	e.Available(pool, 0)
+	e.Demand("unused", "egress-gw-0", demand.Measure{Held: 1})
+	e.Pass(pool)
+	if c := Scaling(pool); replicas(pool) != 1 || c.Reason != v1alpha1.PoolReasonScaledUp {
+		t.Fatalf("one held request at zero: %d replicas, %s %q; want 1 at once, ScaledUp", replicas(pool), c.Reason, c.Message)
 	}
 }
