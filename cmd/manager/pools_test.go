@@ -4,9 +4,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/demand"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 )
 
@@ -36,4 +38,19 @@ func TestPoolCacheSelectsPoolObjects(t *testing.T) {
 			t.Errorf("%T: selector %q", obj, o.Label)
 		}
 	}
+}
+
+// The manager caches only the demand Leases, not the cluster's own (one per node among
+// them).
+func TestCacheHoldsOnlyDemandLeases(t *testing.T) {
+	for obj, o := range cacheByObject() {
+		if _, ok := obj.(*coordinationv1.Lease); !ok {
+			continue
+		}
+		if !o.Label.Matches(labels.Set{demand.LabelFor: "news"}) || o.Label.Matches(labels.Set{"kubernetes.io/hostname": "node-1"}) {
+			t.Fatalf("Lease cache selector %q", o.Label)
+		}
+		return
+	}
+	t.Fatal("the manager's cache does not restrict Leases")
 }
