@@ -53,10 +53,10 @@ func columns(t *testing.T, out string) []map[string]string {
 
 // What kubectl shows of the CRDs, against a real API server with them installed:
 // HEALTHY is the Healthy condition's status, so an unhealthy proxy (no status.healthy)
-// shows False, not a blank; kubectl get ppool -o wide adds the demand and the Scaling
-// reason; kubectl get px -o wide adds the egress IP, the running VM's
+// shows False, not a blank; kubectl get px -o wide adds the egress IP, the running VM's
 // age (none for an External proxy) and the last probe latency;
-// kubectl get ppool -o wide the pool's progress reason; kubectl get egress lists all
+// kubectl get ppool -o wide the pool's progress reason, its demand and the Scaling
+// condition's reason; kubectl get egress lists all
 // three kinds, each by its short name too.
 func TestKubectlGetShowsTheColumns(t *testing.T) {
 	kubectl := kubectlBin(t)
