@@ -2,6 +2,9 @@ package autoscaler
 
 import (
 	"context"
+	"fmt"
+	"sort"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -235,3 +239,29 @@ func (e *syncEnv) ScaledObject(name, pool string) {
 func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }
 
 type reconcileRequest = reconcile.Request
+
+// demandSeries lists the demand metrics the manager's registry holds for the pool ns/pool.
+func demandSeries(t testing.TB, ns, pool string) []string {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "proxy_operator_pool_demand_") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == ns && labels["pool"] == pool {
+				out = append(out, fmt.Sprintf("%s=%g", f.GetName(), m.GetGauge().GetValue()))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -69,8 +69,9 @@ func TestDemandRampGrowsInBoundedSteps(t *testing.T) {
 	if st == nil || st.DesiredReplicas != 10 || st.Demand.Sessions.AsApproximateFloat64() != 96 || st.Demand.Sources != 3 || st.LastScaleUpTime == nil {
 		t.Fatalf("status.autoscaling %+v, want desired 10, 96 sessions from 3 sources, a last scale-up", st)
 	}
-	if got := promtestutil.ToFloat64(demandSessions.WithLabelValues(e.NS, "ramp")); got != 96 {
-		t.Errorf("proxy_operator_pool_demand_sessions = %g, want 96", got)
+	want := []string{"proxy_operator_pool_demand_held=0", "proxy_operator_pool_demand_requests_per_second=0", "proxy_operator_pool_demand_sessions=96"}
+	if got := demandSeries(t, e.NS, "ramp"); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("the manager's registry holds %v for the pool, want %v", got, want)
 	}
 	t.Logf("replicas pass by pass: %v", history)
 }
@@ -255,7 +256,7 @@ func TestExternalAutoscalerIsRefused(t *testing.T) {
 
 // TestWithoutAutoscalingNoCondition: a pool without spec.autoscaling gets no Scaling
 // condition nor status.autoscaling, and one that drops spec.autoscaling loses them (its
-// spec.replicas stays as last set).
+// spec.replicas stays as last set) and its demand metrics.
 func TestWithoutAutoscalingNoCondition(t *testing.T) {
 	e := newSyncEnv(t)
 	plain := e.CreatePool("plain", nil)
@@ -280,6 +281,9 @@ func TestWithoutAutoscalingNoCondition(t *testing.T) {
 	}
 	if got := replicas(pool); got != 2 {
 		t.Fatalf("spec.autoscaling dropped: %d replicas, want 2 as last set", got)
+	}
+	if got := demandSeries(t, e.NS, "dropped"); len(got) != 0 {
+		t.Fatalf("spec.autoscaling dropped: the demand metrics %v remain", got)
 	}
 }
 
