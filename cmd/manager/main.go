@@ -288,7 +288,7 @@ func run(args []string, stderr io.Writer) int {
 		log.Error(err, "setting up components")
 		return 1
 	}
-	if err := setupAutoscaler(mgr, o.autoscaler); err != nil {
+	if err := setupAutoscaler(mgr, o.autoscaler, cfg); err != nil {
 		log.Error(err, "setting up components")
 		return 1
 	}
