@@ -158,6 +158,9 @@ func BenchmarkAutoscalerPassCached(b *testing.B) {
 		b.Fatal(err)
 	}
 	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		b.Fatal("the cache did not start")
+	}
 	c, err := client.New(env.Config, client.Options{Scheme: env.Scheme, Cache: &client.CacheOptions{Reader: ca}})
 	if err != nil {
 		b.Fatal(err)
