@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,7 +55,8 @@ func columns(t *testing.T, out string) []map[string]string {
 // HEALTHY is the Healthy condition's status, so an unhealthy proxy (no status.healthy)
 // shows False, not a blank; kubectl get px -o wide adds the egress IP, the running VM's
 // age (none for an External proxy) and the last probe latency;
-// kubectl get ppool -o wide the pool's progress reason; kubectl get egress lists all
+// kubectl get ppool -o wide the pool's progress reason, its demand and the Scaling
+// condition's reason; kubectl get egress lists all
 // three kinds, each by its short name too.
 func TestKubectlGetShowsTheColumns(t *testing.T) {
 	kubectl := kubectlBin(t)
@@ -136,13 +138,18 @@ func TestKubectlGetShowsTheColumns(t *testing.T) {
 		t.Fatal(err)
 	}
 	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: v1alpha1.PoolConditionProgressing, Status: metav1.ConditionFalse, Reason: v1alpha1.PoolReasonProgressDeadlineExceeded, Message: "stuck"})
+	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: v1alpha1.PoolConditionScaling, Status: metav1.ConditionTrue, Reason: v1alpha1.PoolReasonHeldByDelay, Message: "held"})
 	pool.Status.UpToDateReplicas = 1
+	pool.Status.Autoscaling = &v1alpha1.PoolAutoscalingStatus{DesiredReplicas: 2,
+		Demand: v1alpha1.PoolDemand{Sessions: resource.MustParse("12"), RequestsPerSecond: resource.MustParse("3")}}
 	if err := env.Client.Status().Update(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	pr := columns(t, get("ppool", "-o", "wide"))
-	if len(pr) != 1 || pr[0]["PROGRESS"] != v1alpha1.PoolReasonProgressDeadlineExceeded || pr[0]["UP-TO-DATE"] != "1" || pr[0]["DESIRED"] != "2" {
-		t.Errorf("kubectl get ppool -o wide: %v, want PROGRESS %s, UP-TO-DATE 1, DESIRED 2", pr, v1alpha1.PoolReasonProgressDeadlineExceeded)
+	if len(pr) != 1 || pr[0]["PROGRESS"] != v1alpha1.PoolReasonProgressDeadlineExceeded || pr[0]["UP-TO-DATE"] != "1" || pr[0]["DESIRED"] != "2" ||
+		pr[0]["DEMAND"] != "12" || pr[0]["SCALING"] != v1alpha1.PoolReasonHeldByDelay {
+		t.Errorf("kubectl get ppool -o wide: %v, want PROGRESS %s, UP-TO-DATE 1, DESIRED 2, DEMAND 12, SCALING %s", pr,
+			v1alpha1.PoolReasonProgressDeadlineExceeded, v1alpha1.PoolReasonHeldByDelay)
 	}
 
 	ph := &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "kvm2-home-" + ns}}

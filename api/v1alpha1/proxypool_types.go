@@ -251,6 +251,13 @@ type ProxyPoolSpec struct {
 	// spec.template.spec.remediation (docs/health.md, "Remediation").
 	// +optional
 	Remediation *PoolRemediation `json:"remediation,omitempty"`
+	// Autoscaling sizes the pool from its measured demand: the autoscaler then writes
+	// spec.replicas (docs/pools.md, "Autoscaling").
+	// +optional
+	Autoscaling *PoolAutoscaling `json:"autoscaling,omitempty"`
+	// Budget caps what the pool may cost per hour: the autoscaler grows it no further.
+	// +optional
+	Budget *PoolBudget `json:"budget,omitempty"`
 }
 
 // PoolRemediation is a pool's brake on remediation.
@@ -405,8 +412,12 @@ type ProxyPoolStatus struct {
 	// manager.
 	// +optional
 	Cost *Cost `json:"cost,omitempty"`
-	// Conditions: Available, Progressing, PlacementValid, EgressShared and (with
-	// spec.egress.wireguard) EgressExhausted.
+	// Autoscaling is the demand the autoscaler acted on and what it decided (with
+	// spec.autoscaling). Written under the egress-proxies-autoscaler field manager.
+	// +optional
+	Autoscaling *PoolAutoscalingStatus `json:"autoscaling,omitempty"`
+	// Conditions: Available, Progressing, PlacementValid, EgressShared, (with
+	// spec.egress.wireguard) EgressExhausted and (with spec.autoscaling) Scaling.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -429,6 +440,8 @@ type ProxyPoolStatus struct {
 // +kubebuilder:printcolumn:name="Egress IPs",type=integer,JSONPath=`.status.distinctEgressIPs`,description="Distinct egress addresses among the available children"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.conditions[?(@.type=="Progressing")].reason`,priority=1,description="The Progressing condition's reason: why a stalled pool cannot proceed (Stalled, ProgressDeadlineExceeded, CredentialsUnavailable, ...)"
+// +kubebuilder:printcolumn:name="Demand",type=string,JSONPath=`.status.autoscaling.demand.sessions`,priority=1,description="The concurrent sessions the autoscaler acted on"
+// +kubebuilder:printcolumn:name="Scaling",type=string,JSONPath=`.status.conditions[?(@.type=="Scaling")].reason`,priority=1,description="The Scaling condition's reason: what the autoscaler did last, or why it stands aside"
 // +kubebuilder:printcolumn:name="Cost/h",type=string,JSONPath=`.status.cost.hourly`,priority=1,description="What the pool's children cost per hour together (status.cost, in status.cost.currency)"
 type ProxyPool struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -49,6 +49,7 @@ func TestFlagDefaults(t *testing.T) {
 		{"remediation-unhealthy-timeout", o.remediation.UnhealthyTimeout, 5 * time.Minute},
 		{"max-unhealthy", o.remediation.MaxUnhealthy, intstr.FromString("40%")},
 		{"leader-elect", o.leaderElect, false},
+		{"autoscaler", o.autoscaler, true},
 		{"metrics-bind-address", o.metricsAddr, ":8443"},
 		{"metrics-secure", o.metricsSecure, true}, // HTTPS behind TokenReview and SubjectAccessReview
 		{"metrics-cert-dir", o.metricsCertDir, ""},

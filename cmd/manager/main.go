@@ -13,6 +13,7 @@ import (
 	"os"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,6 +30,7 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/bans"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/autoscaler"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/common"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/proxy"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/proxybans"
@@ -56,6 +58,7 @@ type options struct {
 	enableHTTP2             bool
 	probeAddr               string
 	leaderElect             bool
+	autoscaler              bool
 	leaderElectionNS        string
 	watchNamespaces         []string // nil: every namespace
 	health                  healthOptions
@@ -142,6 +145,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint; empty: a self-signed certificate made at start.")
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Offer HTTP/2 on the metrics endpoint (off: HTTP/1.1 alone, out of reach of the HTTP/2 stream-reset attacks, CVE-2023-44487).")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	fs.BoolVar(&o.autoscaler, "autoscaler", true, "Run the built-in autoscaler, which sizes the ProxyPools with spec.autoscaling from their demand (see docs/pools.md, Autoscaling); false: such pools keep the spec.replicas they have.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader, so that only one manager replica is active.")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's own).")
 	watchNamespaces := fs.String("watch-namespaces", "", "Comma-separated namespaces whose Proxies, ProxyPools and Secrets the manager watches and reconciles; objects in other namespaces are not seen. Empty: every namespace (needs cluster-wide access to Secrets and Proxies; with a list, Roles in those namespaces suffice).")
@@ -284,6 +288,10 @@ func run(args []string, stderr io.Writer) int {
 		log.Error(err, "setting up components")
 		return 1
 	}
+	if err := setupAutoscaler(mgr, o.autoscaler, cfg); err != nil {
+		log.Error(err, "setting up components")
+		return 1
+	}
 	log.Info("starting manager", "providers", len(providers), "leaderElect", o.leaderElect)
 	err = mgr.Start(ctx)
 	// The discovery API may still be draining (--discovery-drain-delay).
@@ -365,12 +373,14 @@ func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {
 
 // cacheByObject restricts what the manager's cache holds: the pools' Services and
 // EndpointSlices (poolCacheByObject), and only the Secrets opted in as proxy credentials
-// (v1alpha1.CredentialsLabel "true"). Every other Secret of the cluster stays out of the
+// (v1alpha1.CredentialsLabel "true"), and only the pools' demand Leases
+// (autoscaler.LeaseCache). Every other Secret of the cluster stays out of the
 // manager's memory, and its data never reaches the operator: a Proxy naming one is told
 // so from a metadata-only read (proxyconfig.SecretCredentials.Metadata).
 func cacheByObject() map[client.Object]cache.ByObject {
 	by := poolCacheByObject()
 	by[&corev1.Secret{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{v1alpha1.CredentialsLabel: "true"})}
+	by[&coordinationv1.Lease{}] = autoscaler.LeaseCache()
 	return by
 }
 

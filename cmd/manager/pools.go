@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,7 +14,9 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/autoscaler"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/common"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/cost"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/pool"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/remediation"
@@ -35,6 +38,32 @@ func setupPools(mgr ctrl.Manager, cfg *provider.Config, pol remediation.Policy, 
 		return fmt.Errorf("proxy pool reconciler: %w", err)
 	}
 	return nil
+}
+
+// setupAutoscaler adds the built-in autoscaler (internal/controller/autoscaler) unless
+// --autoscaler=false, its budget cap priced by cfg's prices (childCost).
+func setupAutoscaler(mgr ctrl.Manager, on bool, cfg *provider.Config) error {
+	if !on {
+		return nil
+	}
+	r := &autoscaler.Reconciler{Client: mgr.GetClient(), CostPerChild: childCost(cost.Entries(cfg))}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("autoscaler: %w", err)
+	}
+	return nil
+}
+
+// childCost is what one child of a pool costs per hour by the providers' prices
+// (cost.ChildRate), for spec.budget: unknown (no cap) without a price.
+func childCost(providers map[string]provider.ProviderConfig) autoscaler.CostFunc {
+	return func(_ context.Context, pool *v1alpha1.ProxyPool) (float64, bool) {
+		c, ok := cost.ChildRate(providers, pool)
+		if !ok {
+			return 0, false
+		}
+		q := c.Hourly.Quantity()
+		return q.AsApproximateFloat64(), true
+	}
 }
 
 // poolZones lists each configured provider with the zones a pool may name for it: the

@@ -98,6 +98,9 @@ type Input struct {
 	// DefaultStaleAfter) are ignored.
 	Demand     []Sample
 	StaleAfter time.Duration
+	// Idle says that no measurer has reported any demand for the pool at all (none
+	// holds a record for it): with no Demand the demand is then zero, not unknown.
+	Idle bool
 	// WarmSpare children are kept beyond the demand while there is any.
 	WarmSpare int32
 	// ScaleDownDelay: 0 is DefaultScaleDownDelay.
@@ -155,7 +158,7 @@ type Decision struct {
 // Decide sizes a pool at in.Now. It reads no clock and changes nothing. The rules:
 //   - with an external autoscaler on, nothing is decided (ExternalAutoscaler);
 //   - without a fresh measurement the size is kept (within min, max and the budget)
-//     (DemandUnknown);
+//     (DemandUnknown), unless the pool is Idle (no measurer holds a record for it);
 //   - the pool wants ceil(demand/target) children, plus the warm spare when that is
 //     more than 0, never fewer than MinReplicas nor more than MaxReplicas or the budget
 //     allows;
@@ -167,7 +170,9 @@ type Decision struct {
 //     meanwhile): at most one scale-down per delay window;
 //   - above MaxReplicas or the budget it shrinks at once (ScaledDown, BudgetCapped).
 func Decide(in Input) Decision {
-	d := Decision{Replicas: in.Replicas, State: in.State}
+	// The demand is summed even when nothing is decided: the controller shows and exports
+	// it, and an external autoscaler may scale on it.
+	d := Decision{Replicas: in.Replicas, State: in.State, Demand: in.demand()}
 	if in.ExternalAutoscaler != "" {
 		d.Reason = ReasonExternalAutoscaler
 		d.Message = fmt.Sprintf("%s drives the pool's size; the built-in autoscaler is off while it is on (replicas %d)",
@@ -190,8 +195,7 @@ func Decide(in Input) Decision {
 		bound = in.budgetNote(capN)
 	}
 
-	d.Demand = in.demand()
-	if d.Demand.Sources == 0 {
+	if d.Demand.Sources == 0 && !(in.Idle && len(in.Demand) == 0) {
 		d.Replicas = min(max(in.Replicas, in.MinReplicas), capN)
 		d.Wanted = d.Replicas
 		d.Reason = ReasonDemandUnknown

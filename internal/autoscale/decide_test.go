@@ -57,6 +57,16 @@ func TestDecide(t *testing.T) {
 		{name: "no measurement: the size is kept", in: func(in *Input) { in.Replicas = 4 },
 			decided: true, replicas: 4, reason: ReasonDemandUnknown, next: StepRecheck,
 			msg: []string{"newer than 2m0s", "(0 stale)", "replicas 4"}},
+		{name: "idle (no measurer holds a record): zero demand, held by the delay",
+			in:      func(in *Input) { in.Replicas, in.Available, in.Idle = 4, 4, true },
+			decided: true, replicas: 4, reason: ReasonHeldByDelay, next: DefaultScaleDownDelay,
+			msg: []string{"demand 0 sessions, 0 req/s from 0 sources needs 0 children"}},
+		{name: "idle with stale records: still unknown",
+			in: func(in *Input) {
+				in.Replicas, in.Idle = 4, true
+				in.Demand = []Sample{fresh("gw-a", 3*time.Minute, 500)}
+			},
+			decided: true, replicas: 4, reason: ReasonDemandUnknown, next: StepRecheck, msg: []string{"(1 stale)"}},
 		{name: "only stale measurements: the size is kept",
 			in: func(in *Input) {
 				in.Replicas = 4

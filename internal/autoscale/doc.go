@@ -25,7 +25,10 @@
 // counts; samples older than StaleAfter (DefaultStaleAfter, 2m) are ignored, so that a
 // gateway replica that is gone stops counting. The fresh ones are summed. With none
 // fresh the demand is unknown and the pool keeps its size (DemandUnknown): a silent
-// measurer is not an idle pool.
+// measurer is not an idle pool. A pool for which no measurer holds a record at all
+// (Input.Idle: none has ever seen demand for it, or its records were collected long
+// after they went stale) has a demand of zero instead, so that a new pool nobody uses
+// goes down to MinReplicas.
 //
 // # The rules
 //

@@ -53,6 +53,10 @@ const (
 	// Cost is the cost controller (internal/controller/cost): a Proxy's and a ProxyPool's
 	// status.cost.
 	Cost = "egress-proxies-cost"
+	// Autoscaler is the built-in autoscaler (internal/controller/autoscaler): a
+	// ProxyPool's status.autoscaling and Scaling condition (and, by a merge patch of the
+	// spec, its spec.replicas).
+	Autoscaler = "egress-proxies-autoscaler"
 )
 
 // Option adjusts one Status call.

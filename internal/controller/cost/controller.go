@@ -327,3 +327,25 @@ func (r *CostReconciler) warnCurrencies(ctx context.Context, pool *v1alpha1.Prox
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, EventCostCurrenciesDiffer, common.ActionReconcile, "%s", msg)
 	}
 }
+
+// ChildRate is what one child of pool costs per hour by the prices of providers: its
+// template's machine type on each provider the pool places children on, the highest of
+// them when they differ. False when one of those providers is not configured or has no
+// price for it, or when their currencies differ. The autoscaler caps spec.budget with it.
+func ChildRate(providers map[string]provider.ProviderConfig, pool *v1alpha1.ProxyPool) (v1alpha1.Cost, bool) {
+	var out v1alpha1.Cost
+	for i, name := range templateProviders(pool) {
+		pc, ok := providers[name]
+		if !ok {
+			return v1alpha1.Cost{}, false
+		}
+		c, ok := pc.Hourly(pool.Spec.Template.Spec.Placement.MachineType)
+		if !ok || (i > 0 && c.Currency != out.Currency) {
+			return v1alpha1.Cost{}, false
+		}
+		if q := c.Hourly.Quantity(); i == 0 || q.Cmp(out.Hourly.Quantity()) > 0 {
+			out = c
+		}
+	}
+	return out, out.Currency != ""
+}

@@ -271,13 +271,17 @@ func (r *ProxyPoolReconciler) reportDeadline(s *poolScope) {
 }
 
 // poolStatusOf is the part of a pool's status the pool reconciler applies: all of it but
-// what proxy-bans owns (saturatedSites, retirements and the Saturated condition) and
-// what egress-proxies-cost owns (cost).
+// what proxy-bans owns (saturatedSites, retirements and the Saturated condition), what
+// egress-proxies-cost owns (cost) and what the autoscaler owns (autoscaling and the
+// Scaling condition).
 func poolStatusOf(st *v1alpha1.ProxyPoolStatus) *v1alpha1.ProxyPoolStatus {
 	own := st.DeepCopy()
 	own.SaturatedSites = 0
 	own.Retirements = nil
 	own.Cost = nil
-	own.Conditions = slices.DeleteFunc(own.Conditions, func(c metav1.Condition) bool { return c.Type == v1alpha1.PoolConditionSaturated })
+	own.Autoscaling = nil
+	own.Conditions = slices.DeleteFunc(own.Conditions, func(c metav1.Condition) bool {
+		return c.Type == v1alpha1.PoolConditionSaturated || c.Type == v1alpha1.PoolConditionScaling
+	})
 	return own
 }

@@ -1,0 +1,161 @@
+package autoscaler
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/autoscale"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/demand"
+)
+
+// TestAdmissionRefusesBadAutoscaling: the API server refuses a spec.autoscaling it could
+// never act on, naming the field.
+func TestAdmissionRefusesBadAutoscaling(t *testing.T) {
+	e := newSyncEnv(t)
+	for _, tc := range []struct {
+		name string
+		a    *v1alpha1.PoolAutoscaling
+		want string
+	}{
+		{"fine", Autoscaling(0, 3, 10), ""},
+		{"min above max", Autoscaling(5, 3, 10), "minReplicas must not be more than maxReplicas"},
+		{"max zero", Autoscaling(0, 0, 10), "maxReplicas"},
+		{"no target", Autoscaling(0, 3, 10, func(a *v1alpha1.PoolAutoscaling) { a.Target = v1alpha1.PoolAutoscalingTarget{} }),
+			"spec.autoscaling.target must set sessionsPerReplica, requestsPerSecondPerReplica or both"},
+		{"target zero", Autoscaling(0, 3, 0), "sessionsPerReplica"},
+		{"negative spare", Autoscaling(0, 3, 10, func(a *v1alpha1.PoolAutoscaling) { a.WarmSpare = -1 }), "warmSpare"},
+		{"negative delay", Autoscaling(0, 3, 10, func(a *v1alpha1.PoolAutoscaling) { a.ScaleDownDelay = &metav1.Duration{Duration: -time.Minute} }),
+			"scaleDownDelay must not be negative"},
+		{"bad step", Autoscaling(0, 3, 10, func(a *v1alpha1.PoolAutoscaling) { a.MaxStepUp = ptr.To(intstr.FromString("half")) }),
+			"spec.autoscaling.maxStepUp must be a non-negative number or a percentage"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := NewAutoscaledPool(e.NS, "v", tc.a)
+			err := e.C.Create(e.Ctx, pool, client.DryRunAll)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestInvalidBudgetIsReported: a negative budget passes admission (a quantity) but cannot
+// be acted on: Scaling False, InvalidSpec, naming it, and spec.replicas left alone.
+func TestInvalidBudgetIsReported(t *testing.T) {
+	e := newSyncEnv(t)
+	e.R.CostPerChild = func(context.Context, *v1alpha1.ProxyPool) (float64, bool) { return 1, true }
+	pool := e.CreatePool("broke", Autoscaling(0, 5, 10), func(p *v1alpha1.ProxyPool) {
+		p.Spec.Budget = &v1alpha1.PoolBudget{MaxHourly: resourceMust("-1")}
+	})
+	e.gateways("broke", 1, 40)
+	e.Pass(pool)
+	if c := Scaling(pool); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.PoolReasonInvalidSpec || !strings.Contains(c.Message, "budget maxHourly -1") {
+		t.Fatalf("Scaling %s/%s %q, want False InvalidSpec naming the budget", c.Status, c.Reason, c.Message)
+	}
+	if got := replicas(pool); got != 1 {
+		t.Fatalf("an invalid budget: %d replicas, want 1 as it was", got)
+	}
+}
+
+// TestStaleDemandKeepsTheSizeAndOldLeasesGo: a pool whose measurers stopped reporting
+// keeps its size (DemandUnknown, the stale source counted), and a Lease not renewed for an
+// hour is deleted.
+func TestStaleDemandKeepsTheSizeAndOldLeasesGo(t *testing.T) {
+	e := newSyncEnv(t)
+	pool := e.CreatePool("silent", Autoscaling(0, 5, 10))
+	e.Available(pool, 1)
+	e.gateways("silent", 1, 20)
+	e.Pass(pool)
+	if got := replicas(pool); got != 2 {
+		t.Fatalf("20 sessions at 10 per child: %d replicas, want 2", got)
+	}
+	// The gateway goes away; its Lease goes stale.
+	e.Clock.Step(autoscale.DefaultStaleAfter + time.Second)
+	res := e.Pass(pool)
+	c := Scaling(pool)
+	if got := replicas(pool); got != 2 || c.Reason != v1alpha1.PoolReasonDemandUnknown || pool.Status.Autoscaling.Demand.StaleSources != 1 || res.RequeueAfter <= 0 {
+		t.Fatalf("a stale measurer: %d replicas, %s %q, status %+v, requeue %s; want 2 kept, DemandUnknown, 1 stale source, a requeue",
+			got, c.Reason, c.Message, pool.Status.Autoscaling.Demand, res.RequeueAfter)
+	}
+	if len(e.Leases("silent")) != 1 {
+		t.Fatal("a Lease stale for 2 minutes was deleted; want it kept until an hour")
+	}
+	e.Clock.Step(DefaultLeaseGCAfter)
+	e.Pass(pool)
+	if n := len(e.Leases("silent")); n != 0 {
+		t.Fatalf("%d demand Leases left after an hour without renewal, want none", n)
+	}
+}
+
+// TestFreshLeaseRequeuesWhenItGoesStale: the pass looks again when a fresh Lease would go
+// stale, since nothing else would wake it then.
+func TestFreshLeaseRequeuesWhenItGoesStale(t *testing.T) {
+	e := newSyncEnv(t)
+	pool := e.CreatePool("fresh", Autoscaling(1, 5, 10))
+	e.Available(pool, 1)
+	e.gateways("fresh", 1, 5)
+	e.Clock.Step(30 * time.Second)
+	res := e.Pass(pool)
+	if want := autoscale.DefaultStaleAfter - 30*time.Second + time.Second; res.RequeueAfter != want {
+		t.Fatalf("requeue after %s, want %s (when the 30 s old Lease goes stale)", res.RequeueAfter, want)
+	}
+}
+
+// The watches map a demand Lease, an HPA and a ScaledObject to the pool they name.
+func TestWatchesMapToThePool(t *testing.T) {
+	want := "ns/crawl"
+	one := func(what string, got []reconcileRequest) {
+		t.Helper()
+		if len(got) != 1 || got[0].String() != want {
+			t.Errorf("%s maps to %v, want %s", what, got, want)
+		}
+	}
+	ctx := context.Background()
+	one("a demand Lease", leasePool(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "crawl.demand.gw",
+		Labels: map[string]string{demand.LabelFor: "crawl"}}}))
+	hpa := func(apiVersion, kind string) *autoscalingv2.HorizontalPodAutoscaler {
+		return &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "h"},
+			Spec: autoscalingv2.HorizontalPodAutoscalerSpec{ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: apiVersion, Kind: kind, Name: "crawl"}}}
+	}
+	one("an HPA on the pool", hpaPool(ctx, hpa("egress.hrajfrisbee.cz/v1alpha1", "ProxyPool")))
+	for _, h := range []*autoscalingv2.HorizontalPodAutoscaler{hpa("apps/v1", "Deployment"), hpa("other.example/v1", "ProxyPool")} {
+		if got := hpaPool(ctx, h); len(got) != 0 {
+			t.Errorf("an HPA on %s %s maps to %v, want nothing", h.Spec.ScaleTargetRef.APIVersion, h.Spec.ScaleTargetRef.Kind, got)
+		}
+	}
+	so := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"namespace": "ns", "name": "k"},
+		"spec": map[string]any{"scaleTargetRef": map[string]any{"kind": "ProxyPool", "name": "crawl"}}}}
+	one("a ScaledObject on the pool", scaledObjectPool(ctx, so))
+	if got := leasePool(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "node"}}); len(got) != 0 {
+		t.Errorf("a Lease without the demand-for label maps to %v", got)
+	}
+}
+
+// The condition's reasons in the API are the decision core's.
+func TestReasonsAreTheCoresReasons(t *testing.T) {
+	for api, core := range map[string]string{
+		v1alpha1.PoolReasonScaledUp: autoscale.ReasonScaledUp, v1alpha1.PoolReasonScaledDown: autoscale.ReasonScaledDown,
+		v1alpha1.PoolReasonWithinTarget: autoscale.ReasonWithinTarget, v1alpha1.PoolReasonHeldByDelay: autoscale.ReasonHeldByDelay,
+		v1alpha1.PoolReasonHeldByStep: autoscale.ReasonHeldByStep, v1alpha1.PoolReasonBudgetCapped: autoscale.ReasonBudgetCapped,
+		v1alpha1.PoolReasonExternalAutoscaler: autoscale.ReasonExternalAutoscaler, v1alpha1.PoolReasonDemandUnknown: autoscale.ReasonDemandUnknown,
+		v1alpha1.PoolReasonInvalidSpec: autoscale.ReasonInvalidSpec,
+	} {
+		if api != core {
+			t.Errorf("API reason %q, decision core's %q", api, core)
+		}
+	}
+}
