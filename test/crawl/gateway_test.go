@@ -182,14 +182,12 @@ func waitEgress(t *testing.T, env *testenv.Env) {
 	}, testutil.Every(200*time.Millisecond))
 }
 
-// buildGateway builds cmd/gateway as testutil.BuildManager builds the manager.
+// buildGateway builds cmd/gateway into dir.
 func buildGateway(t *testing.T, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "gateway")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/cmd/gateway")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build -trimpath ./cmd/gateway (CGO_ENABLED=0): %v\n%s", err, out)
+	if err := testutil.BuildGateway(bin); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

@@ -23,6 +23,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -148,7 +150,11 @@ const poolDeletionDrain = 3 * time.Second
 // TestPoolRotation: a ProxyPool of 2 on the local libvirt host, whose children share the
 // sample's basic-auth Secret and each leave through a WireGuard exit of their own, from
 // a pool of three exits on this machine (wgExit); the probe target and every request of
-// the test are on the internet stand-in, which only the exits reach. Once both children
+// the test are on the internet stand-in, which only the exits reach. The pool starts at
+// zero with spec.autoscaling (at most one child): the first request through the gateway
+// binary is held while the autoscaler takes the pool to one child and the guest boots,
+// and is answered through it (the time to its first byte is reported). Then the pool is
+// set to two children without the autoscaler. Once both children
 // are Ready, checkEgress checks each leaves from its exit's address (status, pool status,
 // discovery with distinctEgress=true, and real requests). Then the password is changed, and
 // the pool rolls both children over to it, surge-first. Two samplers run every second
@@ -247,9 +253,20 @@ func TestPoolRotation(t *testing.T) {
 	}
 	eg := &egressCheck{p: p, exits: exits, who: internet, target: whoURL, discovery: discovery, user: user}
 	mgr.start()
+	// From zero: the pool starts empty with spec.autoscaling, and the first request
+	// through the gateway wakes it; the request is held while the one child boots and is
+	// answered through it.
+	startFromZero(pool)
+	gw := startGateway(t, dir, kubeconfig, writeDiscoveryToken(t, dir))
 	if err := c.Create(ctx, pool); err != nil {
 		t.Fatalf("creating ProxyPool %s: %v", key, err)
 	}
+	firstByte := p.firstRequest(gw, ns, whoURL+"/fromzero")
+	t.Logf("TIMING pool from zero: the first request through the gateway -> its first byte in %s (the autoscaler took the pool 0 -> 1, one guest booted)", firstByte.Round(100*time.Millisecond))
+	// Then two children as before, without the autoscaler.
+	p.update(ctx, func(pl *v1alpha1.ProxyPool) {
+		pl.Spec.Autoscaling, pl.Spec.Replicas = nil, ptr.To[int32](2)
+	})
 	created := time.Now()
 	originals := p.waitSettled("2 children Ready", nil)
 	t.Logf("TIMING pool: created -> 2 children Ready in %s (%s)", time.Since(created).Round(time.Second), strings.Join(names(originals), ", "))
@@ -294,6 +311,22 @@ func TestPoolRotation(t *testing.T) {
 	eg.checkNoLeak()
 
 	p.deleteAll(ctx)
+}
+
+// update changes the pool with change, retrying on conflicts.
+func (p *poolStory) update(ctx context.Context, change func(*v1alpha1.ProxyPool)) {
+	p.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var pl v1alpha1.ProxyPool
+		if err := p.c.Get(ctx, p.key, &pl); err != nil {
+			return err
+		}
+		change(&pl)
+		return p.c.Update(ctx, &pl)
+	})
+	if err != nil {
+		p.t.Fatalf("updating ProxyPool %s: %v", p.key, err)
+	}
 }
 
 // setPassword changes the password of the Secret sec, as a user rotating it would.
