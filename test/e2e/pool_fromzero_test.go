@@ -93,16 +93,32 @@ func (p *poolStory) firstRequest(g *gatewayBin, ns, target string) time.Duration
 	p.t.Helper()
 	proxyURL := &url.URL{Scheme: "http", User: url.UserPassword("e2e+ns="+ns+"+pool="+p.key.Name, discoveryToken), Host: g.listen}
 	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: fromZeroActivation + time.Minute}
-	var firstByte time.Time
-	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(),
-		&httptrace.ClientTrace{GotFirstResponseByte: func() { firstByte = time.Now() }}), http.MethodGet, target, nil)
-	start := time.Now()
-	res, err := hc.Do(req)
-	if err != nil {
-		p.t.Fatalf("the first request through the gateway for pool %s at zero: %v (%s)", p.key, err, p.describe())
+	var (
+		firstByte, start time.Time
+		res              *http.Response
+		body             []byte
+	)
+	// The gateway learns of the pool from its informer, a moment after it was created:
+	// until then it answers 407 naming the pool unknown.
+	known := time.Now()
+	for {
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(),
+			&httptrace.ClientTrace{GotFirstResponseByte: func() { firstByte = time.Now() }}), http.MethodGet, target, nil)
+		start = time.Now()
+		var err error
+		if res, err = hc.Do(req); err != nil {
+			p.t.Fatalf("the first request through the gateway for pool %s at zero: %v (%s)", p.key, err, p.describe())
+		}
+		body, _ = io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusProxyAuthRequired || !strings.Contains(string(body), "unknown pool") || time.Since(known) > shortDeadline {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // a poll of the gateway's view, not a wait for the pool
 	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
+	if d := start.Sub(known); d > 0 {
+		p.t.Logf("the gateway knew pool %s %s after it was created", p.key, d.Round(time.Millisecond))
+	}
 	took := firstByte.Sub(start)
 	if res.StatusCode != http.StatusOK {
 		p.t.Fatalf("the first request through the gateway for pool %s at zero: %s after %s: %s (%s)", p.key, res.Status, took, body, p.describe())
