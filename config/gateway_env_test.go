@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/demand"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testbuild"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testenv"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/testutil"
 )
@@ -33,17 +36,21 @@ import (
 // whole job: its cache syncs (/readyz), a crawler's ServiceAccount token is accepted as
 // the proxy password (TokenReview, SubjectAccessReview), a request reaches the site
 // through the exit, and the site's 403 lands in the Proxy's status.cooldowns (the ban
-// recorder's get and status patch). So the ClusterRole TestGatewayRBAC holds to a minimum
-// is also enough.
+// recorder's get and status patch), and a request held for a pool at zero is written as
+// the pool's demand in a Lease in the gateway's own namespace (its demand Role there). So
+// the ClusterRole and the Role TestGatewayRBAC holds to a minimum are also enough.
 func TestGatewayRunsUnderItsRBAC(t *testing.T) {
 	env := testenv.StartT(t)
 	ctx := testenv.Context(t)
 	c := env.Client
 	gwNS, proxyNS := env.Namespace(t, ctx, "gw"), env.Namespace(t, ctx, "team")
 
-	// config/gateway's ServiceAccount, ClusterRole and binding, in gwNS.
+	// config/gateway's ServiceAccount, ClusterRole and binding, and its demand Role and
+	// binding, in gwNS.
 	var role rbacv1.ClusterRole
 	var binding rbacv1.ClusterRoleBinding
+	var demandRole rbacv1.Role
+	var demandBinding rbacv1.RoleBinding
 	for _, doc := range documents(t, "gateway/rbac.yaml") {
 		var tm struct{ Kind string }
 		if err := yaml.Unmarshal(doc, &tm); err != nil {
@@ -54,12 +61,17 @@ func TestGatewayRunsUnderItsRBAC(t *testing.T) {
 			decodeStrict(t, "gateway/rbac.yaml", doc, &role)
 		case "ClusterRoleBinding":
 			decodeStrict(t, "gateway/rbac.yaml", doc, &binding)
+		case "Role":
+			decodeStrict(t, "gateway/rbac.yaml", doc, &demandRole)
+		case "RoleBinding":
+			decodeStrict(t, "gateway/rbac.yaml", doc, &demandBinding)
 		}
 	}
 	role.Name, binding.Name, binding.RoleRef.Name = gwNS+"-gateway", gwNS+"-gateway", gwNS+"-gateway"
 	binding.Subjects[0].Namespace = gwNS
+	demandRole.Namespace, demandBinding.Namespace, demandBinding.Subjects[0].Namespace = gwNS, gwNS, gwNS
 	sa := binding.Subjects[0].Name
-	for _, o := range []client.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: gwNS, Name: sa}}, &role, &binding} {
+	for _, o := range []client.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: gwNS, Name: sa}}, &role, &binding, &demandRole, &demandBinding} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +132,7 @@ func TestGatewayRunsUnderItsRBAC(t *testing.T) {
 	}
 	listen, probe := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--listen-address", listen, "--socks-listen-address", "0",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", probe, "--shutdown-grace", "1s")
+		"--metrics-bind-address", "0", "--health-probe-bind-address", probe, "--shutdown-grace", "1s", "--demand-namespace", gwNS)
 	var stderr testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	if err := cmd.Start(); err != nil {
@@ -185,7 +197,36 @@ func TestGatewayRunsUnderItsRBAC(t *testing.T) {
 		}
 		return false, fmt.Errorf("cooldowns %+v", got.Status.Cooldowns)
 	}, testutil.OnTimeout(func() string { return "stderr:\n" + stderr.String() }))
+	// A pool at zero: the request is held, and the wake written into the demand Lease in
+	// gwNS (the demand namespace), never in the pool's namespace.
+	pool := testbuild.Pool(proxyNS, "idle", 0, testbuild.Managed(), testbuild.WithProvider("fake"), testbuild.WithPort(3128))
+	if err := c.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	heldCtx, stopHeld := context.WithCancel(ctx)
+	t.Cleanup(stopHeld)
+	go func() {
+		req, _ := http.NewRequestWithContext(heldCtx, http.MethodGet, "http://www.example.com/held", nil)
+		held := &http.Client{Transport: &http.Transport{
+			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: listen, User: url.UserPassword("me+ns="+proxyNS+"+pool=idle", token)})}}
+		if res, err := held.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	testutil.WaitFor(t, time.Minute, "the held request's demand Lease in "+gwNS+" (written under the gateway's demand Role)", func() (bool, error) {
+		list := &coordinationv1.LeaseList{}
+		if err := c.List(ctx, list, client.InNamespace(gwNS), client.MatchingLabels(demand.Selector(client.ObjectKeyFromObject(pool)))); err != nil {
+			return false, err
+		}
+		for _, l := range list.Items {
+			if l.Annotations[demand.AnnotationHeld] == "1" {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%d Leases: %+v", len(list.Items), list.Items)
+	}, testutil.OnTimeout(func() string { return "stderr:\n" + stderr.String() }))
+	stopHeld()
 	if strings.Contains(stderr.String(), "forbidden") {
-		t.Errorf("the gateway was refused something under its ClusterRole:\n%s", stderr.String())
+		t.Errorf("the gateway was refused something under its ClusterRole and Role:\n%s", stderr.String())
 	}
 }

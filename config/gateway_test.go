@@ -19,13 +19,12 @@ import (
 )
 
 // gatewayGrants is what internal/gateway/kube does with the API server, and all the
-// gateway's RBAC may give: its cache reads Proxies, ProxyPools and Secrets, the ban
+// gateway's ClusterRole (or, with watchNamespaces, the ClusterRole and the watched
+// namespaces' Roles) may give: its cache reads Proxies, ProxyPools and Secrets, the ban
 // recorder gets a Proxy past the cache and applies its status, the credentials look-up
 // gets a Secret's metadata past the cache, and token checks create TokenReviews and
-// SubjectAccessReviews, and its demand per pool is applied to coordination.k8s.io Leases.
+// SubjectAccessReviews. Nothing on Leases: see gatewayDemandGrants.
 var gatewayGrants = []string{
-	"create coordination.k8s.io/leases", "get coordination.k8s.io/leases", "list coordination.k8s.io/leases",
-	"watch coordination.k8s.io/leases", "update coordination.k8s.io/leases", "patch coordination.k8s.io/leases",
 	"create authentication.k8s.io/tokenreviews",
 	"create authorization.k8s.io/subjectaccessreviews",
 	"get /secrets", "list /secrets", "watch /secrets",
@@ -34,23 +33,41 @@ var gatewayGrants = []string{
 	"patch egress.hrajfrisbee.cz/proxies/status",
 }
 
+// gatewayDemandGrants is the gateway's Role in its own namespace (the demand namespace):
+// its demand per pool, applied to coordination.k8s.io Leases there, and nothing else.
+var gatewayDemandGrants = []string{
+	"create coordination.k8s.io/leases", "get coordination.k8s.io/leases", "list coordination.k8s.io/leases",
+	"watch coordination.k8s.io/leases", "update coordination.k8s.io/leases", "patch coordination.k8s.io/leases",
+}
+
+// checkDemandRole: the gateway's demand Role grants gatewayDemandGrants, none more.
+func checkDemandRole(t *testing.T, what string, got map[grant]bool) {
+	t.Helper()
+	want := slices.Clone(gatewayDemandGrants)
+	slices.Sort(want)
+	if g := sortedGrants(got); !slices.Equal(g, want) {
+		t.Errorf("%s grants\n%s\nwant\n%s", what, strings.Join(g, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // readVerbs are the verbs that change nothing.
 var readVerbs = []string{"get", "list", "watch"}
 
 // checkGatewayGrants: the grants are gatewayGrants, none more: Secrets only read, and the
-// only writes the status patch, the two reviews and the demand Leases.
+// only writes the status patch and the two reviews; nothing at all on Leases (the demand
+// Leases are written through the Role in the gateway's own namespace).
 func checkGatewayGrants(t *testing.T, what string, got map[grant]bool) {
 	t.Helper()
 	for g := range got {
 		switch {
 		case g.resource == "secrets" && !slices.Contains(readVerbs, g.verb):
 			t.Errorf("%s grants %s: the gateway only reads Secrets", what, g)
-		case g.group == "coordination.k8s.io" && g.resource == "leases":
-			// the demand Leases: created and renewed by server-side apply
+		case g.group == "coordination.k8s.io" && g.resource == "leases" || g.resource == "leases":
+			t.Errorf("%s grants %s: the demand Leases are written through the Role in the gateway's own namespace alone", what, g)
 		case !slices.Contains(readVerbs, g.verb) && g.String() != "patch egress.hrajfrisbee.cz/proxies/status" && g.verb != "create":
 			t.Errorf("%s grants the write %s", what, g)
 		case g.verb == "create" && g.resource != "tokenreviews" && g.resource != "subjectaccessreviews":
-			t.Errorf("%s grants %s: the gateway creates only TokenReviews, SubjectAccessReviews and Leases", what, g)
+			t.Errorf("%s grants %s: the gateway creates only TokenReviews and SubjectAccessReviews (and Leases, through its Role)", what, g)
 		case g.resource == "*" || g.group == "*" || g.verb == "*":
 			t.Errorf("%s grants the wildcard %s", what, g)
 		}
@@ -62,7 +79,8 @@ func checkGatewayGrants(t *testing.T, what string, got map[grant]bool) {
 	}
 }
 
-// config/gateway's ClusterRole gives the gateway exactly what it does, bound to the
+// config/gateway's ClusterRole gives the gateway exactly what it does, and no Lease
+// access; its one Role, in its own namespace, the demand Leases; both bound to the
 // ServiceAccount its Deployment runs as. RBAC cannot restrict a grant by label, so it may
 // get, list and watch every Secret; what keeps other Secrets' data out of the gateway is
 // its cache, which lists and watches only the Secrets labelled as proxy credentials
@@ -72,6 +90,8 @@ func TestGatewayRBAC(t *testing.T) {
 	var role rbacv1.ClusterRole
 	var binding rbacv1.ClusterRoleBinding
 	var sa corev1.ServiceAccount
+	var roles []rbacv1.Role
+	var roleBindings []rbacv1.RoleBinding
 	for _, f := range kustomized(t, "gateway") {
 		for _, doc := range documents(t, f) {
 			var tm struct{ Kind string }
@@ -85,12 +105,29 @@ func TestGatewayRBAC(t *testing.T) {
 				decodeStrict(t, f, doc, &binding)
 			case "ServiceAccount":
 				decodeStrict(t, f, doc, &sa)
-			case "Role", "RoleBinding":
-				t.Errorf("%s: a %s; config/gateway's access is its ClusterRole alone", f, tm.Kind)
+			case "Role":
+				var r rbacv1.Role
+				decodeStrict(t, f, doc, &r)
+				roles = append(roles, r)
+			case "RoleBinding":
+				var rb rbacv1.RoleBinding
+				decodeStrict(t, f, doc, &rb)
+				roleBindings = append(roleBindings, rb)
 			}
 		}
 	}
 	checkGatewayGrants(t, "config/gateway's ClusterRole", grantsOf(role.Rules))
+	if len(roles) != 1 || len(roleBindings) != 1 {
+		t.Fatalf("config/gateway makes %d Roles and %d RoleBindings, want the demand Role and its binding", len(roles), len(roleBindings))
+	}
+	checkDemandRole(t, "config/gateway's Role "+roles[0].Name, grantsOf(roles[0].Rules))
+	if roles[0].Namespace != sa.Namespace || roleBindings[0].Namespace != sa.Namespace {
+		t.Errorf("the demand Role is in %q and its binding in %q, want the gateway's own namespace %q", roles[0].Namespace, roleBindings[0].Namespace, sa.Namespace)
+	}
+	saSubject := rbacv1.Subject{Kind: "ServiceAccount", Name: sa.Name, Namespace: sa.Namespace}
+	if rb := roleBindings[0]; rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != roles[0].Name || !slices.Equal(rb.Subjects, []rbacv1.Subject{saSubject}) {
+		t.Errorf("%s binds %+v to %+v, want Role %s to %+v", rb.Name, rb.RoleRef, rb.Subjects, roles[0].Name, saSubject)
+	}
 
 	deps, _ := workloads(t)
 	d := deps[gatewayDeployment]
@@ -103,6 +140,10 @@ func TestGatewayRBAC(t *testing.T) {
 	}
 	if d.Spec.Template.Spec.ServiceAccountName == deps[managerDeployment].Spec.Template.Spec.ServiceAccountName {
 		t.Error("the gateway runs as the manager's ServiceAccount")
+	}
+	// Both write their demand Leases in their own namespace by default.
+	for _, name := range []string{gatewayDeployment, managerDeployment} {
+		checkPodNamespaceEnv(t, "config's "+name, deps[name].Spec.Template.Spec.Containers[0].Env)
 	}
 
 	// The gateway's cache: Secrets only with the opt-in label.
@@ -146,6 +187,8 @@ var gatewayKeys = []string{
 	"ServiceAccount " + releaseNS + "/" + gatewayName,
 	"ClusterRole <nil>/" + gatewayName + "-role",
 	"ClusterRoleBinding <nil>/" + gatewayName + "-rolebinding",
+	"Role " + releaseNS + "/" + gatewayName + "-demand-role",
+	"RoleBinding " + releaseNS + "/" + gatewayName + "-demand-rolebinding",
 	"Deployment " + releaseNS + "/" + gatewayName,
 	"Service " + releaseNS + "/" + gatewayName,
 	"PodDisruptionBudget " + releaseNS + "/" + gatewayName,
@@ -190,6 +233,43 @@ func TestChartGatewayDefault(t *testing.T) {
 	var cr rbacv1.ClusterRole
 	decodeAs(t, got["ClusterRole <nil>/"+gatewayName+"-role"], &cr)
 	checkGatewayGrants(t, "the chart's gateway ClusterRole", grantsOf(cr.Rules))
+	checkChartDemandRole(t, got)
+	var mgr appsv1.Deployment
+	decodeAs(t, got["Deployment "+releaseNS+"/"+releaseName+"-controller-manager"], &mgr)
+	checkPodNamespaceEnv(t, "the chart's manager", mgr.Spec.Template.Spec.Containers[0].Env)
+}
+
+// checkChartDemandRole: the chart's gateway Role for the demand Leases, in the release
+// namespace, bound to the gateway's ServiceAccount; and the gateway's pods know their
+// namespace (POD_NAMESPACE, the default of --demand-namespace).
+func checkChartDemandRole(t *testing.T, got map[string]map[string]any) {
+	t.Helper()
+	roleKey := "Role " + releaseNS + "/" + gatewayName + "-demand-role"
+	bindingKey := "RoleBinding " + releaseNS + "/" + gatewayName + "-demand-rolebinding"
+	if got[roleKey] == nil || got[bindingKey] == nil {
+		t.Fatalf("want %s and %s", roleKey, bindingKey)
+	}
+	var role rbacv1.Role
+	decodeAs(t, got[roleKey], &role)
+	checkDemandRole(t, "the chart's "+roleKey, grantsOf(role.Rules))
+	var rb rbacv1.RoleBinding
+	decodeAs(t, got[bindingKey], &rb)
+	sa := rbacv1.Subject{Kind: "ServiceAccount", Name: gatewayName, Namespace: releaseNS}
+	if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != role.Name || !slices.Equal(rb.Subjects, []rbacv1.Subject{sa}) {
+		t.Errorf("%s binds %+v to %+v, want the Role %s to %+v", bindingKey, rb.RoleRef, rb.Subjects, role.Name, sa)
+	}
+	checkPodNamespaceEnv(t, "the chart's gateway", chartGateway(t, got).Spec.Template.Spec.Containers[0].Env)
+}
+
+// checkPodNamespaceEnv: POD_NAMESPACE comes from the pod's metadata.namespace.
+func checkPodNamespaceEnv(t *testing.T, what string, env []corev1.EnvVar) {
+	t.Helper()
+	for _, e := range env {
+		if e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace" {
+			return
+		}
+	}
+	t.Errorf("%s's container does not set POD_NAMESPACE from metadata.namespace (the demand namespace's default): env %+v", what, env)
 }
 
 // gateway.autoscaling.enabled renders an autoscaling/v2 HPA on CPU with the values given,
@@ -276,6 +356,7 @@ func TestChartGatewayWatchNamespaces(t *testing.T) {
 		}
 	}
 	checkGatewayGrants(t, "the gateway's ClusterRole and Roles together", union)
+	checkChartDemandRole(t, got)
 	d := chartGateway(t, got)
 	if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--watch-namespaces=team-a,team-b") {
 		t.Errorf("the gateway's args %v lack --watch-namespaces=team-a,team-b", d.Spec.Template.Spec.Containers[0].Args)

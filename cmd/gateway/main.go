@@ -45,7 +45,10 @@ type options struct {
 	activationTimeout   time.Duration
 	maxHeldPerPool      int
 	watchNamespaces     []string // nil: every namespace
-	zap                 zap.Options
+	// demandNamespace is where the demand Leases are written (--demand-namespace), and
+	// demandNamespaceFrom where its value came from, for the start log.
+	demandNamespace, demandNamespaceFrom string
+	zap                                  zap.Options
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -63,6 +66,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "After SIGTERM the gateway stops accepting and lets open requests and tunnels finish this long, then closes what is left.")
 	fs.DurationVar(&o.activationTimeout, "activation-timeout", gateway.DefaultActivationTimeout, "How long a request for a pool that exists but has no eligible exit yet (at zero, or its children still starting) is held waiting for one; past it: 503 with Retry-After. 0 holds nothing: such a request gets 502 at once.")
 	fs.IntVar(&o.maxHeldPerPool, "max-held-per-pool", gateway.DefaultMaxHeldPerPool, "Requests held at once for one pool at most; beyond it: 503 with Retry-After at once.")
+	demandNS := fs.String("demand-namespace", "", "Namespace the demand Leases are written in (one per pool this replica sees demand for; see docs/pools.md, Autoscaling): the manager's --demand-namespace, where a Role grants the gateway access to Leases. Default: the pod's own (POD_NAMESPACE, else the service account's namespace file, else default).")
 	watchNamespaces := fs.String("watch-namespaces", "", "Comma-separated namespaces whose Proxies, ProxyPools and credential Secrets the gateway watches; exits elsewhere are never chosen. Empty: every namespace (needs cluster-wide read access; with a list, Roles in those namespaces suffice).")
 	if f := flag.CommandLine.Lookup("kubeconfig"); f != nil { // registered by controller-runtime
 		fs.Var(f.Value, f.Name, f.Usage)
@@ -76,6 +80,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, err
 	}
 	o.watchNamespaces = ns
+	if o.demandNamespace, o.demandNamespaceFrom, err = demand.FlagNamespace(*demandNS); err != nil {
+		return nil, err
+	}
 	switch {
 	case o.maxAttempts < 1 || o.maxAttempts > 10:
 		return nil, fmt.Errorf("--max-attempts %d: give 1 to 10", o.maxAttempts)
@@ -157,9 +164,9 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	// Each replica reports its own demand per pool: demand Leases of source kind gateway,
-	// named after the pod.
+	// named after the pod, in the demand namespace.
 	source := demand.PodName("gateway")
-	reporter := demand.NewReporter(mgr.GetClient(), demand.KindGateway, source)
+	reporter := demand.NewReporter(mgr.GetClient(), o.demandNamespace, demand.KindGateway, source)
 	demandRec := kube.NewDemandReporter(reporter, ctrl.Log.WithName("demand"))
 	g, err := gateway.New(gateway.Config{Chooser: adapter, Authenticator: adapter, Reporter: adapter,
 		Registry: metrics.Registry, Log: ctrl.Log.WithName("gateway"),
@@ -194,7 +201,8 @@ func run(args []string, stderr io.Writer) int {
 	}
 	log.Info("starting gateway", "listen", httpLn.Addr().String(), "socks", o.socksListen,
 		"tokenFile", o.tokenFile != "", "kubernetesAuth", o.kubeAuth, "maxAttempts", o.maxAttempts, "watchNamespaces", o.watchNamespaces,
-		"activationTimeout", o.activationTimeout, "maxHeldPerPool", o.maxHeldPerPool, "demandSource", source)
+		"activationTimeout", o.activationTimeout, "maxHeldPerPool", o.maxHeldPerPool, "demandSource", source,
+		"demandNamespace", o.demandNamespace, "demandNamespaceFrom", o.demandNamespaceFrom)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "gateway stopped")
 		return 1

@@ -42,11 +42,26 @@ func TestFlagsRefused(t *testing.T) {
 		{[]string{"--discovery-kubernetes-auth=false"}, "--discovery-token-file"},
 		{[]string{"--listen-address", "0"}, "--listen-address"},
 		{[]string{"--watch-namespaces", "a,Bad"}, `--watch-namespaces "a,Bad": namespace "Bad"`},
+		{[]string{"--demand-namespace", "Not_A_Namespace"}, `--demand-namespace "Not_A_Namespace"`},
 	} {
 		var stderr bytes.Buffer
 		if code := run(c.args, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%v: exit %d, %q; want 2 naming %s", c.args, code, stderr.String(), c.want)
 		}
+	}
+}
+
+// --demand-namespace defaults to the pod's own namespace (POD_NAMESPACE here), and a given
+// one is taken as it is.
+func TestDemandNamespaceFlag(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "egress-system")
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil || o.demandNamespace != "egress-system" || o.demandNamespaceFrom != "POD_NAMESPACE" {
+		t.Fatalf("default: %v, %q from %q; want egress-system from POD_NAMESPACE", err, o.demandNamespace, o.demandNamespaceFrom)
+	}
+	o, err = parseFlags([]string{"--demand-namespace", "operators"}, io.Discard)
+	if err != nil || o.demandNamespace != "operators" {
+		t.Fatalf("--demand-namespace operators: %v, %q", err, o.demandNamespace)
 	}
 }
 

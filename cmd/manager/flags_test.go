@@ -86,7 +86,7 @@ func TestFlagErrors(t *testing.T) {
 		{"--ban-max-retirements-per-hour=-1"}, {"--ban-max-retirements-per-hour=ten"}, {"--ban-max-retirements-per-hour=1001"},
 		{"--unreachable-report-holdoff=0s"},
 		{"--remediation-boot-timeout=30s"}, {"--remediation-boot-timeout=25h"}, {"--remediation-unhealthy-timeout=0s"}, {"--remediation-unhealthy-timeout=-5m"},
-		{"--max-unhealthy=-1"}, {"--max-unhealthy=101%"}, {"--max-unhealthy=half"}} {
+		{"--max-unhealthy=-1"}, {"--max-unhealthy=101%"}, {"--max-unhealthy=half"}, {"--demand-namespace=Not_A_Namespace"}} {
 		flag := strings.SplitN(strings.TrimPrefix(bad[0], "--"), "=", 2)[0]
 		if _, err := parseFlags(bad, io.Discard); err == nil || !strings.Contains(err.Error(), "--"+flag) {
 			t.Errorf("%s: %v, want an error naming --%s", bad[0], err, flag)
@@ -95,6 +95,20 @@ func TestFlagErrors(t *testing.T) {
 	o, err := parseFlags([]string{"--zap-log-level=debug", "--quota-retry=90s"}, io.Discard)
 	if err != nil || o.quotaRetry != 90*time.Second {
 		t.Errorf("parsing zap and duration flags: %v, %+v", err, o)
+	}
+}
+
+// --demand-namespace defaults to the pod's own namespace (POD_NAMESPACE here), and a given
+// one is taken as it is.
+func TestDemandNamespaceFlag(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "egress-system")
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil || o.health.DemandNamespace != "egress-system" || o.demandNamespaceFrom != "POD_NAMESPACE" {
+		t.Fatalf("default: %v, %q from %q; want egress-system from POD_NAMESPACE", err, o.health.DemandNamespace, o.demandNamespaceFrom)
+	}
+	o, err = parseFlags([]string{"--demand-namespace", "operators"}, io.Discard)
+	if err != nil || o.health.DemandNamespace != "operators" {
+		t.Fatalf("--demand-namespace operators: %v, %q", err, o.health.DemandNamespace)
 	}
 }
 

@@ -95,8 +95,9 @@ func setupHealth(mgr ctrl.Manager, providers map[string]provider.Provider, h hea
 		return nil, fmt.Errorf("adding the feedback recorder: %w", err)
 	}
 	// Picks are demand: each replica reports its picks per pool, and its refusals of picks
-	// for pools at zero (wakes), in demand Leases of source kind discovery.
-	picks := &discovery.PickDemand{Reporter: demand.NewReporter(mgr.GetClient(), demand.KindDiscovery, "discovery-"+demand.PodName("manager")),
+	// for pools at zero (wakes), in demand Leases of source kind discovery, in the demand
+	// namespace.
+	picks := &discovery.PickDemand{Reporter: demand.NewReporter(mgr.GetClient(), h.DemandNamespace, demand.KindDiscovery, "discovery-"+demand.PodName("manager")),
 		Log: ctrl.Log.WithName("discovery-demand")}
 	if err := mgr.Add(picks); err != nil {
 		return nil, fmt.Errorf("adding discovery's demand reporter: %w", err)

@@ -34,6 +34,7 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/common"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/proxy"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/proxybans"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/demand"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/health"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/proxyconfig"
@@ -60,8 +61,10 @@ type options struct {
 	leaderElect             bool
 	autoscaler              bool
 	leaderElectionNS        string
-	watchNamespaces         []string // nil: every namespace
-	health                  healthOptions
+	// demandNamespaceFrom is where health.DemandNamespace came from, for the start log.
+	demandNamespaceFrom string
+	watchNamespaces     []string // nil: every namespace
+	health              healthOptions
 	// remediation is the policy of every Proxy's remediation: the timeouts of Proxies
 	// without spec.remediation's and the brake of groups without a pool's maxUnhealthy.
 	remediation remediation.Policy
@@ -74,6 +77,9 @@ type options struct {
 // healthOptions are the settings of the components beside the reconciler: the provider
 // health monitor, the proxy health engine, orphan GC and the discovery API.
 type healthOptions struct {
+	// DemandNamespace is where the demand Leases live (--demand-namespace): discovery's
+	// picks write theirs there, and the autoscaler reads them there.
+	DemandNamespace       string
 	ProviderCheckInterval time.Duration
 	ProviderCheckTimeout  time.Duration
 	ProxyCheckInterval    time.Duration
@@ -148,6 +154,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.autoscaler, "autoscaler", true, "Run the built-in autoscaler, which sizes the ProxyPools with spec.autoscaling from their demand (see docs/pools.md, Autoscaling); false: such pools keep the spec.replicas they have.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader, so that only one manager replica is active.")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's own).")
+	demandNS := fs.String("demand-namespace", "", "Namespace of the pools' demand Leases (written by discovery's picks and the gateways, read by the autoscaler; see docs/pools.md, Autoscaling): one namespace for every pool, where the manager alone needs access to Leases. Give the gateway's --demand-namespace the same. Default: the pod's own (POD_NAMESPACE, else the service account's namespace file, else default).")
 	watchNamespaces := fs.String("watch-namespaces", "", "Comma-separated namespaces whose Proxies, ProxyPools and Secrets the manager watches and reconciles; objects in other namespaces are not seen. Empty: every namespace (needs cluster-wide access to Secrets and Proxies; with a list, Roles in those namespaces suffice).")
 	if f := flag.CommandLine.Lookup("kubeconfig"); f != nil { // registered by controller-runtime
 		fs.Var(f.Value, f.Name, f.Usage)
@@ -191,6 +198,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	o.health.BanMaxRetirementsPerHour = budget
 	if err := checkInstallID(o.installID); err != nil {
+		return nil, err
+	}
+	if o.health.DemandNamespace, o.demandNamespaceFrom, err = demand.FlagNamespace(*demandNS); err != nil {
 		return nil, err
 	}
 	ns, err := parseWatchNamespaces(*watchNamespaces)
@@ -288,11 +298,12 @@ func run(args []string, stderr io.Writer) int {
 		log.Error(err, "setting up components")
 		return 1
 	}
-	if err := setupAutoscaler(mgr, o.autoscaler, cfg); err != nil {
+	if err := setupAutoscaler(mgr, o.autoscaler, o.health.DemandNamespace, cfg); err != nil {
 		log.Error(err, "setting up components")
 		return 1
 	}
-	log.Info("starting manager", "providers", len(providers), "leaderElect", o.leaderElect)
+	log.Info("starting manager", "providers", len(providers), "leaderElect", o.leaderElect,
+		"demandNamespace", o.health.DemandNamespace, "demandNamespaceFrom", o.demandNamespaceFrom)
 	err = mgr.Start(ctx)
 	// The discovery API may still be draining (--discovery-drain-delay).
 	if werr := disc.waitServed(o.health.DiscoveryDrainDelay + 10*time.Second); werr != nil {
@@ -360,7 +371,7 @@ func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {
 		LeaderElectionID:              "egress-proxies-operator.egress.hrajfrisbee.cz",
 		LeaderElectionNamespace:       o.leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{ByObject: cacheByObject(), DefaultNamespaces: cacheNamespaces(o.watchNamespaces)},
+		Cache:                         cache.Options{ByObject: cacheByObject(o.health.DemandNamespace), DefaultNamespaces: cacheNamespaces(o.watchNamespaces)},
 	})
 	if err != nil {
 		return nil, err
@@ -374,13 +385,13 @@ func newManager(o *options, restCfg *rest.Config) (ctrl.Manager, error) {
 // cacheByObject restricts what the manager's cache holds: the pools' Services and
 // EndpointSlices (poolCacheByObject), and only the Secrets opted in as proxy credentials
 // (v1alpha1.CredentialsLabel "true"), and only the pools' demand Leases
-// (autoscaler.LeaseCache). Every other Secret of the cluster stays out of the
+// in the demand namespace (autoscaler.LeaseCache). Every other Secret of the cluster stays out of the
 // manager's memory, and its data never reaches the operator: a Proxy naming one is told
 // so from a metadata-only read (proxyconfig.SecretCredentials.Metadata).
-func cacheByObject() map[client.Object]cache.ByObject {
+func cacheByObject(demandNamespace string) map[client.Object]cache.ByObject {
 	by := poolCacheByObject()
 	by[&corev1.Secret{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{v1alpha1.CredentialsLabel: "true"})}
-	by[&coordinationv1.Lease{}] = autoscaler.LeaseCache()
+	by[&coordinationv1.Lease{}] = autoscaler.LeaseCache(demandNamespace)
 	return by
 }
 

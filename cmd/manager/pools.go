@@ -41,12 +41,13 @@ func setupPools(mgr ctrl.Manager, cfg *provider.Config, pol remediation.Policy, 
 }
 
 // setupAutoscaler adds the built-in autoscaler (internal/controller/autoscaler) unless
-// --autoscaler=false, its budget cap priced by cfg's prices (childCost).
-func setupAutoscaler(mgr ctrl.Manager, on bool, cfg *provider.Config) error {
+// --autoscaler=false, reading the demand Leases in demandNamespace, its budget cap priced
+// by cfg's prices (childCost).
+func setupAutoscaler(mgr ctrl.Manager, on bool, demandNamespace string, cfg *provider.Config) error {
 	if !on {
 		return nil
 	}
-	r := &autoscaler.Reconciler{Client: mgr.GetClient(), CostPerChild: childCost(cost.Entries(cfg))}
+	r := &autoscaler.Reconciler{Client: mgr.GetClient(), DemandNamespace: demandNamespace, CostPerChild: childCost(cost.Entries(cfg))}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("autoscaler: %w", err)
 	}

@@ -43,14 +43,17 @@ func TestPoolCacheSelectsPoolObjects(t *testing.T) {
 }
 
 // The manager caches only the demand Leases, not the cluster's own (one per node among
-// them).
+// them), and only in the demand namespace.
 func TestCacheHoldsOnlyDemandLeases(t *testing.T) {
-	for obj, o := range cacheByObject() {
+	for obj, o := range cacheByObject("egress-system") {
 		if _, ok := obj.(*coordinationv1.Lease); !ok {
 			continue
 		}
 		if !o.Label.Matches(labels.Set{demand.LabelFor: "news"}) || o.Label.Matches(labels.Set{"kubernetes.io/hostname": "node-1"}) {
 			t.Fatalf("Lease cache selector %q", o.Label)
+		}
+		if _, ok := o.Namespaces["egress-system"]; !ok || len(o.Namespaces) != 1 {
+			t.Fatalf("Lease cache namespaces %v, want the demand namespace egress-system alone", o.Namespaces)
 		}
 		return
 	}

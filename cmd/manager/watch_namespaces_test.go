@@ -154,7 +154,8 @@ func impersonating(t *testing.T, kubeconfig []byte, ns, name string) []byte {
 // With --watch-namespaces the manager needs no cluster-wide access to Secrets or
 // Proxies: running as a ServiceAccount that holds only what the chart renders for
 // watchNamespaces (a Role in the watched namespace, the ClusterRole's cluster-scoped
-// rules, the leader election Role), its caches sync without a forbidden list or watch,
+// rules, the leader election Role, which also covers the demand Leases in the release
+// namespace, --demand-namespace), its caches sync without a forbidden list or watch,
 // it runs a Proxy with basic auth in the watched namespace on a (fake) GCE instance,
 // copying its Secret, and it never sees a Proxy of another namespace.
 func TestManagerWatchesOnlyItsNamespacesWithRoles(t *testing.T) {
@@ -176,7 +177,7 @@ func TestManagerWatchesOnlyItsNamespacesWithRoles(t *testing.T) {
 	mgr := startManagerWith(t, impersonating(t, env.KubeConfig, releaseNS, "epo-controller-manager"),
 		"--providers-config", providers, "--watch-namespaces", watched, "--install-id", "watch-test",
 		"--health-probe-bind-address", probe, "--metrics-bind-address", "0", "--discovery-bind-address", freeAddr(t),
-		"--leader-elect", "--leader-election-namespace", releaseNS,
+		"--leader-elect", "--leader-election-namespace", releaseNS, "--demand-namespace", releaseNS,
 		"--proxy-check-interval", "1s", "--provider-check-interval", "1s", "--provider-check-timeout", "2s")
 
 	spec := func(port int32) v1alpha1.ProxySpec {

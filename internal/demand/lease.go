@@ -5,15 +5,23 @@
 // # The record: a Lease per measurer and pool
 //
 // Each measurer writes, per pool it sees demand for, one coordination.k8s.io/v1 Lease in
-// the pool's namespace, named LeaseName(pool, source) ("<pool>.demand.<source>"), with
+// the demand namespace (one namespace for every pool: the operator's own, the flag
+// --demand-namespace of the manager and of the gateway, DefaultNamespace), named
+// LeaseName(pool, source) ("<pool's namespace>.<pool>.demand.<source>"), with
 //
-//   - the labels egress.hrajfrisbee.cz/demand-for: <pool> and
+//   - the labels egress.hrajfrisbee.cz/demand-for: <pool>,
+//     egress.hrajfrisbee.cz/demand-namespace: <pool's namespace> and
 //     egress.hrajfrisbee.cz/demand-source: <kind> (gateway or discovery);
 //   - spec.holderIdentity: the source (the gateway pod's name, or discovery-<manager pod>);
 //   - spec.renewTime: when the numbers were measured;
 //   - the annotations egress.hrajfrisbee.cz/sessions (a decimal: open tunnels and live
 //     sessions), egress.hrajfrisbee.cz/held (an integer: requests held waiting for a
 //     child) and egress.hrajfrisbee.cz/requests-per-second (a decimal).
+//
+// The pool a Lease measures is named by its two labels alone (PoolOf), never by the Lease's
+// own namespace: so the measurers need write access to Leases in the demand namespace
+// only, not in every pool's namespace (where a cluster's own Leases live, kube-system's
+// leader elections among them).
 //
 // Samples reads such Leases back as autoscale.Samples; a Lease whose renewTime is older
 // than autoscale.DefaultStaleAfter (2m) counts for nothing there, so a measurer that is
@@ -39,14 +47,19 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/autoscale"
 )
 
 // The Lease's labels and annotations.
 const (
-	// LabelFor names the pool the Lease measures (in the Lease's namespace).
+	// LabelFor names the pool the Lease measures (in the namespace of LabelNamespace).
 	LabelFor = "egress.hrajfrisbee.cz/demand-for"
+	// LabelNamespace is the namespace of the pool the Lease measures (the Lease itself is
+	// in the demand namespace).
+	LabelNamespace = "egress.hrajfrisbee.cz/demand-namespace"
 	// LabelSource is the measurer's kind: KindGateway or KindDiscovery.
 	LabelSource = "egress.hrajfrisbee.cz/demand-source"
 	// AnnotationSessions: concurrent sessions (open tunnels, live sessions), a decimal.
@@ -107,19 +120,33 @@ func SourceID(s string) string {
 	return strings.Trim(string(b), "-.")
 }
 
-// LeaseName is the name of source's Lease for pool: "<pool>.demand.<source>", with the
-// source shortened to fit 253 characters when it does not (its head, '-', and a hash of
-// it).
-func LeaseName(pool, source string) string {
+// LeaseName is the name of source's Lease for pool: "<namespace>.<pool>.demand.<source>",
+// with the source shortened to fit 253 characters when it does not (its head, '-', and a
+// hash of it).
+func LeaseName(pool types.NamespacedName, source string) string {
 	source = SourceID(source)
-	name := pool + ".demand." + source
+	prefix := pool.Namespace + "." + pool.Name + ".demand."
+	name := prefix + source
 	if len(name) <= maxName {
 		return name
 	}
 	sum := sha256.Sum256([]byte(source))
 	hash := hex.EncodeToString(sum[:])[:10]
-	keep := max(maxName-len(pool+".demand.")-len(hash)-1, 0)
-	return pool + ".demand." + strings.TrimRight(source[:min(keep, len(source))], "-.") + "-" + hash
+	keep := max(maxName-len(prefix)-len(hash)-1, 0)
+	return prefix + strings.TrimRight(source[:min(keep, len(source))], "-.") + "-" + hash
+}
+
+// PoolOf is the pool l measures, from its labels LabelNamespace and LabelFor (not from
+// l's own namespace); false when either is missing.
+func PoolOf(l metav1.Object) (types.NamespacedName, bool) {
+	pool := types.NamespacedName{Namespace: l.GetLabels()[LabelNamespace], Name: l.GetLabels()[LabelFor]}
+	return pool, pool.Namespace != "" && pool.Name != ""
+}
+
+// Selector is the label selector of pool's demand Leases (list them in the demand
+// namespace).
+func Selector(pool types.NamespacedName) map[string]string {
+	return map[string]string{LabelFor: pool.Name, LabelNamespace: pool.Namespace}
 }
 
 // Parse reads one demand Lease as a Sample. It fails, naming the Lease and the field, when
@@ -163,11 +190,15 @@ func decimal(l *coordinationv1.Lease, key string) (float64, error) {
 	return f, nil
 }
 
-// Samples reads demand Leases as Samples, leaving out those that Parse refuses (Parse
+// Samples reads pool's demand Leases as Samples: those whose labels name pool (PoolOf;
+// the Lease's own namespace plays no part), leaving out those that Parse refuses (Parse
 // says why).
-func Samples(leases []coordinationv1.Lease) []autoscale.Sample {
+func Samples(pool types.NamespacedName, leases []coordinationv1.Lease) []autoscale.Sample {
 	out := make([]autoscale.Sample, 0, len(leases))
 	for i := range leases {
+		if p, ok := PoolOf(&leases[i]); !ok || p != pool {
+			continue
+		}
 		if s, err := Parse(&leases[i]); err == nil {
 			out = append(out, s)
 		}

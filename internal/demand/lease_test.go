@@ -13,22 +13,22 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/autoscale"
 )
 
-func TestLeaseNameIsPoolDemandSourceAndFits(t *testing.T) {
-	for _, tc := range []struct{ pool, source, want string }{
-		{"crawl", "egress-gw-7d9f-x2", "crawl.demand.egress-gw-7d9f-x2"},
-		{"crawl", "discovery-Manager_0", "crawl.demand.discovery-manager-0"},
-		{"crawl", "--gw--", "crawl.demand.gw"},
+func TestLeaseNameIsNamespacePoolDemandSourceAndFits(t *testing.T) {
+	for _, tc := range []struct{ ns, pool, source, want string }{
+		{"team-a", "crawl", "egress-gw-7d9f-x2", "team-a.crawl.demand.egress-gw-7d9f-x2"},
+		{"team-a", "crawl", "discovery-Manager_0", "team-a.crawl.demand.discovery-manager-0"},
+		{"team-b", "crawl", "--gw--", "team-b.crawl.demand.gw"},
 	} {
-		if got := LeaseName(tc.pool, tc.source); got != tc.want {
-			t.Errorf("LeaseName(%q, %q) = %q, want %q", tc.pool, tc.source, got, tc.want)
+		if got := LeaseName(poolKey(tc.ns, tc.pool), tc.source); got != tc.want {
+			t.Errorf("LeaseName(%s/%s, %q) = %q, want %q", tc.ns, tc.pool, tc.source, got, tc.want)
 		}
 	}
-	pool := strings.Repeat("p", 63)
+	pool := poolKey(strings.Repeat("n", 63), strings.Repeat("p", 63))
 	long, other := strings.Repeat("g", 240), strings.Repeat("g", 239)+"h"
 	a, b := LeaseName(pool, long), LeaseName(pool, other)
 	for _, n := range []string{a, b} {
-		if len(n) > 253 || !strings.HasPrefix(n, pool+".demand.") {
-			t.Errorf("LeaseName of a long source = %q (%d characters), want <pool>.demand.<shortened> within 253", n, len(n))
+		if len(n) > 253 || !strings.HasPrefix(n, pool.Namespace+"."+pool.Name+".demand.") {
+			t.Errorf("LeaseName of a long source = %q (%d characters), want <namespace>.<pool>.demand.<shortened> within 253", n, len(n))
 		}
 		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
 			t.Errorf("LeaseName %q is not a valid name: %v", n, errs)
@@ -39,8 +39,10 @@ func TestLeaseNameIsPoolDemandSourceAndFits(t *testing.T) {
 	}
 }
 
+// lease is a demand Lease in the demand namespace "ns" for pool team-a/crawl.
 func lease(annotations map[string]string, holder string, at *time.Time) *coordinationv1.Lease {
-	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "crawl.demand.gw-1", Annotations: annotations}}
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "crawl.demand.gw-1", Annotations: annotations,
+		Labels: map[string]string{LabelFor: "crawl", LabelNamespace: "team-a", LabelSource: KindGateway}}}
 	if holder != "" {
 		l.Spec.HolderIdentity = ptr.To(holder)
 	}
@@ -94,19 +96,47 @@ func TestSamplesLeavesOutBadLeases(t *testing.T) {
 	at := time.Now()
 	good := lease(map[string]string{AnnotationSessions: "2"}, "gw-1", &at)
 	bad := lease(map[string]string{AnnotationHeld: "x"}, "gw-2", &at)
-	got := Samples([]coordinationv1.Lease{*good, *bad})
+	got := Samples(poolKey("team-a", "crawl"), []coordinationv1.Lease{*good, *bad})
 	if len(got) != 1 || got[0].Source != "gw-1" || got[0].Sessions != 2 {
 		t.Fatalf("Samples = %+v, want the one good Lease's sample (gw-1, 2 sessions)", got)
 	}
 }
 
+// The pool's namespace is the Lease's demand-namespace label, never the Lease's own
+// namespace: a Lease in namespace team-a labelled for pool team-b/crawl is team-b's demand,
+// not team-a's; and a Lease without the label measures no pool.
+func TestSamplesTakeThePoolsNamespaceFromTheLabel(t *testing.T) {
+	at := time.Now()
+	l := lease(map[string]string{AnnotationSessions: "3"}, "gw-1", &at)
+	l.Namespace = "team-a"
+	l.Labels[LabelNamespace] = "team-b"
+	if p, ok := PoolOf(l); !ok || p != poolKey("team-b", "crawl") {
+		t.Errorf("PoolOf = %v, %v; want team-b/crawl from the labels", p, ok)
+	}
+	if got := Samples(poolKey("team-b", "crawl"), []coordinationv1.Lease{*l}); len(got) != 1 || got[0].Sessions != 3 {
+		t.Errorf("Samples for team-b/crawl = %+v, want the Lease's 3 sessions", got)
+	}
+	if got := Samples(poolKey("team-a", "crawl"), []coordinationv1.Lease{*l}); len(got) != 0 {
+		t.Errorf("Samples for team-a/crawl (the Lease's own namespace) = %+v, want none", got)
+	}
+	bare := lease(map[string]string{AnnotationSessions: "3"}, "gw-1", &at)
+	delete(bare.Labels, LabelNamespace)
+	bare.Namespace = "team-a"
+	if p, ok := PoolOf(bare); ok {
+		t.Errorf("PoolOf a Lease without %s = %v, want none", LabelNamespace, p)
+	}
+	if got := Samples(poolKey("team-a", "crawl"), []coordinationv1.Lease{*bare}); len(got) != 0 {
+		t.Errorf("Samples of a Lease without %s = %+v, want none", LabelNamespace, got)
+	}
+}
+
 func TestLeaseRoundsAndFormats(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	l := Lease(poolKey("ns", "crawl"), KindGateway, "GW_1", Measure{Sessions: 1.23456, Held: -1, RequestsPerSecond: 1e-9}, at)
-	if *l.Name != "crawl.demand.gw-1" || *l.Namespace != "ns" {
-		t.Errorf("Lease %s/%s, want ns/crawl.demand.gw-1", *l.Namespace, *l.Name)
+	l := Lease("operator", poolKey("ns", "crawl"), KindGateway, "GW_1", Measure{Sessions: 1.23456, Held: -1, RequestsPerSecond: 1e-9}, at)
+	if *l.Name != "ns.crawl.demand.gw-1" || *l.Namespace != "operator" {
+		t.Errorf("Lease %s/%s, want operator/ns.crawl.demand.gw-1 (in the demand namespace)", *l.Namespace, *l.Name)
 	}
-	wantLabels := map[string]string{LabelFor: "crawl", LabelSource: KindGateway}
+	wantLabels := map[string]string{LabelFor: "crawl", LabelNamespace: "ns", LabelSource: KindGateway}
 	wantAnn := map[string]string{AnnotationSessions: "1.235", AnnotationHeld: "0", AnnotationRequestsPerSecond: "0"}
 	for k, v := range wantLabels {
 		if l.Labels[k] != v {

@@ -38,6 +38,9 @@ const (
 type Reporter struct {
 	// Client writes the Leases.
 	Client client.Client
+	// Namespace is the demand namespace, where every Lease is written (see the package
+	// doc); the pool's own namespace is in the Lease's labels.
+	Namespace string
 	// Source is the measurer's id (made DNS-safe with SourceID), Kind its kind
 	// (KindGateway or KindDiscovery).
 	Source, Kind string
@@ -56,9 +59,10 @@ type poolReport struct {
 	wroteAt time.Time
 }
 
-// NewReporter is a Reporter for source of kind writing through c, with the defaults.
-func NewReporter(c client.Client, kind, source string) *Reporter {
-	return &Reporter{Client: c, Kind: kind, Source: source}
+// NewReporter is a Reporter for source of kind writing through c into the demand
+// namespace namespace, with the defaults.
+func NewReporter(c client.Client, namespace, kind, source string) *Reporter {
+	return &Reporter{Client: c, Namespace: namespace, Kind: kind, Source: source}
 }
 
 func (r *Reporter) clock() clock.WithTicker {
@@ -174,7 +178,10 @@ func (r *Reporter) due(p *poolReport, now time.Time) bool {
 
 // write applies the Lease of w; on failure it marks w's numbers unwritten again.
 func (r *Reporter) write(ctx context.Context, w pending) error {
-	err := r.Client.Apply(ctx, Lease(w.pool, r.Kind, r.Source, w.m, w.at), client.FieldOwner(FieldManager), client.ForceOwnership)
+	if r.Namespace == "" {
+		return fmt.Errorf("writing the demand of pool %s: the Reporter has no demand namespace", w.pool)
+	}
+	err := r.Client.Apply(ctx, Lease(r.Namespace, w.pool, r.Kind, r.Source, w.m, w.at), client.FieldOwner(FieldManager), client.ForceOwnership)
 	if err == nil {
 		return nil
 	}
@@ -183,14 +190,15 @@ func (r *Reporter) write(ctx context.Context, w pending) error {
 		p.written, p.wroteAt = w.prevM, w.prev
 	}
 	r.mu.Unlock()
-	return fmt.Errorf("writing the demand of pool %s (Lease %s/%s): %w", w.pool, w.pool.Namespace, LeaseName(w.pool.Name, r.Source), err)
+	return fmt.Errorf("writing the demand of pool %s (Lease %s/%s): %w", w.pool, r.Namespace, LeaseName(w.pool, r.Source), err)
 }
 
-// Lease is the apply configuration of source's demand Lease for pool: m measured at at.
-func Lease(pool types.NamespacedName, kind, source string, m Measure, at time.Time) *coordinationv1ac.LeaseApplyConfiguration {
+// Lease is the apply configuration of source's demand Lease for pool, in the demand
+// namespace namespace: m measured at at.
+func Lease(namespace string, pool types.NamespacedName, kind, source string, m Measure, at time.Time) *coordinationv1ac.LeaseApplyConfiguration {
 	m = m.rounded()
-	return coordinationv1ac.Lease(LeaseName(pool.Name, source), pool.Namespace).
-		WithLabels(map[string]string{LabelFor: pool.Name, LabelSource: kind}).
+	return coordinationv1ac.Lease(LeaseName(pool, source), namespace).
+		WithLabels(map[string]string{LabelFor: pool.Name, LabelNamespace: pool.Namespace, LabelSource: kind}).
 		WithAnnotations(map[string]string{
 			AnnotationSessions:          formatDecimal(m.Sessions),
 			AnnotationHeld:              fmt.Sprint(m.Held),

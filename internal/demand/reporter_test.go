@@ -43,7 +43,8 @@ func (c *countingClient) Apply(ctx context.Context, obj runtime.ApplyConfigurati
 }
 
 // newReporterEnv is a Reporter of kind and source on a fake clock, writing through a
-// counting client to a namespace of the test's own.
+// counting client to a demand namespace of the test's own (the one returned; the pools
+// are in other namespaces).
 func newReporterEnv(t *testing.T, kind, source string) (*testenv.Env, context.Context, string, *clocktesting.FakeClock, *countingClient, *Reporter) {
 	env := shared.Env(t)
 	ctx := testenv.Context(t)
@@ -52,11 +53,17 @@ func newReporterEnv(t *testing.T, kind, source string) (*testenv.Env, context.Co
 	return env, ctx, env.Namespace(t, ctx, "demand"), clk, cc, &Reporter{Client: cc, Kind: kind, Source: source, Clock: clk}
 }
 
+func newReporter(t *testing.T, kind, source string) (*testenv.Env, context.Context, string, *clocktesting.FakeClock, *countingClient, *Reporter) {
+	env, ctx, ns, clk, cc, r := newReporterEnv(t, kind, source)
+	r.Namespace = ns
+	return env, ctx, ns, clk, cc, r
+}
+
 // TestReporterWriteBound walks one pool's numbers through every rule of the write bound on
 // a fake clock, and checks after each step whether it wrote and what the Lease holds.
 func TestReporterWriteBound(t *testing.T) {
-	env, ctx, ns, clk, cc, r := newReporterEnv(t, KindGateway, "egress-gw-0")
-	pool := poolKey(ns, "crawl")
+	env, ctx, ns, clk, cc, r := newReporter(t, KindGateway, "egress-gw-0")
+	pool := poolKey("team-a", "crawl")
 
 	lastWrites := int32(0)
 	step := func(name string, advance time.Duration, m *Measure, wantWrite bool, wantSessions float64, wantHeld int32) {
@@ -77,7 +84,7 @@ func TestReporterWriteBound(t *testing.T) {
 		}
 		lastWrites = w
 		l := &coordinationv1.Lease{}
-		err = env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: LeaseName("crawl", "egress-gw-0")}, l)
+		err = env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: LeaseName(pool, "egress-gw-0")}, l)
 		if wantSessions < 0 {
 			if err == nil {
 				t.Fatalf("%s: a Lease %s exists, want none", name, l.Name)
@@ -97,7 +104,7 @@ func TestReporterWriteBound(t *testing.T) {
 		if wantWrite && !s.At.Equal(clk.Now()) {
 			t.Fatalf("%s: renewTime %s, want the write's time %s", name, s.At, clk.Now())
 		}
-		if l.Labels[LabelFor] != "crawl" || l.Labels[LabelSource] != KindGateway {
+		if l.Labels[LabelFor] != "crawl" || l.Labels[LabelNamespace] != "team-a" || l.Labels[LabelSource] != KindGateway {
 			t.Fatalf("%s: labels %v", name, l.Labels)
 		}
 	}
@@ -123,7 +130,7 @@ func TestReporterWriteBound(t *testing.T) {
 	// A failed write is tried again on the next flush.
 	cc.fail.Store(true)
 	clk.Step(DefaultReportInterval)
-	if _, err := r.Report(ctx, pool, *m(9, 0)); err == nil || !strings.Contains(err.Error(), "crawl.demand.egress-gw-0") {
+	if _, err := r.Report(ctx, pool, *m(9, 0)); err == nil || !strings.Contains(err.Error(), ns+"/team-a.crawl.demand.egress-gw-0") {
 		t.Fatalf("a failed write returned %v, want an error naming the Lease", err)
 	}
 	cc.fail.Store(false)
@@ -138,8 +145,8 @@ func TestReporterWriteBound(t *testing.T) {
 // pool at most 60s/ReportInterval times a minute (4), and one whose numbers hold still
 // once a minute; a thousand reports a minute make no more.
 func TestReporterWritesPerMinute(t *testing.T) {
-	_, ctx, ns, clk, cc, r := newReporterEnv(t, KindDiscovery, "discovery-mgr-0")
-	busy, still := poolKey(ns, "busy"), poolKey(ns, "still")
+	_, ctx, _, clk, cc, r := newReporter(t, KindDiscovery, "discovery-mgr-0")
+	busy, still := poolKey("team-a", "busy"), poolKey("team-b", "still")
 	// A first minute to settle, then count one full minute of 60ms reports.
 	run := func() {
 		for i := range 1000 {
@@ -157,5 +164,17 @@ func TestReporterWritesPerMinute(t *testing.T) {
 	run()
 	if got := cc.writes.Load(); got != 5 {
 		t.Fatalf("one minute of reports for a busy and a still pool wrote %d times, want 4 for the busy one and 1 for the still one", got)
+	}
+}
+
+// A Reporter without a demand namespace writes nothing, and says so naming the pool.
+func TestReporterWithoutNamespaceRefuses(t *testing.T) {
+	_, ctx, _, _, cc, r := newReporterEnv(t, KindGateway, "egress-gw-0")
+	_, err := r.Report(ctx, poolKey("team-a", "crawl"), Measure{Sessions: 1})
+	if err == nil || !strings.Contains(err.Error(), "team-a/crawl") || !strings.Contains(err.Error(), "demand namespace") {
+		t.Fatalf("Report without a demand namespace = %v, want an error naming the pool and the missing demand namespace", err)
+	}
+	if cc.writes.Load() != 0 {
+		t.Fatalf("wrote %d times, want none", cc.writes.Load())
 	}
 }

@@ -23,7 +23,7 @@ import (
 // A pick for a pool at zero (the ProxyPool exists, no proxy of it serves) answers 503
 // with Retry-After and a JSON error naming the pool, with or without ?namespace=, and
 // wakes the pool: the manager's demand Lease for it (source kind discovery) carries held
-// 1 at once. A pick for a pool that does not exist keeps the plain 503; once a child
+// 1 at once, in the demand namespace (not the pool's). A pick for a pool that does not exist keeps the plain 503; once a child
 // serves, pick answers it and counts the pick as the pool's demand.
 func TestPickAtZeroAnswers503AndWakes(t *testing.T) {
 	ctx := testContext(t)
@@ -39,7 +39,8 @@ func TestPickAtZeroAnswers503AndWakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	const source = "discovery-manager-0"
-	picks := &PickDemand{Reporter: demand.NewReporter(c, demand.KindDiscovery, source), Interval: time.Hour} // no interval resets the counts
+	demandNS := newNamespace(t, ctx)
+	picks := &PickDemand{Reporter: demand.NewReporter(c, demandNS, demand.KindDiscovery, source), Interval: time.Hour} // no interval resets the counts
 	srv := newTestServer(t, src, Options{Pools: mgr.GetClient(), Demand: picks})
 	rctx, stop := context.WithCancel(ctx)
 	t.Cleanup(stop)
@@ -67,14 +68,15 @@ func TestPickAtZeroAnswers503AndWakes(t *testing.T) {
 		}
 	}
 
-	leaseName := demand.LeaseName("news", source)
+	leaseName := demand.LeaseName(keyOf(ns, "news"), source)
 	testutil.WaitFor(t, waitLong, "the wake: Lease "+leaseName+" with held > 0", func() (bool, error) {
 		var l coordinationv1.Lease
-		if err := c.Get(ctx, keyOf(ns, leaseName), &l); err != nil {
+		if err := c.Get(ctx, keyOf(demandNS, leaseName), &l); err != nil {
 			return false, err
 		}
 		return l.Annotations[demand.AnnotationHeld] != "0" && l.Annotations[demand.AnnotationHeld] != "" &&
-			l.Labels[demand.LabelSource] == demand.KindDiscovery && l.Labels[demand.LabelFor] == "news", fmt.Errorf("%v %v", l.Labels, l.Annotations)
+				l.Labels[demand.LabelSource] == demand.KindDiscovery && l.Labels[demand.LabelFor] == "news" && l.Labels[demand.LabelNamespace] == ns,
+			fmt.Errorf("%v %v", l.Labels, l.Annotations)
 	})
 
 	res, body := get(t, h, "/v1/proxies/pick?pool=nope&key=k")

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,7 +34,9 @@ import (
 
 // TestGatewayFromZero: a pool at zero (the ProxyPool exists, no child serves) behind the
 // gateway binary over envtest. The first request for it is held: the gateway's
-// held-requests gauge says so and its demand Lease (the wake) carries held 1 at once.
+// held-requests gauge says so and its demand Lease (the wake) carries held 1 at once, in
+// the demand namespace (--demand-namespace, not the pool's), labelled with the pool's
+// name and namespace.
 // Then a child appears, an External stand-in at a forward proxy on loopback, owned by
 // the pool and made Ready as the health engine would; the held request is answered
 // through it, and the wait is logged by the gateway, counted in its histogram and
@@ -42,7 +45,11 @@ func TestGatewayFromZero(t *testing.T) {
 	env := testenv.StartT(t)
 	ctx := context.Background()
 	const ns, podName = "default", "gw-fromzero-0"
+	const demandNS = "egress-system"
 	t.Setenv("POD_NAME", podName) // the gateway's demand source
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demandNS}}); err != nil {
+		t.Fatal(err)
+	}
 
 	pool := testbuild.Pool(ns, "news", 0, testbuild.Managed(), testbuild.WithProvider("fake"), testbuild.WithPort(3128))
 	if err := env.Client.Create(ctx, pool); err != nil {
@@ -64,7 +71,8 @@ func TestGatewayFromZero(t *testing.T) {
 		}
 	}
 	gw := &gatewayProc{bin: buildGateway(t, dir), kubeconfig: kubeconfig, tokenFile: tokenFile,
-		listen: testutil.FreeAddr(t), socks: testutil.FreeAddr(t), probe: testutil.FreeAddr(t), metrics: testutil.FreeAddr(t)}
+		listen: testutil.FreeAddr(t), socks: testutil.FreeAddr(t), probe: testutil.FreeAddr(t), metrics: testutil.FreeAddr(t),
+		args: []string{"--demand-namespace", demandNS}}
 	gw.start(t)
 	t.Cleanup(func() { gw.kill(t) })
 
@@ -96,13 +104,14 @@ func TestGatewayFromZero(t *testing.T) {
 	}, testutil.Every(50*time.Millisecond))
 
 	// The wake: the gateway's demand Lease for the pool says held 1.
-	leaseName := demand.LeaseName("news", podName)
+	leaseName := demand.LeaseName(ctrlclient.ObjectKeyFromObject(pool), podName)
 	testutil.WaitFor(t, 30*time.Second, "the gateway's demand Lease "+leaseName+" with held 1", func() (bool, error) {
 		var l coordinationv1.Lease
-		if err := env.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: leaseName}, &l); err != nil {
+		if err := env.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: demandNS, Name: leaseName}, &l); err != nil {
 			return false, err
 		}
-		return l.Annotations[demand.AnnotationHeld] == "1" && l.Labels[demand.LabelSource] == demand.KindGateway && l.Labels[demand.LabelFor] == "news",
+		return l.Annotations[demand.AnnotationHeld] == "1" && l.Labels[demand.LabelSource] == demand.KindGateway && l.Labels[demand.LabelFor] == "news" &&
+				l.Labels[demand.LabelNamespace] == ns,
 			fmt.Errorf("labels %v, annotations %v", l.Labels, l.Annotations)
 	}, testutil.Every(50*time.Millisecond))
 	select {

@@ -197,17 +197,19 @@ func buildGateway(t *testing.T, dir string) string {
 type gatewayProc struct {
 	bin, kubeconfig, tokenFile    string
 	listen, socks, probe, metrics string
-	cmd                           *exec.Cmd
-	exited                        chan error
-	stderr                        *testutil.SyncBuffer
-	logs                          []*testutil.SyncBuffer
+	// args are further flags.
+	args   []string
+	cmd    *exec.Cmd
+	exited chan error
+	stderr *testutil.SyncBuffer
+	logs   []*testutil.SyncBuffer
 }
 
 func (p *gatewayProc) start(t *testing.T) {
 	t.Helper()
-	p.cmd = exec.Command(p.bin, "--kubeconfig", p.kubeconfig, "--listen-address", p.listen, "--socks-listen-address", p.socks,
+	p.cmd = exec.Command(p.bin, append([]string{"--kubeconfig", p.kubeconfig, "--listen-address", p.listen, "--socks-listen-address", p.socks,
 		"--health-probe-bind-address", p.probe, "--metrics-bind-address", p.metrics, "--discovery-token-file", p.tokenFile,
-		"--header-timeout", gwHeaderTimeout.String(), "--shutdown-grace", "5s")
+		"--header-timeout", gwHeaderTimeout.String(), "--shutdown-grace", "5s"}, p.args...)...)
 	p.stderr = &testutil.SyncBuffer{}
 	p.logs = append(p.logs, p.stderr)
 	p.cmd.Stderr = p.stderr

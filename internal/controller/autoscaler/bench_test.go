@@ -116,8 +116,9 @@ func farm100(b *testing.B) (*syncEnv, []*v1alpha1.ProxyPool) {
 		ctx := context.Background()
 		clk := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
 		n := &counts{}
-		e := &syncEnv{T: b, Ctx: ctx, C: env.Client, NS: env.Namespace(b, ctx, "autoscale-bench"), Clock: clk, N: n,
-			R: &Reconciler{Client: countingClient(env.Client, n), Clock: clk}}
+		dns := env.Namespace(b, ctx, "demand-bench")
+		e := &syncEnv{T: b, Ctx: ctx, C: env.Client, NS: env.Namespace(b, ctx, "autoscale-bench"), DemandNS: dns, Clock: clk, N: n,
+			R: &Reconciler{Client: countingClient(env.Client, n), Clock: clk, DemandNamespace: dns}}
 		benchFarm.e, benchFarm.pools = e, e.farm(100, 10)
 	})
 	if benchFarm.e == nil {
@@ -153,7 +154,7 @@ func BenchmarkAutoscalerPassCached(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ca, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, DefaultNamespaces: map[string]cache.Config{e.NS: {}},
-		ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: LeaseCache()}})
+		ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: LeaseCache(e.DemandNS)}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func BenchmarkAutoscalerPassCached(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &Reconciler{Client: c, Clock: e.Clock}
+	r := &Reconciler{Client: c, Clock: e.Clock, DemandNamespace: e.DemandNS}
 	pass := func() {
 		for _, p := range ps {
 			res, err := r.Reconcile(ctx, reconcileRequest{NamespacedName: client.ObjectKeyFromObject(p)})

@@ -72,7 +72,6 @@ func init() { metrics.Registry.MustRegister(demandSessions, demandHeld, demandRa
 
 // +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxypools,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=egress.hrajfrisbee.cz,resources=proxypools/status,verbs=get;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=get;list;watch
 
@@ -85,6 +84,9 @@ type Reconciler struct {
 	// Client reads the pools, their demand Leases and the HorizontalPodAutoscalers, and
 	// writes spec.replicas and the status.
 	Client client.Client
+	// DemandNamespace is the demand namespace: the only namespace whose demand Leases
+	// count (internal/demand; a Lease names its pool by its labels). Required.
+	DemandNamespace string
 	// External reads the KEDA ScaledObjects (nil: Client); ScaledObjects says whether
 	// their CRD is installed (SetupWithManager finds out).
 	External      client.Reader
@@ -171,11 +173,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{RequeueAfter: r.next(pool, d, leases, now)}, nil
 }
 
-// leases lists the pool's demand Leases, deleting those not renewed for LeaseGCAfter.
+// leases lists the pool's demand Leases (in the demand namespace, labelled for the pool),
+// deleting those not renewed for LeaseGCAfter.
 func (r *Reconciler) leases(ctx context.Context, pool *v1alpha1.ProxyPool, now time.Time) ([]coordinationv1.Lease, error) {
+	if r.DemandNamespace == "" {
+		return nil, fmt.Errorf("listing the demand Leases of pool %s/%s: the autoscaler has no demand namespace", pool.Namespace, pool.Name)
+	}
 	list := &coordinationv1.LeaseList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(pool.Namespace), client.MatchingLabels{demand.LabelFor: pool.Name}); err != nil {
-		return nil, fmt.Errorf("listing the demand Leases of pool %s/%s: %w", pool.Namespace, pool.Name, err)
+	if err := r.Client.List(ctx, list, client.InNamespace(r.DemandNamespace), client.MatchingLabels(demand.Selector(client.ObjectKeyFromObject(pool)))); err != nil {
+		return nil, fmt.Errorf("listing the demand Leases of pool %s/%s in the demand namespace %s: %w", pool.Namespace, pool.Name, r.DemandNamespace, err)
 	}
 	gc := r.LeaseGCAfter
 	if gc <= 0 {
@@ -263,7 +269,7 @@ func (r *Reconciler) input(ctx context.Context, pool *v1alpha1.ProxyPool, leases
 		MaxReplicas: a.MaxReplicas,
 		WarmSpare:   a.WarmSpare,
 		MaxStepUp:   a.MaxStepUp,
-		Demand:      demand.Samples(leases),
+		Demand:      demand.Samples(client.ObjectKeyFromObject(pool), leases),
 		StaleAfter:  r.staleAfter(),
 		// No Lease at all: no measurer has seen demand for the pool (they write none
 		// before they do), or its Leases were collected an hour after going stale.

@@ -77,17 +77,19 @@ func countingClient(c client.Client, n *counts) client.Client {
 	})
 }
 
-// syncEnv is the autoscaler alone, on a namespace of its own and a fake clock, with no
-// manager: the test writes the demand Leases (the fake demand source) and the pool's
+// syncEnv is the autoscaler alone, on a namespace of its own (and a demand namespace of
+// its own for the demand Leases) and a fake clock, with no manager: the test writes the demand Leases (the fake demand source) and the pool's
 // available count (as the pool controller would), runs each pass itself
 // (controllertest.ExpectReconciled) and asserts what the pass wrote.
 type syncEnv struct {
-	T     testing.TB
-	Ctx   context.Context
-	C     client.Client
-	NS    string
-	Clock *clocktesting.FakeClock
-	R     *Reconciler
+	T   testing.TB
+	Ctx context.Context
+	C   client.Client
+	NS  string
+	// DemandNS is the demand namespace: the Leases are written there, the pools are in NS.
+	DemandNS string
+	Clock    *clocktesting.FakeClock
+	R        *Reconciler
 	// N counts the autoscaler's requests.
 	N *counts
 }
@@ -99,8 +101,9 @@ func newSyncEnv(t testing.TB) *syncEnv {
 	// A whole second: the status keeps times to the second.
 	clk := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
 	n := &counts{}
-	r := &Reconciler{Client: countingClient(env.Client, n), Clock: clk}
-	return &syncEnv{T: t, Ctx: ctx, C: env.Client, NS: env.Namespace(t, ctx, "autoscale"), Clock: clk, R: r, N: n}
+	dns := env.Namespace(t, ctx, "demand")
+	r := &Reconciler{Client: countingClient(env.Client, n), Clock: clk, DemandNamespace: dns}
+	return &syncEnv{T: t, Ctx: ctx, C: env.Client, NS: env.Namespace(t, ctx, "autoscale"), DemandNS: dns, Clock: clk, R: r, N: n}
 }
 
 // Autoscaling is a spec.autoscaling with a target of sessions per child.
@@ -135,10 +138,17 @@ func (e *syncEnv) CreatePool(name string, a *v1alpha1.PoolAutoscaling, change ..
 	return pool
 }
 
-// Demand writes source's demand Lease for pool, measured now, as a gateway replica does.
+// Demand writes source's demand Lease for pool, measured now, as a gateway replica does:
+// in the demand namespace.
 func (e *syncEnv) Demand(pool, source string, m demand.Measure) {
 	e.T.Helper()
-	l := demand.Lease(types.NamespacedName{Namespace: e.NS, Name: pool}, demand.KindGateway, source, m, e.Clock.Now())
+	e.DemandIn(e.DemandNS, pool, source, m)
+}
+
+// DemandIn writes source's demand Lease for pool (in NS), measured now, in namespace ns.
+func (e *syncEnv) DemandIn(ns, pool, source string, m demand.Measure) {
+	e.T.Helper()
+	l := demand.Lease(ns, types.NamespacedName{Namespace: e.NS, Name: pool}, demand.KindGateway, source, m, e.Clock.Now())
 	if err := e.C.Apply(e.Ctx, l, client.FieldOwner(demand.FieldManager), client.ForceOwnership); err != nil {
 		e.T.Fatalf("writing the demand of %s from %s: %v", pool, source, err)
 	}
@@ -176,11 +186,11 @@ func replicas(pool *v1alpha1.ProxyPool) int32 {
 	return *pool.Spec.Replicas
 }
 
-// Leases lists the demand Leases of pool.
+// Leases lists the demand Leases of pool (in the demand namespace).
 func (e *syncEnv) Leases(pool string) []coordinationv1.Lease {
 	e.T.Helper()
 	list := &coordinationv1.LeaseList{}
-	if err := e.C.List(e.Ctx, list, client.InNamespace(e.NS), client.MatchingLabels{demand.LabelFor: pool}); err != nil {
+	if err := e.C.List(e.Ctx, list, client.InNamespace(e.DemandNS), client.MatchingLabels(demand.Selector(types.NamespacedName{Namespace: e.NS, Name: pool}))); err != nil {
 		e.T.Fatal(err)
 	}
 	return list.Items

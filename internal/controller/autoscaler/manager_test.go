@@ -2,8 +2,12 @@ package autoscaler
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
@@ -19,8 +23,11 @@ import (
 func TestManagerWakesTheAutoscaler(t *testing.T) {
 	env := shared.Env(t)
 	e := newSyncEnv(t)
-	mgr := env.NewManager(t, e.NS, nil)
-	if err := (&Reconciler{Client: mgr.GetClient(), Clock: e.Clock}).SetupWithManager(mgr); err != nil {
+	// As in the manager: the Leases cached in the demand namespace alone.
+	mgr := env.NewManager(t, e.NS, func(o *ctrl.Options) {
+		o.Cache.ByObject = map[client.Object]cache.ByObject{&coordinationv1.Lease{}: LeaseCache(e.DemandNS)}
+	})
+	if err := (&Reconciler{Client: mgr.GetClient(), Clock: e.Clock, DemandNamespace: e.DemandNS}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	testenv.StartManager(t, e.Ctx, mgr)
@@ -46,4 +53,14 @@ func TestManagerWakesTheAutoscaler(t *testing.T) {
 	wait("the HPA's pass: ExternalAutoscaler", func(p *v1alpha1.ProxyPool) bool {
 		return Scaling(p).Reason == v1alpha1.PoolReasonExternalAutoscaler
 	})
+}
+
+// An autoscaler without a demand namespace is refused at setup.
+func TestSetupNeedsADemandNamespace(t *testing.T) {
+	env := shared.Env(t)
+	e := newSyncEnv(t)
+	mgr := env.NewManager(t, e.NS, nil)
+	if err := (&Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err == nil || !strings.Contains(err.Error(), "demand namespace") {
+		t.Fatalf("SetupWithManager without a demand namespace = %v, want an error naming it", err)
+	}
 }

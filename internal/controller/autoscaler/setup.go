@@ -28,6 +28,9 @@ import (
 // HorizontalPodAutoscalers and (when KEDA's CRD is installed at start) ScaledObjects
 // that target it.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.DemandNamespace == "" {
+		return fmt.Errorf("the autoscaler has no demand namespace")
+	}
 	if _, err := mgr.GetRESTMapper().RESTMapping(ScaledObjectGVK.GroupKind(), ScaledObjectGVK.Version); err == nil {
 		r.ScaledObjects = true
 	} else if !meta.IsNoMatchError(err) {
@@ -43,7 +46,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 				return e.ObjectOld.(*v1alpha1.ProxyPool).Status.AvailableReplicas != e.ObjectNew.(*v1alpha1.ProxyPool).Status.AvailableReplicas
 			}}))).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leasePool),
-			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[demand.LabelFor] != "" }))).
+			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+				_, ok := demand.PoolOf(o)
+				return ok && o.GetNamespace() == r.DemandNamespace
+			}))).
 		Watches(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(hpaPool))
 	if r.ScaledObjects {
 		so := &unstructured.Unstructured{}
@@ -53,14 +59,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return b.Complete(r)
 }
 
-// LeaseCache limits a cache of Leases to the demand Leases (a cluster's own are many,
-// one per node among them).
-func LeaseCache() cache.ByObject {
+// LeaseCache limits a cache of Leases to the demand Leases: those labelled
+// egress.hrajfrisbee.cz/demand-for in the demand namespace namespace (a cluster's own
+// Leases are many, one per node among them, and a Lease elsewhere is no demand).
+func LeaseCache(namespace string) cache.ByObject {
 	req, err := labels.NewRequirement(demand.LabelFor, selection.Exists, nil)
 	if err != nil { // a constant, valid label key
 		panic(err)
 	}
-	return cache.ByObject{Label: labels.NewSelector().Add(*req)}
+	return cache.ByObject{Label: labels.NewSelector().Add(*req), Namespaces: map[string]cache.Config{namespace: {}}}
 }
 
 func poolRequest(ns, name string) []reconcile.Request {
@@ -70,8 +77,14 @@ func poolRequest(ns, name string) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}}}
 }
 
+// leasePool is the pool a demand Lease names by its labels (never by its own namespace,
+// the demand namespace).
 func leasePool(_ context.Context, o client.Object) []reconcile.Request {
-	return poolRequest(o.GetNamespace(), o.GetLabels()[demand.LabelFor])
+	pool, ok := demand.PoolOf(o)
+	if !ok {
+		return nil
+	}
+	return poolRequest(pool.Namespace, pool.Name)
 }
 
 func hpaPool(_ context.Context, o client.Object) []reconcile.Request {

@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -101,6 +102,46 @@ func TestStaleDemandKeepsTheSizeAndOldLeasesGo(t *testing.T) {
 	}
 }
 
+// TestLeaseOutsideTheDemandNamespaceIsNoDemand: a Lease labelled for the pool but written
+// in the pool's own namespace (anyone with write access to Leases there could) counts for
+// nothing, nor is it collected; one in the demand namespace labelled for a pool of the
+// same name in another namespace counts for that pool only; the pool's own Lease in the
+// demand namespace counts.
+func TestLeaseOutsideTheDemandNamespaceIsNoDemand(t *testing.T) {
+	e := newSyncEnv(t)
+	pool := e.CreatePool("elsewhere", Autoscaling(0, 5, 10))
+	e.Available(pool, 1)
+	e.DemandIn(e.NS, "elsewhere", "egress-gw-0", demand.Measure{Sessions: 40})
+	other := demand.Lease(e.DemandNS, types.NamespacedName{Namespace: "another-team", Name: "elsewhere"}, demand.KindGateway, "egress-gw-1",
+		demand.Measure{Sessions: 40}, e.Clock.Now())
+	if err := e.C.Apply(e.Ctx, other, client.FieldOwner(demand.FieldManager), client.ForceOwnership); err != nil {
+		t.Fatal(err)
+	}
+	// No demand at all (not 40 sessions, not unknown): held at 1 by the delay, then 0.
+	e.Pass(pool)
+	if c := Scaling(pool); replicas(pool) != 1 || c.Reason != v1alpha1.PoolReasonHeldByDelay || !pool.Status.Autoscaling.Demand.Sessions.IsZero() {
+		t.Fatalf("with demand Leases only in the pool's namespace and for another namespace's pool: %d replicas, %s %q, demand %+v; want 1 held by the delay, no demand",
+			replicas(pool), c.Reason, c.Message, pool.Status.Autoscaling.Demand)
+	}
+	e.Clock.Step(autoscale.DefaultScaleDownDelay)
+	e.Pass(pool)
+	if c := Scaling(pool); replicas(pool) != 0 || c.Reason != v1alpha1.PoolReasonScaledDown {
+		t.Fatalf("a delay later: %d replicas, %s %q; want 0, ScaledDown", replicas(pool), c.Reason, c.Message)
+	}
+	// The autoscaler collects in the demand namespace only.
+	e.Clock.Step(DefaultLeaseGCAfter + time.Minute)
+	e.Pass(pool)
+	if err := e.C.Get(e.Ctx, client.ObjectKey{Namespace: e.NS, Name: demand.LeaseName(client.ObjectKeyFromObject(pool), "egress-gw-0")}, &coordinationv1.Lease{}); err != nil {
+		t.Fatalf("the Lease in the pool's namespace: %v; want it left alone", err)
+	}
+	e.Available(pool, 0)
+	e.Demand("elsewhere", "egress-gw-2", demand.Measure{Held: 1})
+	e.Pass(pool)
+	if c := Scaling(pool); replicas(pool) != 1 || c.Reason != v1alpha1.PoolReasonScaledUp {
+		t.Fatalf("one held request in the demand namespace's Lease: %d replicas, %s %q; want 1, ScaledUp", replicas(pool), c.Reason, c.Message)
+	}
+}
+
 // TestFreshLeaseRequeuesWhenItGoesStale: the pass looks again when a fresh Lease would go
 // stale, since nothing else would wake it then.
 func TestFreshLeaseRequeuesWhenItGoesStale(t *testing.T) {
@@ -125,8 +166,9 @@ func TestWatchesMapToThePool(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	one("a demand Lease", leasePool(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "crawl.demand.gw",
-		Labels: map[string]string{demand.LabelFor: "crawl"}}}))
+	// The pool's namespace is the label's, not the Lease's (the demand namespace).
+	one("a demand Lease", leasePool(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "operator", Name: "ns.crawl.demand.gw",
+		Labels: map[string]string{demand.LabelFor: "crawl", demand.LabelNamespace: "ns"}}}))
 	hpa := func(apiVersion, kind string) *autoscalingv2.HorizontalPodAutoscaler {
 		return &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "h"},
 			Spec: autoscalingv2.HorizontalPodAutoscalerSpec{ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: apiVersion, Kind: kind, Name: "crawl"}}}
@@ -142,6 +184,10 @@ func TestWatchesMapToThePool(t *testing.T) {
 	one("a ScaledObject on the pool", scaledObjectPool(ctx, so))
 	if got := leasePool(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "node"}}); len(got) != 0 {
 		t.Errorf("a Lease without the demand-for label maps to %v", got)
+	}
+	if got := leasePool(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "crawl.demand.gw",
+		Labels: map[string]string{demand.LabelFor: "crawl"}}}); len(got) != 0 {
+		t.Errorf("a Lease without the demand-namespace label maps to %v", got)
 	}
 }
 

@@ -89,3 +89,22 @@ func TestClusterRoleWritesNoLeases(t *testing.T) {
 		}
 	}
 }
+
+// The demand Leases live in the manager's own namespace (--demand-namespace's default):
+// the namespaced leader election Role grants there every verb discovery's demand reporter
+// (get, create, update, patch by server-side apply) and the autoscaler (get, list, watch;
+// delete for the GC of stale Leases) use on them, so that no ClusterRole needs Leases.
+func TestLeaderElectionRoleCoversTheDemandLeases(t *testing.T) {
+	var le rbacv1.Role
+	readRBAC(t, "leader_election_role.yaml", &le)
+	for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete"} {
+		if len(grants(le.Rules, "coordination.k8s.io", "leases", verb)) == 0 {
+			t.Errorf("the leader election Role does not grant %s on leases (the demand Leases in the manager's namespace)", verb)
+		}
+	}
+	var role rbacv1.ClusterRole
+	readRBAC(t, "role.yaml", &role)
+	if v := grants(role.Rules, "coordination.k8s.io", "leases", "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "*"); len(v) > 0 {
+		t.Errorf("the ClusterRole grants %v on leases cluster-wide; the demand Leases are in the manager's namespace alone", v)
+	}
+}
