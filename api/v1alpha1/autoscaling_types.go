@@ -99,7 +99,7 @@ type PoolBudget struct {
 	// the providers config. The autoscaler grows the pool to no more than
 	// floor(maxHourly / a child's hourly cost) children (never fewer than minReplicas).
 	// +required
-	MaxHourly resource.Quantity `json:"maxHourly"`
+	MaxHourly Amount `json:"maxHourly"`
 }
 
 // PoolAutoscalingStatus is what the autoscaler acted on and decided, and what it keeps

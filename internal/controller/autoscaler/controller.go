@@ -295,7 +295,8 @@ func (r *Reconciler) input(ctx context.Context, pool *v1alpha1.ProxyPool, leases
 	}
 	if b := pool.Spec.Budget; b != nil && r.CostPerChild != nil {
 		if cost, ok := r.CostPerChild(ctx, pool); ok {
-			in.Budget = &autoscale.Budget{MaxHourly: b.MaxHourly.AsApproximateFloat64(), CostPerChildHourly: cost}
+			max := b.MaxHourly.Quantity()
+			in.Budget = &autoscale.Budget{MaxHourly: max.AsApproximateFloat64(), CostPerChildHourly: cost}
 		}
 	}
 	if st := pool.Status.Autoscaling; st != nil {

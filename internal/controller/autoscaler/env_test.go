@@ -13,7 +13,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -245,8 +244,6 @@ func (e *syncEnv) ScaledObject(name, pool string) {
 		return err == nil, err
 	})
 }
-
-func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }
 
 type reconcileRequest = reconcile.Request
 

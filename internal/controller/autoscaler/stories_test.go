@@ -184,7 +184,7 @@ func TestSteadyDemandDoesNotOscillate(t *testing.T) {
 func TestBudgetCapsScaleUp(t *testing.T) {
 	e := newSyncEnv(t)
 	budget := func(p *v1alpha1.ProxyPool) {
-		p.Spec.Budget = &v1alpha1.PoolBudget{MaxHourly: resourceMust("2")}
+		p.Spec.Budget = &v1alpha1.PoolBudget{MaxHourly: "2"}
 	}
 	capped := e.CreatePool("capped", Autoscaling(0, 20, 10), budget)
 	free := e.CreatePool("free", Autoscaling(0, 20, 10), budget)

@@ -54,21 +54,27 @@ func TestAdmissionRefusesBadAutoscaling(t *testing.T) {
 	}
 }
 
-// TestInvalidBudgetIsReported: a negative budget passes admission (a quantity) but cannot
-// be acted on: Scaling False, InvalidSpec, naming it, and spec.replicas left alone.
-func TestInvalidBudgetIsReported(t *testing.T) {
+// TestAdmissionRefusesBadBudget: spec.budget.maxHourly is a sum of money written out in
+// full; the API server refuses a negative one and a quantity's notation (500m), naming
+// the field, and keeps what was written ("0.50" reads back as "0.50").
+func TestAdmissionRefusesBadBudget(t *testing.T) {
 	e := newSyncEnv(t)
-	e.R.CostPerChild = func(context.Context, *v1alpha1.ProxyPool) (float64, bool) { return 1, true }
-	pool := e.CreatePool("broke", Autoscaling(0, 5, 10), func(p *v1alpha1.ProxyPool) {
-		p.Spec.Budget = &v1alpha1.PoolBudget{MaxHourly: resourceMust("-1")}
-	})
-	e.gateways("broke", 1, 40)
-	e.Pass(pool)
-	if c := Scaling(pool); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.PoolReasonInvalidSpec || !strings.Contains(c.Message, "budget maxHourly -1") {
-		t.Fatalf("Scaling %s/%s %q, want False InvalidSpec naming the budget", c.Status, c.Reason, c.Message)
+	for _, bad := range []v1alpha1.Amount{"-1", "500m", "1e3", "abc", ""} {
+		pool := NewAutoscaledPool(e.NS, "broke", Autoscaling(0, 5, 10))
+		pool.Spec.Budget = &v1alpha1.PoolBudget{MaxHourly: bad}
+		err := e.C.Create(e.Ctx, pool, client.DryRunAll)
+		if err == nil || !strings.Contains(err.Error(), "spec.budget.maxHourly") {
+			t.Errorf("maxHourly %q: %v, want a refusal naming spec.budget.maxHourly", bad, err)
+		}
 	}
-	if got := replicas(pool); got != 1 {
-		t.Fatalf("an invalid budget: %d replicas, want 1 as it was", got)
+	pool := NewAutoscaledPool(e.NS, "fine", Autoscaling(0, 5, 10))
+	pool.Spec.Budget = &v1alpha1.PoolBudget{MaxHourly: "0.50"}
+	if err := e.C.Create(e.Ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1alpha1.ProxyPool{}
+	if err := e.C.Get(e.Ctx, client.ObjectKeyFromObject(pool), got); err != nil || got.Spec.Budget == nil || got.Spec.Budget.MaxHourly != "0.50" {
+		t.Fatalf("maxHourly read back as %+v (%v), want 0.50", got.Spec.Budget, err)
 	}
 }
 
