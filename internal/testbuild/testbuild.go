@@ -183,3 +183,16 @@ func WithCondition(c metav1.Condition) Option {
 		st.Conditions = append(st.Conditions, c)
 	}
 }
+
+// Autoscaled gives a ProxyPool spec.autoscaling from minReplicas to maxReplicas, one
+// available child per sessions concurrent sessions.
+func Autoscaled(minReplicas, maxReplicas, sessions int32) Option {
+	return func(obj client.Object) {
+		pool, ok := obj.(*v1alpha1.ProxyPool)
+		if !ok {
+			panic(fmt.Sprintf("testbuild: Autoscaled does not apply to a %T", obj))
+		}
+		pool.Spec.Autoscaling = &v1alpha1.PoolAutoscaling{MinReplicas: ptr.To(minReplicas), MaxReplicas: maxReplicas,
+			Target: v1alpha1.PoolAutoscalingTarget{SessionsPerReplica: ptr.To(sessions)}}
+	}
+}

@@ -51,7 +51,8 @@ func TestGatewayFromZero(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pool := testbuild.Pool(ns, "news", 0, testbuild.Managed(), testbuild.WithProvider("fake"), testbuild.WithPort(3128))
+	pool := testbuild.Pool(ns, "news", 0, testbuild.Managed(), testbuild.WithProvider("fake"), testbuild.WithPort(3128),
+		testbuild.Autoscaled(0, 1, 1))
 	if err := env.Client.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ package kube
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -81,12 +81,14 @@ func (a *Adapter) Choose(ctx context.Context, req gateway.ChoiceRequest) (gatewa
 	case errors.As(err, &strict):
 		return gateway.Exit{}, &gateway.UnavailableError{Exit: strict.Proxy, Reason: strict.Reason}
 	case req.Pool != "" && (errors.Is(err, discovery.ErrUnknownPool) || errors.Is(err, discovery.ErrNoProxy)):
-		ns, exists, lerr := a.poolNamespace(ctx, req)
+		pool, lerr := a.existingPool(ctx, req)
 		switch {
 		case lerr != nil:
 			return gateway.Exit{}, lerr
-		case exists:
-			return gateway.Exit{}, &gateway.EmptyPoolError{Namespace: ns, Pool: req.Pool, Reason: err.Error()}
+		case pool != nil && !startsChildren(pool):
+			return gateway.Exit{}, &classed{gateway.ErrNoExit, fmt.Errorf("pool %s/%s has spec.replicas 0 and no spec.autoscaling: nothing starts a child of it", pool.Namespace, pool.Name)}
+		case pool != nil:
+			return gateway.Exit{}, &gateway.EmptyPoolError{Namespace: pool.Namespace, Pool: req.Pool, Reason: err.Error()}
 		case errors.Is(err, discovery.ErrUnknownPool):
 			return gateway.Exit{}, &classed{gateway.ErrUnknownPool, err}
 		}
@@ -102,34 +104,45 @@ func (a *Adapter) Choose(ctx context.Context, req gateway.ChoiceRequest) (gatewa
 		User: ch.Username, Password: ch.Password, Pool: ch.Pool}, nil
 }
 
-// poolNamespace finds the ProxyPool req.Pool (not being deleted) among the namespaces req may use (req.Namespace
-// when given; else the first, in name order, of those holding a pool of that name).
-func (a *Adapter) poolNamespace(ctx context.Context, req gateway.ChoiceRequest) (string, bool, error) {
+// existingPool finds the ProxyPool req.Pool (not being deleted) among the namespaces req
+// may use (req.Namespace when given; else the first, in name order, of those holding a
+// pool of that name); nil when there is none.
+func (a *Adapter) existingPool(ctx context.Context, req gateway.ChoiceRequest) (*v1alpha1.ProxyPool, error) {
 	if a.Pools == nil {
-		return "", false, nil
+		return nil, nil
 	}
 	if req.Namespace != "" {
 		pool := &v1alpha1.ProxyPool{}
 		err := a.Pools.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: req.Pool}, pool)
-		if apierrors.IsNotFound(err) {
-			return "", false, nil
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, nil
+		case err != nil:
+			return nil, err
+		case pool.DeletionTimestamp != nil:
+			return nil, nil
 		}
-		return req.Namespace, err == nil && pool.DeletionTimestamp == nil, err
+		return pool, nil
 	}
 	var list v1alpha1.ProxyPoolList
-	if err := a.Pools.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		return "", false, err
+	if err := a.Pools.List(ctx, &list); err != nil {
+		return nil, err
 	}
-	var found []string
+	var found *v1alpha1.ProxyPool
 	for i := range list.Items {
-		if p := &list.Items[i]; p.Name == req.Pool && p.DeletionTimestamp == nil && req.Identity.May(p.Namespace) {
-			found = append(found, p.Namespace)
+		if p := &list.Items[i]; p.Name == req.Pool && p.DeletionTimestamp == nil && req.Identity.May(p.Namespace) &&
+			(found == nil || p.Namespace < found.Namespace) {
+			found = p
 		}
 	}
-	if len(found) == 0 {
-		return "", false, nil
-	}
-	return slices.Min(found), true, nil
+	return found, nil
+}
+
+// startsChildren says whether a pool without an eligible exit will get one without
+// anyone's edit: it asks for children (spec.replicas above 0, or unset: the default 1),
+// or its autoscaler sizes it from the demand a held request reports.
+func startsChildren(p *v1alpha1.ProxyPool) bool {
+	return p.Spec.Autoscaling != nil || p.Spec.Replicas == nil || *p.Spec.Replicas > 0
 }
 
 // Authenticate checks the proxy password as a discovery bearer token.
