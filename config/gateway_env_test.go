@@ -197,9 +197,11 @@ func TestGatewayRunsUnderItsRBAC(t *testing.T) {
 		}
 		return false, fmt.Errorf("cooldowns %+v", got.Status.Cooldowns)
 	}, testutil.OnTimeout(func() string { return "stderr:\n" + stderr.String() }))
-	// A pool at zero: the request is held, and the wake written into the demand Lease in
-	// gwNS (the demand namespace), never in the pool's namespace.
-	pool := testbuild.Pool(proxyNS, "idle", 0, testbuild.Managed(), testbuild.WithProvider("fake"), testbuild.WithPort(3128))
+	// A pool at zero (autoscaled, so that a request may wake it): the request is held, and
+	// the wake written into the demand Lease in gwNS (the demand namespace), never in the
+	// pool's namespace.
+	pool := testbuild.Pool(proxyNS, "idle", 0, testbuild.Managed(), testbuild.WithProvider("fake"), testbuild.WithPort(3128),
+		testbuild.Autoscaled(0, 1, 1))
 	if err := c.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
