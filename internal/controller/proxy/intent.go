@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"reflect"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -231,22 +229,6 @@ func (r *ProxyReconciler) onlyCredentialsChanged(ctx context.Context, s *scope, 
 		h, err = partialIntentHash(px, built, wg)
 	}
 	return err == nil && h == px.Status.SpecHash
-}
-
-// setConfigOutdated sets the ConfigOutdated condition, with a Normal Event when it turns
-// True or changes reason.
-func (s *scope) setConfigOutdated(status metav1.ConditionStatus, reason, message string) {
-	if configOutdatedNews(s.px, status, reason) {
-		s.log.Info("proxy configuration outdated", "reason", reason, "message", message)
-		s.event(corev1.EventTypeNormal, reason, common.ActionReconcile, "ConfigOutdated: %s", message)
-	}
-	meta.SetStatusCondition(&s.px.Status.Conditions, configOutdatedCondition(s.px, status, reason, message))
-}
-
-// setConfigUpToDate sets ConfigOutdated=False: the instance is what this operator
-// version builds for the spec.
-func (s *scope) setConfigUpToDate() {
-	s.setConfigOutdated(metav1.ConditionFalse, v1alpha1.ReasonUpToDate, upToDateMessage(s.px))
 }
 
 // judge reads the facts, judges the instance (judgeBuild) and carries out the verdict

@@ -26,8 +26,8 @@ import (
 type phaseAct string
 
 const (
-	// actNone ends the reconcile with the verdict's result and error.
-	actNone phaseAct = ""
+	// The zero phaseAct ends the reconcile with the verdict's result and error.
+
 	// actRender goes on: the configuration is rendered and the instance looked up.
 	actRender phaseAct = "render"
 	// actCreate creates the instance (the credentials snapshot first).

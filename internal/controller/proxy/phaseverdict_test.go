@@ -64,8 +64,8 @@ func logged(level int, msg string) verdictLog { return verdictLog{level: level, 
 
 const phaseChanged = "proxy phase changed"
 
-// anyError stands for an error of any kind in a table's want.
-var anyError = errors.New("any error")
+// errAny stands for an error of any kind in a table's want.
+var errAny = errors.New("any error")
 
 // Every phase transition of a Managed Proxy and every class of provider error, decided
 // without the API server or a provider: what the verdict does next (act), the phase and
@@ -335,7 +335,7 @@ func TestPhaseVerdict(t *testing.T) {
 			return judgeCreated(px, created{err: errors.New("connection reset"), want: want}, tm)
 		}, phaseVerdict{message: "creating instance " + fenceInstance + ": connection reset",
 			conditions: []metav1.Condition{prov(metav1.ConditionFalse, v1alpha1.ReasonTransientError, "creating instance "+fenceInstance+": connection reset")},
-			events:     []phaseEvent{warning(v1alpha1.ReasonTransientError, common.ActionCreate, "creating instance "+fenceInstance+": connection reset; retrying")}}, anyError},
+			events:     []phaseEvent{warning(v1alpha1.ReasonTransientError, common.ActionCreate, "creating instance "+fenceInstance+": connection reset; retrying")}}, errAny},
 		{"a stale read: reconciled again, nothing shown", verdictProxy(noInstance, at(v1alpha1.PhaseProvisioning, "")), func(px *v1alpha1.Proxy) phaseVerdict {
 			return judgeProviderError(px, common.ActionCreate, fmt.Errorf("applying: %w", errStaleRead), true, tm)
 		}, phaseVerdict{}, errStaleRead},
@@ -387,7 +387,7 @@ func TestPhaseVerdict(t *testing.T) {
 				t.Errorf("error %v, want none", got.err)
 			case c.err != nil && got.err == nil:
 				t.Errorf("no error, want %v", c.err)
-			case c.err != nil && c.err != anyError && !errors.Is(got.err, c.err):
+			case c.err != nil && c.err != errAny && !errors.Is(got.err, c.err):
 				t.Errorf("error %v, want one that is %v", got.err, c.err)
 			}
 			got.err = nil
