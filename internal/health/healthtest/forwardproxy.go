@@ -215,7 +215,9 @@ func (p *ForwardProxy) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case Hang:
 		<-r.Context().Done()
-		return
+		// Never an answer: returning would send net/http's empty 200 on a connection that
+		// Close has not cut yet.
+		panic(http.ErrAbortHandler)
 	}
 	if p.refuse(w, r) {
 		return

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -105,4 +106,34 @@ func TestCloseCutsForwardsInFlight(t *testing.T) {
 
 func proxyAddr(p *ForwardProxy) string {
 	return net.JoinHostPort(p.Host, strconv.Itoa(int(p.Port)))
+}
+
+// A hanging proxy never answers, not even when it is killed: a probe in flight then
+// fails, as through a real proxy process that died.
+func TestCloseOfAHangingProxyAnswersNothing(t *testing.T) {
+	for range 20 { // the wrong answer raced the connection's close
+		p := New(t, "")
+		p.SetMode(Hang)
+		hc := &http.Client{Transport: &http.Transport{Proxy: func(*http.Request) (*url.URL, error) {
+			return url.Parse("http://" + proxyAddr(p))
+		}}}
+		errc := make(chan error, 1)
+		go func() {
+			res, err := hc.Get("http://example.invalid/probe")
+			if err == nil {
+				res.Body.Close()
+				err = fmt.Errorf("answered %s", res.Status)
+			}
+			errc <- err
+		}()
+		for deadline := time.Now().Add(30 * time.Second); p.Requests.Load() == 0; runtime.Gosched() {
+			if time.Now().After(deadline) {
+				t.Fatal("the probe did not reach the hanging proxy within 30 s")
+			}
+		}
+		p.Close()
+		if err := <-errc; err == nil || strings.Contains(err.Error(), "answered") {
+			t.Fatalf("a probe through a hanging proxy that was killed got %v, want its connection cut", err)
+		}
+	}
 }
