@@ -85,6 +85,7 @@ func (ca *testCA) issue(t *testing.T, dir string, serial int64) {
 // certificate rotated on disk is served without a restart. Without the flag, a manager
 // that would hand out credentials over plain HTTP says so once at start.
 func TestManagerDiscoveryOverTLS(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartT(t)
 	ca := newTestCA(t)
 	certs := t.TempDir()
@@ -154,6 +155,7 @@ func TestManagerDiscoveryOverTLS(t *testing.T) {
 
 // A missing certificate directory stops the manager at start, naming it.
 func TestManagerDiscoveryCertDirMissing(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartT(t)
 	missing := filepath.Join(t.TempDir(), "nope")
 	mgr, _ := startProbingManager(t, env, "--discovery-cert-dir", missing)

@@ -45,6 +45,7 @@ func gceFake(t *testing.T) (*healthtest.ForwardProxy, *gcefake.Server, string) {
 // Ready with its egress IP, ProviderHealth reports the zone, and deleting the Proxy
 // deletes the instance, leaving none.
 func TestManagerRunsAProxyOnGCE(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartT(t)
 	c := env.Client
 	fp, fake, providers := gceFake(t)

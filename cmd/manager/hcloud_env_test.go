@@ -25,6 +25,7 @@ import (
 // then Ready with its egress IP, ProviderHealth reports the location, and deleting the
 // Proxy deletes the server, leaving none.
 func TestManagerRunsAProxyOnHCloud(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartT(t)
 	c := env.Client
 	fp := healthtest.New(t, "127.0.0.10")

@@ -64,6 +64,7 @@ func discoveryGet(disc, path, tok string) (int, string) {
 // own /v1/whoami), becomes Ready with its egress IP, and the discovery API, behind a
 // bearer token, hands it out from the cache; the ProviderHealth object appears.
 func TestManagerHealthAndDiscovery(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartT(t)
 	c := env.Client
 	fp := healthtest.New(t, "127.0.0.9")
@@ -158,6 +159,7 @@ func TestManagerHealthAndDiscovery(t *testing.T) {
 // with the token and ?credentials=true hands out a URL that works as a proxy URL as it
 // is, and a rotated Secret is probed and handed out at once.
 func TestManagerProbesAndHandsOutCredentials(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartT(t)
 	c := env.Client
 	fp := healthtest.New(t, "127.0.0.10")
@@ -249,6 +251,7 @@ func TestManagerProbesAndHandsOutCredentials(t *testing.T) {
 // ?credentials=true lists it not, while a labelled Proxy beside it is probed and listed
 // as usual (the probe rounds ran). Labelling the Secret is what lets it through.
 func TestManagerNeverSendsAnUnlabelledSecret(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartT(t)
 	c := env.Client
 	fp := healthtest.New(t, "127.0.0.11")

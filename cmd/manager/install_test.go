@@ -56,6 +56,7 @@ func TestResolveInstallID(t *testing.T) {
 // TestManagerInstallID: the manager binary against a real API server takes its install
 // identity from kube-system's UID by default, and from --install-id when given.
 func TestManagerInstallID(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartT(t)
 	ns := &corev1.Namespace{}
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "kube-system"}, ns); err != nil {

@@ -48,6 +48,7 @@ const badConfig = `providers:
 // A broken providers config stops the manager with exit code 1 and the config's own
 // message, before any API server is contacted (there is none here).
 func TestBadProvidersConfigExits1(t *testing.T) {
+	t.Parallel()
 	bin := managerBinary(t)
 	for _, tc := range []struct{ name, path, want string }{
 		{"missing bridge", writeFile(t, "providers.yaml", badConfig), "kvm2.hosts[0]: bridge is required"},
@@ -77,6 +78,7 @@ func TestBadProvidersConfigExits1(t *testing.T) {
 // flag, before any API server is contacted: it was once found only after /readyz had
 // answered 200, since the metrics listener starts beside the health probes.
 func TestTakenListenAddressExits1(t *testing.T) {
+	t.Parallel()
 	bin := managerBinary(t)
 	for _, flagName := range []string{"--metrics-bind-address", "--health-probe-bind-address", "--discovery-bind-address"} {
 		t.Run(flagName, func(t *testing.T) {
@@ -130,6 +132,7 @@ const goodConfig = `providers:
 // Against a real API server: the manager starts without the SSH Secret, elects itself,
 // answers its probes, reconciles a Proxy, and exits 0 on SIGTERM.
 func TestManagerRunsAndStopsOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartT(t)
 	c := env.Client
 

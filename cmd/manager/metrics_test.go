@@ -39,6 +39,7 @@ func saToken(t *testing.T, env *testenv.Env, name string) string {
 // GET /metrics, through config/rbac's metrics-reader ClusterRole, and refuses everyone
 // else; HTTP/2 is not offered.
 func TestManagerMetricsNeedAnAuthorisedToken(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartT(t)
 	ctx := context.Background()
 

@@ -58,6 +58,7 @@ func TestLoadProvidersConfig(t *testing.T) {
 // says so, serves an External Proxy, and fails a Managed one naming the missing provider
 // and what to do.
 func TestManagerWithoutProvidersConfig(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat(defaultProvidersConfig); err == nil {
 		t.Skipf("%s exists on this machine", defaultProvidersConfig)
 	}

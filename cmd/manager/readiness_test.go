@@ -96,6 +96,7 @@ func get(rawURL string) (int, string, error) {
 // API therefore does not listen yet (it starts after the caches), and passes once both are
 // done; /healthz passes throughout.
 func TestReadyzWaitsForCachesAndDiscovery(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartT(t)
 	api := newGatedAPI(t, env)
 	providers := writeFile(t, "providers.yaml", fmt.Sprintf(goodConfig, t.TempDir()))

@@ -159,6 +159,7 @@ func impersonating(t *testing.T, kubeconfig []byte, ns, name string) []byte {
 // it runs a Proxy with basic auth in the watched namespace on a (fake) GCE instance,
 // copying its Secret, and it never sees a Proxy of another namespace.
 func TestManagerWatchesOnlyItsNamespacesWithRoles(t *testing.T) {
+	t.Parallel()
 	env := testenv.StartT(t)
 	c := env.Client
 	ctx := testenv.Context(t)
