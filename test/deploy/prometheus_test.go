@@ -249,7 +249,7 @@ func (p *prometheus) checkQueries(t *testing.T, panels []framework.PanelQuery, a
 		// This run sends no tunnel, no failure and nothing for a pool through the gateway:
 		// the panels of those (holds and per-pool demand among them) are only evaluated.
 		gatewayCarried := q.Row == "Gateway" && !strings.Contains(q.Expr, "tunnels_total") && !strings.Contains(q.Expr, "no_exit") &&
-			!strings.Contains(q.Expr, "held_requests") && !strings.Contains(q.Expr, "activation_wait") && !strings.Contains(q.Expr, "pool_sessions")
+			!strings.Contains(q.Expr, "held_requests") && !strings.Contains(q.Expr, "activation_wait") && !strings.Contains(q.Expr, "gateway_pool_")
 		if q.Row == "Proxies" || gatewayCarried {
 			testutil.WaitFor(t, 3*time.Minute, what+" to return series", func() (bool, error) {
 				res, err := p.query(q.Expr)
