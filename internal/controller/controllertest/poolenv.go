@@ -313,6 +313,46 @@ func (e *PoolEnv) PoolEvents(pool, reason string) []string {
 	return out
 }
 
+// WaitPoolEvents waits until the notes of the pool's Events with reason satisfy ok
+// and returns them. Events are written by the recorder's own goroutine, after the
+// change that caused them is visible: a test reads them only through a wait.
+func (e *PoolEnv) WaitPoolEvents(pool, reason, what string, ok func([]string) bool) []string {
+	e.T.Helper()
+	return e.waitEvents(fmt.Sprintf("pool %s: %s Events: %s", pool, reason, what), func() []string { return e.PoolEvents(pool, reason) }, ok)
+}
+
+// WaitProxyEvents is WaitPoolEvents for the Events about the Proxy name, as ProxyEvents
+// gives them.
+func (e *PoolEnv) WaitProxyEvents(name, reason, what string, ok func([]string) bool) []string {
+	e.T.Helper()
+	return e.waitEvents(fmt.Sprintf("proxy %s: %s Events: %s", name, reason, what), func() []string { return e.ProxyEvents(name, reason) }, ok)
+}
+
+func (e *PoolEnv) waitEvents(what string, list func() []string, ok func([]string) bool) []string {
+	e.T.Helper()
+	var evs []string
+	testutil.WaitFor(e.T, testutil.WaitLong, what, func() (bool, error) {
+		evs = list()
+		return ok(evs), fmt.Errorf("events %q", evs)
+	})
+	return evs
+}
+
+// AtLeast is an Events condition: n or more of them.
+func AtLeast(n int) func([]string) bool { return func(evs []string) bool { return len(evs) >= n } }
+
+// Containing is an Events condition: one of them holds text.
+func Containing(text string) func([]string) bool {
+	return func(evs []string) bool {
+		for _, ev := range evs {
+			if strings.Contains(ev, text) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // Events are the Events about the object of kind and name with reason.
 func (e *PoolEnv) Events(kind, name, reason string) []eventsv1.Event {
 	e.T.Helper()

@@ -156,7 +156,7 @@ func testPoolPasswordRotation(t *testing.T, env *testenv.Env) {
 	}
 	e.waitReplaced("rot-pw", old)
 	s.check(t, 4, 3)
-	for _, ev := range e.PoolEvents("rot-pw", EventChildDeleted) {
+	for _, ev := range e.WaitPoolEvents("rot-pw", EventChildDeleted, "one per replaced child", controllertest.AtLeast(len(old))) {
 		if !strings.Contains(ev, "older template") && !strings.Contains(ev, "ConfigOutdated") {
 			t.Errorf("deletion event %q: want a child replaced for its credentials", ev)
 		}

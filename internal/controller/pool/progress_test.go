@@ -86,7 +86,7 @@ func testPoolStuckDeleting(t *testing.T, env *testenv.Env) {
 	e.WaitPool("held", "the poke seen", func(p *v1alpha1.ProxyPool, _ []v1alpha1.Proxy) bool {
 		return p.Status.ObservedGeneration == p.Generation
 	})
-	if evs := e.PoolEvents("held", EventProgressDeadlineExceeded); len(evs) != 1 || !strings.Contains(evs[0], stuck) {
+	if evs := e.WaitPoolEvents("held", EventProgressDeadlineExceeded, "one", controllertest.AtLeast(1)); len(evs) != 1 || !strings.Contains(evs[0], stuck) {
 		t.Errorf("ProgressDeadlineExceeded events %q, want one naming %s", evs, stuck)
 	}
 	for _, n := range old {
@@ -127,7 +127,7 @@ func testPoolNeverReady(t *testing.T, env *testenv.Env) {
 		}
 		return live == 2 && len(kids) == 3, fmt.Errorf("children %s", controllertest.Describe(kids))
 	})
-	if evs := e.PoolEvents("mute", EventProgressDeadlineExceeded); len(evs) != 1 {
+	if evs := e.WaitPoolEvents("mute", EventProgressDeadlineExceeded, "one", controllertest.AtLeast(1)); len(evs) != 1 {
 		t.Errorf("ProgressDeadlineExceeded events %q, want one", evs)
 	}
 	e.HoldWhere(nil)
@@ -166,7 +166,7 @@ func testPoolRotationStuck(t *testing.T, env *testenv.Env) {
 		return len(kids) == 1 && kids[0].Name != first && kids[0].Name != booting && kids[0].Status.Phase == v1alpha1.PhaseReady
 	})
 	var stuckEv string
-	for _, ev := range e.PoolEvents("boot", EventChildDeleted) {
+	for _, ev := range e.WaitPoolEvents("boot", EventChildDeleted, "one naming "+booting, controllertest.Containing(booting)) {
 		if strings.Contains(ev, booting) {
 			stuckEv = ev
 		}
@@ -216,7 +216,7 @@ func testPoolConfigOutdated(t *testing.T, env *testenv.Env) {
 			t.Errorf("outdated child %s still there", px.Name)
 		}
 	}
-	for _, ev := range e.PoolEvents("upg", EventChildDeleted) {
+	for _, ev := range e.WaitPoolEvents("upg", EventChildDeleted, "one per replaced child", controllertest.AtLeast(len(old))) {
 		if !strings.Contains(ev, "ConfigOutdated") {
 			t.Errorf("deletion event %q does not say the configuration was outdated", ev)
 		}

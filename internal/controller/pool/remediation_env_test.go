@@ -133,15 +133,7 @@ func (e *remEnv) deletes(id string) int {
 // waitEvent waits for an Event of reason on the Proxy name whose note holds text.
 func (e *remEnv) waitEvent(name, reason, text string) {
 	e.T.Helper()
-	waitFor(e.T, waitLong, fmt.Sprintf("a %s Event on proxy %s saying %q", reason, name, text), func() (bool, error) {
-		evs := e.ProxyEvents(name, reason)
-		for _, ev := range evs {
-			if strings.Contains(ev, text) {
-				return true, nil
-			}
-		}
-		return false, fmt.Errorf("events %q", evs)
-	})
+	e.WaitProxyEvents(name, reason, fmt.Sprintf("one saying %q", text), controllertest.Containing(text))
 }
 
 func record(px *v1alpha1.Proxy) *remediation.Record {

@@ -136,7 +136,7 @@ func testPoolRetire(t *testing.T, env *testenv.Env) {
 	if why := px.Annotations[v1alpha1.RetiredAnnotation]; !strings.Contains(why, "banned on 3 sites within 10m0s") || !strings.Contains(why, "d.com, e.com, f.example.co.uk") {
 		t.Errorf("retired annotation %q: want the count, the window and the sites", why)
 	}
-	if evs := e.ProxyEvents(victim, v1alpha1.ConditionRetired); len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning: Cordoned: banned on 3 sites") {
+	if evs := e.WaitProxyEvents(victim, v1alpha1.ConditionRetired, "one", controllertest.AtLeast(1)); len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning: Cordoned: banned on 3 sites") {
 		t.Errorf("events of %s: %q, want one Warning Retired", victim, evs)
 	}
 
@@ -223,7 +223,7 @@ func TestStandaloneProxyRetired(t *testing.T) {
 	}
 	e.report("solo", banned("e.com")...)
 	e.WaitProxy("solo", "retired", retiredAs)
-	if evs := e.ProxyEvents("solo", v1alpha1.ConditionRetired); len(evs) != 1 {
+	if evs := e.WaitProxyEvents("solo", v1alpha1.ConditionRetired, "one", controllertest.AtLeast(1)); len(evs) != 1 {
 		t.Errorf("events %q, want one", evs)
 	}
 	// Uncordoned by hand: the condition goes, the proxy is not cordoned again.
@@ -297,11 +297,11 @@ func TestPoolRetirementBudget(t *testing.T) {
 	controllertest.Consistently(t, "the held-back children serving, not retired", servingAndCooling(5))
 	// Each report that adds a held-back child says so (the reports came one child at a
 	// time): the last names both.
-	evs := e.PoolEvents("budget", ReasonRetirementHeldBack)
 	want := fmt.Sprintf("retirement held back for %s by the budget (spec.bans.maxRetirementsPerHour: 1 per hour, 10%% of 3 replicas); "+
 		"retired within the last hour: %s; the budget frees at %s; they keep serving, cooling for each site they were banned on",
 		strings.Join(held, ", "), first, r.NextFreeAt.UTC().Format(time.RFC3339))
-	if !slices.Contains(evs, want) || len(evs) > 2 {
+	evs := e.WaitPoolEvents("budget", ReasonRetirementHeldBack, "one naming both held-back children", func(evs []string) bool { return slices.Contains(evs, want) })
+	if len(evs) > 2 {
 		t.Errorf("%s events of the pool: %q, want at most two, one of them %q", ReasonRetirementHeldBack, evs, want)
 	}
 
