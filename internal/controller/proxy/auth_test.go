@@ -183,10 +183,9 @@ func TestProxyBasicAuthSecretLifecycle(t *testing.T) {
 	hash2 := got.Status.SpecHash
 
 	// 6. A changed range list replaces it too.
-	got.Spec.Proxy.AllowedSourceRanges = []v1alpha1.CIDR{"10.0.0.0/8", "192.168.0.0/16"}
-	if err := e.c.Update(e.ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	e.edit(name, "spec.proxy.allowedSourceRanges", func(px *v1alpha1.Proxy) {
+		px.Spec.Proxy.AllowedSourceRanges = []v1alpha1.CIDR{"10.0.0.0/8", "192.168.0.0/16"}
+	})
 	got = e.waitProxy(name, "replaced after the range change", func(p *v1alpha1.Proxy) bool {
 		return p.Status.Phase == v1alpha1.PhaseRunning && p.Status.SpecHash != hash2 && p.Status.ProviderID != ""
 	})
@@ -280,10 +279,7 @@ func TestProxyConfigRenderErrorLatches(t *testing.T) {
 		t.Errorf("%d Creates of an unrenderable spec", n)
 	}
 
-	got.Spec.CloudInit = "#!/bin/sh\necho hi\n"
-	if err := e.c.Update(e.ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	e.edit("bad", "spec.cloudInit", func(px *v1alpha1.Proxy) { px.Spec.CloudInit = "#!/bin/sh\necho hi\n" })
 	e.waitPhase("bad", v1alpha1.PhaseRunning)
 	if cs := e.creates(); len(cs) != 1 || !strings.Contains(string(cs[0].CloudInit), "text/x-shellscript") {
 		t.Errorf("creates %d, want one with the user's script as a part", len(cs))

@@ -221,18 +221,15 @@ func TestSpecChangeReplacesInstance(t *testing.T) {
 	e := newProxyEnv(t)
 	e.create(e.newProxy("repl"))
 	first := e.waitPhase("repl", v1alpha1.PhaseRunning)
-	px := e.get("repl")
-	px.Spec.Placement.Region = "elsewhere" // region is in the hash even where a provider ignores it
-	if err := e.c.Update(e.ctx, px); err != nil {
-		t.Fatal(err)
-	}
+	// region is in the hash even where a provider ignores it
+	e.edit("repl", "spec.placement.region", func(px *v1alpha1.Proxy) { px.Spec.Placement.Region = "elsewhere" })
 	got := e.waitProxy("repl", "a new spec hash, Running", func(p *v1alpha1.Proxy) bool {
 		return p.Status.SpecHash != first.Status.SpecHash && p.Status.Phase == v1alpha1.PhaseRunning
 	})
 	ops := e.ops()
 	id := first.Status.ProviderID
 	del := slices.Index(ops, "delete "+id)
-	lastCreate := lastIndex(ops, "create "+px.InstanceName())
+	lastCreate := lastIndex(ops, "create "+got.InstanceName())
 	if del < 0 || lastCreate < del {
 		t.Errorf("provider calls %v, want delete %s before the new create", ops, id)
 	}
@@ -246,11 +243,7 @@ func TestSpecChangeReplacesInstance(t *testing.T) {
 
 	// A change outside the hash (the port) replaces nothing.
 	creates := e.fake.CountOf(providertest.OpCreate)
-	px = e.get("repl")
-	px.Spec.Port = 8888
-	if err := e.c.Update(e.ctx, px); err != nil {
-		t.Fatal(err)
-	}
+	e.edit("repl", "spec.port", func(px *v1alpha1.Proxy) { px.Spec.Port = 8888 })
 	e.waitProxy("repl", "observedGeneration caught up", func(p *v1alpha1.Proxy) bool { return p.Status.ObservedGeneration == p.Generation })
 	if n := e.fake.CountOf(providertest.OpCreate); n != creates || e.fake.CountOf(providertest.OpDelete) != 1 {
 		t.Errorf("a port change recreated the instance: %v", e.ops())

@@ -13,6 +13,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -124,6 +125,23 @@ func (e *proxyEnv) get(name string) *v1alpha1.Proxy {
 		e.t.Fatalf("getting proxy %s: %v", name, err)
 	}
 	return px
+}
+
+// edit changes the spec of the Proxy name by mutate on its latest version, again on a
+// conflict: the reconciler writes its status meanwhile, and each write is a new
+// resourceVersion an Update of an older copy is refused for.
+func (e *proxyEnv) edit(name, what string, mutate func(*v1alpha1.Proxy)) {
+	e.t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		px := &v1alpha1.Proxy{}
+		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
+			return err
+		}
+		mutate(px)
+		return e.c.Update(e.ctx, px)
+	}); err != nil {
+		e.t.Fatalf("editing %s of proxy %s: %v", what, name, err)
+	}
 }
 
 // waitProxy waits until cond holds for the Proxy and returns it.

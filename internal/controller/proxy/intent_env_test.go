@@ -42,11 +42,7 @@ func TestNarrowedAllowedDestinationsReplacesInstance(t *testing.T) {
 
 	edit := func(dests ...v1alpha1.CIDR) {
 		t.Helper()
-		px := e.get(name)
-		px.Spec.Proxy.AllowedDestinations = dests
-		if err := e.c.Update(e.ctx, px); err != nil {
-			t.Fatalf("editing spec.proxy.allowedDestinations of proxy %s: %v", name, err)
-		}
+		e.edit(name, "spec.proxy.allowedDestinations", func(px *v1alpha1.Proxy) { px.Spec.Proxy.AllowedDestinations = dests })
 	}
 	for i, step := range []struct {
 		dests []v1alpha1.CIDR

@@ -41,11 +41,8 @@ func TestProxySplitOpenRangesRefused(t *testing.T) {
 		t.Errorf("%d Creates of open proxies", n)
 	}
 
-	got := e.waitPhase("halves", v1alpha1.PhaseFailed)
-	got.Spec.Proxy.AllowOpenProxy = true
-	if err := e.c.Update(e.ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	e.waitPhase("halves", v1alpha1.PhaseFailed)
+	e.edit("halves", "spec.proxy.allowOpenProxy", func(px *v1alpha1.Proxy) { px.Spec.Proxy.AllowOpenProxy = true })
 	e.waitPhase("halves", v1alpha1.PhaseRunning)
 	if n := e.fake.CountOf(providertest.OpCreate); n != 1 {
 		t.Errorf("%d Creates once allowOpenProxy is set, want 1", n)

@@ -14,7 +14,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -174,11 +173,7 @@ func TestReplaceLeftBehindBuildsTheNewInstance(t *testing.T) {
 	e.create(e.newProxy("rezone"))
 	id := e.waitPhase("rezone", v1alpha1.PhaseRunning).Status.ProviderID
 	e.fake.NextDeleteErr(leftBehindErr(id))
-	px := e.get("rezone")
-	px.Spec.Placement.Zone = "nuc"
-	if err := e.c.Update(e.ctx, px); err != nil {
-		t.Fatal(err)
-	}
+	e.edit("rezone", "spec.placement.zone", func(px *v1alpha1.Proxy) { px.Spec.Placement.Zone = "nuc" })
 	e.waitEvent("rezone", v1alpha1.ReasonInstanceLeftBehind, "hv-old")
 	got := e.waitProxy("rezone", "Running with the new spec", func(p *v1alpha1.Proxy) bool {
 		return p.Status.Phase == v1alpha1.PhaseRunning && p.Status.SpecHash == RenderedHash(p, p.Spec.CloudInit)
@@ -212,13 +207,9 @@ func TestManagedToExternalBeforeProviderIDDeletesInstance(t *testing.T) {
 		return errors.New("Create called for an External proxy")
 	})
 	// The reconciler is still retrying the Create and writing status meanwhile.
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		px := e.get("switch")
+	e.edit("switch", "spec.mode", func(px *v1alpha1.Proxy) {
 		px.Spec.Mode, px.Spec.Address = v1alpha1.ProxyModeExternal, "squid.example.net"
-		return e.c.Update(e.ctx, px)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	e.waitProxy("switch", "Running as External", func(p *v1alpha1.Proxy) bool {
 		return p.Status.Phase == v1alpha1.PhaseRunning && provisioned(p).Reason == v1alpha1.ReasonExternal
 	})
