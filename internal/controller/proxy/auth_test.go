@@ -27,7 +27,12 @@ import (
 // authProxy is a Managed Proxy of e with spec.proxy naming the Secret secretName and a
 // user cloud-init of its own.
 func (e *proxyEnv) authProxy(name, secretName string) *v1alpha1.Proxy {
-	px := e.newProxy(name)
+	return authProxyIn(e.ns, name, secretName)
+}
+
+// authProxyIn is authProxy in namespace ns.
+func authProxyIn(ns, name, secretName string) *v1alpha1.Proxy {
+	px := testProxy(ns, name)
 	px.Spec.Port = 3128
 	px.Spec.CloudInit = "#cloud-config\n# user-part-marker-5be1\ntimezone: UTC\n"
 	px.Spec.Proxy = &v1alpha1.ProxyConfig{
@@ -47,8 +52,14 @@ func (e *proxyEnv) putSecret(name string, data map[string]string) {
 // writeSecret creates or updates the Secret name of e's namespace with data and labels.
 func (e *proxyEnv) writeSecret(name string, data, labels map[string]string) {
 	e.t.Helper()
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name}}
-	err := e.c.Get(e.ctx, client.ObjectKeyFromObject(sec), sec)
+	writeSecretIn(e.t, e.ctx, e.c, e.ns, name, data, labels)
+}
+
+// writeSecretIn creates or updates the Secret ns/name through c with data and labels.
+func writeSecretIn(t testing.TB, ctx context.Context, c client.Client, ns, name string, data, labels map[string]string) {
+	t.Helper()
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	err := c.Get(ctx, client.ObjectKeyFromObject(sec), sec)
 	sec.Labels = labels
 	sec.Data = map[string][]byte{}
 	for k, v := range data {
@@ -56,12 +67,12 @@ func (e *proxyEnv) writeSecret(name string, data, labels map[string]string) {
 	}
 	switch {
 	case err == nil:
-		err = e.c.Update(e.ctx, sec)
+		err = c.Update(ctx, sec)
 	default:
-		err = e.c.Create(e.ctx, sec)
+		err = c.Create(ctx, sec)
 	}
 	if err != nil {
-		e.t.Fatalf("writing secret %s: %v", name, err)
+		t.Fatalf("writing secret %s/%s: %v", ns, name, err)
 	}
 }
 
@@ -100,6 +111,11 @@ func TestProxyBasicAuthSecretLifecycle(t *testing.T) {
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
 	t.Cleanup(func() { otel.SetTracerProvider(prev) })
 	e := newProxyEnv(t, withLogLines(logs)) // up to V(2), as the kvm2 never-logged test
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the manager's log:\n%s", logs.String())
+		}
+	})
 	const (
 		name     = "auth"
 		secret   = "crawl-auth"

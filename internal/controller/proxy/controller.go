@@ -137,6 +137,8 @@ type ProxyReconciler struct {
 	brakes sync.Map
 
 	holds addressHolds
+	// writes are the reconciler's last writes of each Proxy not yet seen in its cache.
+	writes ownWrites
 	// defaults fills the unset fields once (setDefaults).
 	defaults sync.Once
 
@@ -234,10 +236,26 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res 
 	px := &v1alpha1.Proxy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, px); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.writes.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("getting proxy %s: %w", req.NamespacedName, err)
 	}
+	switch behind, err := r.behindOwnWrite(ctx, px); {
+	case err != nil:
+		return ctrl.Result{}, err
+	case behind:
+		// Nothing is decided from a copy older than what this reconciler last wrote
+		// (ownWrites): the cache delivers that write in a moment.
+		ctrl.LoggerFrom(ctx).V(1).Info("proxy copy older than the reconciler's last write; reconciling again", "version", px.ResourceVersion)
+		return ctrl.Result{RequeueAfter: staleRetry}, nil
+	}
+	read := px.ResourceVersion
+	defer func() {
+		if px.ResourceVersion != read {
+			r.writes.record(px)
+		}
+	}()
 	if px.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(px, Finalizer) {
 		base := px.DeepCopy()
 		controllerutil.AddFinalizer(px, Finalizer)

@@ -120,9 +120,15 @@ func (e *proxyEnv) create(px *v1alpha1.Proxy) *v1alpha1.Proxy {
 
 func (e *proxyEnv) get(name string) *v1alpha1.Proxy {
 	e.t.Helper()
+	return getProxyIn(e.t, e.ctx, e.c, e.ns, name)
+}
+
+// getProxyIn reads the Proxy ns/name through c.
+func getProxyIn(t testing.TB, ctx context.Context, c client.Reader, ns, name string) *v1alpha1.Proxy {
+	t.Helper()
 	px := &v1alpha1.Proxy{}
-	if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, px); err != nil {
-		e.t.Fatalf("getting proxy %s: %v", name, err)
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, px); err != nil {
+		t.Fatalf("getting proxy %s/%s: %v", ns, name, err)
 	}
 	return px
 }
