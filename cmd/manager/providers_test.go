@@ -103,9 +103,19 @@ func TestProviderOperationsOnTheManagersMetrics(t *testing.T) {
 	registerProviderMetrics() // once per process, however often the manager starts
 	path := writeFile(t, "providers.yaml", gceProviders("gcp-metrics"))
 	p := buildProviders(t, path)["gcp-metrics"]
+	before := permanentGets(t)
 	if _, err := p.Get(t.Context(), "gce://other-project/europe-west1-b/proxy-x"); provider.Class(err) != provider.ErrPermanent {
 		t.Fatalf("get of another project's instance: %v, want a permanent error", err)
 	}
+	if after := permanentGets(t); after != before+1 {
+		t.Fatalf("proxy_operator_provider_operations_total{provider=gcp-metrics,op=get,class=permanent} on controller-runtime's registry went %v -> %v, want one more", before, after)
+	}
+}
+
+// permanentGets is proxy_operator_provider_operations_total{provider=gcp-metrics,
+// op=get,class=permanent} on controller-runtime's registry, 0 before any.
+func permanentGets(t *testing.T) float64 {
+	t.Helper()
 	families, err := metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -119,12 +129,12 @@ func TestProviderOperationsOnTheManagersMetrics(t *testing.T) {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["provider"] == "gcp-metrics" && labels["op"] == "get" && labels["class"] == "permanent" && m.GetCounter().GetValue() == 1 {
-				return
+			if labels["provider"] == "gcp-metrics" && labels["op"] == "get" && labels["class"] == "permanent" {
+				return m.GetCounter().GetValue()
 			}
 		}
 	}
-	t.Fatalf("no proxy_operator_provider_operations_total{provider=gcp-metrics,op=get,class=permanent} 1 on controller-runtime's registry")
+	return 0
 }
 
 // gceProviders is a providers file with one gce entry called name, whose credentials
