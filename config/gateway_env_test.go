@@ -208,11 +208,19 @@ func TestGatewayRunsUnderItsRBAC(t *testing.T) {
 	heldCtx, stopHeld := context.WithCancel(ctx)
 	t.Cleanup(stopHeld)
 	go func() {
-		req, _ := http.NewRequestWithContext(heldCtx, http.MethodGet, "http://www.example.com/held", nil)
 		held := &http.Client{Transport: &http.Transport{
 			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: listen, User: url.UserPassword("me+ns="+proxyNS+"+pool=idle", token)})}}
-		if res, err := held.Do(req); err == nil {
-			res.Body.Close()
+		// Until the gateway's cache has the pool just created, it is an unknown pool
+		// (407): ask again until the request is held.
+		for heldCtx.Err() == nil {
+			req, _ := http.NewRequestWithContext(heldCtx, http.MethodGet, "http://www.example.com/held", nil)
+			if res, err := held.Do(req); err == nil {
+				res.Body.Close()
+			}
+			select {
+			case <-heldCtx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
 		}
 	}()
 	testutil.WaitFor(t, time.Minute, "the held request's demand Lease in "+gwNS+" (written under the gateway's demand Role)", func() (bool, error) {
