@@ -64,6 +64,8 @@ type ProxyPoolReconciler struct {
 
 	// defaults fills the unset fields once (setDefaults).
 	defaults sync.Once
+	// writes are the reconciler's last writes of each pool not yet seen in its cache.
+	writes common.OwnWrites
 	// deadlineReported holds, by pool UID, the progress time of the stall last reported
 	// with a ProgressDeadlineExceeded Event.
 	deadlineReported sync.Map
@@ -148,6 +150,7 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	pool := &v1alpha1.ProxyPool{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.writes.Forget(req.NamespacedName)
 			forgetPoolMetrics(req.NamespacedName)
 			remediation.ForgetGroup(remediation.PoolGroup(req.Namespace, req.Name))
 			return ctrl.Result{}, nil
@@ -161,6 +164,21 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		// owner: the cluster's garbage collector deletes them.
 		return ctrl.Result{}, nil
 	}
+	switch behind, err := r.writes.Behind(ctx, r.APIReader, v1alpha1.GroupVersion.WithKind("ProxyPool"), pool); {
+	case err != nil:
+		return ctrl.Result{}, err
+	case behind:
+		// Nothing is decided from a copy older than this reconciler's last write of the
+		// pool (common.OwnWrites): the cache delivers that write in a moment.
+		log.V(1).Info("proxy pool copy older than the reconciler's last write; reconciling again", "version", pool.ResourceVersion)
+		return ctrl.Result{RequeueAfter: common.StaleRetry}, nil
+	}
+	read := pool.ResourceVersion
+	defer func() {
+		if pool.ResourceVersion != read {
+			r.writes.Record(pool)
+		}
+	}()
 	s, err := r.readChildren(ctx, pool)
 	if err != nil {
 		return ctrl.Result{}, err

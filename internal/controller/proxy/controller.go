@@ -138,7 +138,7 @@ type ProxyReconciler struct {
 
 	holds addressHolds
 	// writes are the reconciler's last writes of each Proxy not yet seen in its cache.
-	writes ownWrites
+	writes common.OwnWrites
 	// defaults fills the unset fields once (setDefaults).
 	defaults sync.Once
 
@@ -199,9 +199,8 @@ func (r *ProxyReconciler) Wake(ctx context.Context, key client.ObjectKey) {
 	}
 }
 
-// staleRetry is how soon a reconcile that read a stale copy runs again: long enough for
-// the cache to deliver the write it missed, short enough not to be noticed.
-const staleRetry = 200 * time.Millisecond
+// staleRetry is how soon a reconcile that read a stale copy runs again.
+const staleRetry = common.StaleRetry
 
 // maxErrorBackoff caps the retry delay after transient errors. controller-runtime's
 // default curve grows to about 17 minutes, which would leave a Proxy idle long after a
@@ -236,24 +235,24 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res 
 	px := &v1alpha1.Proxy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, px); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.writes.forget(req.NamespacedName)
+			r.writes.Forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("getting proxy %s: %w", req.NamespacedName, err)
 	}
-	switch behind, err := r.behindOwnWrite(ctx, px); {
+	switch behind, err := r.writes.Behind(ctx, r.APIReader, v1alpha1.GroupVersion.WithKind("Proxy"), px); {
 	case err != nil:
 		return ctrl.Result{}, err
 	case behind:
 		// Nothing is decided from a copy older than what this reconciler last wrote
-		// (ownWrites): the cache delivers that write in a moment.
+		// (common.OwnWrites): the cache delivers that write in a moment.
 		ctrl.LoggerFrom(ctx).V(1).Info("proxy copy older than the reconciler's last write; reconciling again", "version", px.ResourceVersion)
 		return ctrl.Result{RequeueAfter: staleRetry}, nil
 	}
 	read := px.ResourceVersion
 	defer func() {
 		if px.ResourceVersion != read {
-			r.writes.record(px)
+			r.writes.Record(px)
 		}
 	}()
 	if px.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(px, Finalizer) {
