@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"context"
 	"testing"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -9,23 +8,8 @@ import (
 
 	v1alpha1 "gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/api/v1alpha1"
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/common"
+	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/controller/controllertest"
 )
-
-// laggingPools is a client whose reads of one pool answer an older copy of it while
-// stale is set, as the manager's cache does before its informer has delivered the
-// latest write; everything else, and every write, goes to the server.
-type laggingPools struct {
-	client.Client
-	stale *v1alpha1.ProxyPool
-}
-
-func (c *laggingPools) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if p, ok := obj.(*v1alpha1.ProxyPool); ok && c.stale != nil && key == client.ObjectKeyFromObject(c.stale) {
-		c.stale.DeepCopyInto(p)
-		return nil
-	}
-	return c.Client.Get(ctx, key, obj, opts...)
-}
 
 // A pool reconcile handed a copy of the pool older than the reconciler's own last write
 // of it decides nothing from it. Here a child turned Ready and back: the old copy's
@@ -35,7 +19,7 @@ func (c *laggingPools) Get(ctx context.Context, key client.ObjectKey, obj client
 func TestPoolReconcileBehindItsOwnWriteDecidesNothing(t *testing.T) {
 	t.Parallel()
 	e := newSyncEnv(t, shared.Env(t))
-	lag := &laggingPools{Client: e.C}
+	lag := &controllertest.LaggingCache{Client: e.C}
 	e.R.Client, e.R.APIReader = lag, e.C
 	pool := e.NewPool("lag", 1)
 	e.Create(pool)
@@ -63,9 +47,9 @@ func TestPoolReconcileBehindItsOwnWriteDecidesNothing(t *testing.T) {
 	written := pool.ResourceVersion
 
 	setChild(v1alpha1.PhaseRunning, false)
-	lag.stale = before
+	lag.Stale = before
 	res, err := e.R.Reconcile(e.Ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)})
-	lag.stale = nil
+	lag.Stale = nil
 	if err != nil || res.RequeueAfter != common.StaleRetry {
 		t.Errorf("a reconcile from a copy (version %s) older than the reconciler's last write (%s) = %+v, %v; want a requeue after %v",
 			before.ResourceVersion, written, res, err, common.StaleRetry)

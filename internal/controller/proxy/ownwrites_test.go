@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,31 +13,14 @@ import (
 	"gitea.home.hrajfrisbee.cz/kacerr/egress-proxies-operator/internal/provider/providertest"
 )
 
-// laggingCache is a client whose reads of one Proxy answer an older copy of it while
-// stale is set, as the manager's cache does before its informer has delivered the
-// latest write; everything else, and every write, goes to the server.
-type laggingCache struct {
-	client.Client
-	key   client.ObjectKey
-	stale *v1alpha1.Proxy
-}
-
-func (c *laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if px, ok := obj.(*v1alpha1.Proxy); ok && c.stale != nil && key == c.key {
-		c.stale.DeepCopyInto(px)
-		return nil
-	}
-	return c.Client.Get(ctx, key, obj, opts...)
-}
-
 // newLaggingEnv is a syncEnv whose reconciler reads the Proxy name through a
-// laggingCache (APIReader stays the server), with the credentials Secret "creds"
+// controllertest.LaggingCache (APIReader stays the server), with the credentials Secret "creds"
 // holding upgradePw1, and the Proxy reconciled to Running. It returns the Proxy and its
 // version as created, with the finalizer on and no status: a copy a cache may still
 // hold when the reconciler has written several since.
-func newLaggingEnv(t *testing.T, name string, mutate func(*v1alpha1.Proxy)) (e *syncEnv, lag *laggingCache, px, created *v1alpha1.Proxy) {
+func newLaggingEnv(t *testing.T, name string, mutate func(*v1alpha1.Proxy)) (e *syncEnv, lag *controllertest.LaggingCache, px, created *v1alpha1.Proxy) {
 	e = newSyncEnv(t)
-	lag = &laggingCache{Client: e.c, key: client.ObjectKey{Namespace: e.ns, Name: name}}
+	lag = &controllertest.LaggingCache{Client: e.c}
 	e.r.Client = lag
 	e.putSecret("creds", upgradePw1)
 	px = authProxyIn(e.ns, name, "creds")
@@ -68,12 +50,12 @@ func (e *syncEnv) putSecret(name, password string) {
 // reconcileLagging runs one reconcile through the lagging cache, which answers stale
 // for the Proxy; it wants the reconcile to decide nothing: no provider call, nothing
 // written, and a quick requeue.
-func (e *syncEnv) reconcileLagging(lag *laggingCache, stale *v1alpha1.Proxy) {
+func (e *syncEnv) reconcileLagging(lag *controllertest.LaggingCache, stale *v1alpha1.Proxy) {
 	e.t.Helper()
-	before, ops := e.getProxy(lag.key.Name), len(e.ops())
-	lag.stale = stale
-	res, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: lag.key})
-	lag.stale = nil
+	before, ops := e.getProxy(stale.Name), len(e.ops())
+	lag.Stale = stale
+	res, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(stale)})
+	lag.Stale = nil
 	if err != nil || res.RequeueAfter != staleRetry {
 		e.t.Errorf("a reconcile from a copy (version %s) older than the reconciler's last write = %+v, %v; want a requeue after %v",
 			stale.ResourceVersion, res, err, staleRetry)
@@ -81,7 +63,7 @@ func (e *syncEnv) reconcileLagging(lag *laggingCache, stale *v1alpha1.Proxy) {
 	if got := e.ops()[ops:]; len(got) != 0 {
 		e.t.Errorf("a reconcile from a stale copy called the provider: %v", got)
 	}
-	if after := e.getProxy(lag.key.Name); after.ResourceVersion != before.ResourceVersion {
+	if after := e.getProxy(stale.Name); after.ResourceVersion != before.ResourceVersion {
 		e.t.Errorf("a reconcile from a stale copy wrote the Proxy: version %s -> %s, status %+v", before.ResourceVersion, after.ResourceVersion, after.Status)
 	}
 }
